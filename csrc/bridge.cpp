@@ -1,0 +1,40 @@
+#include "bridge.h"
+
+#include <ATen/Parallel.h>
+#include <stdexcept>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+extern "C" char *lanpo_get_build_info(lanpo_build_info *out) {
+  LANPO_GUARD("build_info", {
+    std::memset(out, 0, sizeof(*out));
+    std::strncpy(out->torch_version, TORCH_VERSION, sizeof(out->torch_version) - 1);
+    out->cxx11_abi = _GLIBCXX_USE_CXX11_ABI;
+#ifdef LANPO_CUDA
+    out->built_with_cuda = 1;
+#endif
+    out->cuda_available = torch::cuda::is_available() ? 1 : 0;
+    out->cuda_device_count = static_cast<int>(torch::cuda::device_count());
+    out->cudnn_available = torch::cuda::cudnn_is_available() ? 1 : 0;
+    out->num_threads = at::get_num_threads();
+  })
+}
+
+namespace {
+struct NotAStdException {};
+}  // namespace
+
+extern "C" char *lanpo_selftest_throw(int kind) {
+  LANPO_GUARD("selftest_throw", {
+    switch (kind) {
+      case 0:
+        TORCH_CHECK(false, "selftest: c10::Error from TORCH_CHECK");
+      case 1:
+        throw std::runtime_error("selftest: std::runtime_error");
+      case 2:
+        throw NotAStdException{};
+      default:
+        break;
+    }
+  })
+}

@@ -1,0 +1,44 @@
+// Internal helpers shared by lanpo's C++ files (never seen by Go).
+#pragma once
+
+#if !__has_include(<ATen/ATen.h>)
+#error "libtorch headers not found: run `make deps` (third_party/prepare) to generate csrc/zz_cgo_flags.go"
+#endif
+
+#include <ATen/ATen.h>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "lanpo.h"
+
+namespace lanpo {
+
+inline char *dup_error(const char *where, const char *what) {
+  std::string s = std::string(where) + ": " + what;
+  char *p = static_cast<char *>(std::malloc(s.size() + 1));
+  if (p != nullptr) std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+inline at::Tensor &tensor_ref(lanpo_tensor t) { return *static_cast<at::Tensor *>(t); }
+
+inline lanpo_tensor new_handle(at::Tensor t) { return new at::Tensor(std::move(t)); }
+
+}  // namespace lanpo
+
+// LANPO_GUARD runs body and turns any exception into a returned error
+// string naming the function; c10::Error loses its C++ backtrace, which
+// means nothing to a Go caller.
+#define LANPO_GUARD(where, body)                                  \
+  try {                                                           \
+    body                                                          \
+    return nullptr;                                               \
+  } catch (const c10::Error &e) {                                 \
+    return lanpo::dup_error(where, e.what_without_backtrace());   \
+  } catch (const std::exception &e) {                             \
+    return lanpo::dup_error(where, e.what());                     \
+  } catch (...) {                                                 \
+    return lanpo::dup_error(where, "unknown C++ exception");      \
+  }

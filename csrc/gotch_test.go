@@ -1,0 +1,117 @@
+package csrc
+
+import (
+	"math"
+	"math/rand"
+	"runtime"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// TestGotchAutograd checks the prepared gotch end to end: matmul →
+// log_softmax → gather → backward, with the gradient compared against the
+// closed form computed in plain Go: d(−Σ log p[target])/dX = (softmax(XW) − onehot)·Wᵀ.
+func TestGotchAutograd(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	r := rand.New(rand.NewSource(1))
+	const n, h, v = 4, 3, 5
+	xv, wv := randVals(r, n*h), randVals(r, h*v)
+	targets := []int64{0, 4, 2, 2}
+
+	x := tensorOf(t, s, xv, []int64{n, h}, gotch.Double, true)
+	w := tensorOf(t, s, wv, []int64{h, v}, gotch.Double, false)
+	logits := s.keep(x.MustMatmul(w, false))
+	logp := s.keep(logits.MustLogSoftmax(-1, gotch.Double, false))
+	idx := s.keep(ts.MustOfSlice(targets).MustView([]int64{n, 1}, true))
+	picked := s.keep(logp.MustGather(1, idx, false, false))
+	loss := s.keep(picked.MustSum(gotch.Double, false).MustNeg(true))
+	loss.MustBackward()
+	grad := values(s, s.keep(x.MustGrad(false)))
+
+	want := make([]float64, n*h)
+	wantLoss := 0.0
+	for i := 0; i < n; i++ {
+		z := make([]float64, v)
+		zmax := math.Inf(-1)
+		for j := 0; j < v; j++ {
+			for k := 0; k < h; k++ {
+				z[j] += xv[i*h+k] * wv[k*v+j]
+			}
+			zmax = math.Max(zmax, z[j])
+		}
+		sum := 0.0
+		for j := range z {
+			sum += math.Exp(z[j] - zmax)
+		}
+		wantLoss -= z[targets[i]] - zmax - math.Log(sum)
+		for j := 0; j < v; j++ {
+			dz := math.Exp(z[j]-zmax) / sum
+			if int64(j) == targets[i] {
+				dz--
+			}
+			for k := 0; k < h; k++ {
+				want[i*h+k] += dz * wv[k*v+j]
+			}
+		}
+	}
+	if d := math.Abs(values(s, loss)[0] - wantLoss); d > 1e-12 {
+		t.Errorf("loss differs from the closed form by %g", d)
+	}
+	if d := maxAbsDiff(grad, want); d > 1e-12 {
+		t.Errorf("dX differs from the closed form by %g\n got %v\nwant %v", d, grad, want)
+	}
+}
+
+// TestMustPanicsInsteadOfExiting checks the prepared gotch's Must* helpers
+// panic (recoverable at a step boundary) where upstream calls log.Fatal.
+func TestMustPanicsInsteadOfExiting(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	a := s.keep(ts.MustOnes([]int64{2, 3}, gotch.Float, gotch.CPU))
+	b := s.keep(ts.MustOnes([]int64{4, 5}, gotch.Float, gotch.CPU))
+	defer func() {
+		if recover() == nil {
+			t.Fatal("MustMatmul on mismatched shapes did not panic")
+		}
+	}()
+	a.MustMatmul(b, false)
+}
+
+// TestTinyOpsKeepRSSFlat runs 10^6 tiny generated ops. Upstream gotch leaks
+// a malloc(0) chunk (≥ 32 bytes) per op, ≥ 32 MB here; the prepared copy
+// must keep RSS and the live-tensor count flat.
+func TestTinyOpsKeepRSSFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10^6 ops take a few seconds; skipped with -short")
+	}
+	lockThread(t)
+	s := newScope(t)
+	a := s.keep(ts.MustOnes([]int64{1}, gotch.Float, gotch.CPU))
+	b := s.keep(ts.MustOnes([]int64{1}, gotch.Float, gotch.CPU))
+	step := func(n int) {
+		for i := 0; i < n; i++ {
+			c := a.MustAdd(b, false)
+			mx, idx := c.MustMaxDim(0, false, true) // a two-output op, too
+			mx.MustDrop()
+			idx.MustDrop()
+		}
+	}
+	liveBefore := len(ts.ExistingTensors)
+	step(100_000) // warm up allocator pools and the Go heap
+	runtime.GC()
+	before := rssBytes(t)
+	step(900_000)
+	runtime.GC()
+	after := rssBytes(t)
+	growth := after - before
+	t.Logf("RSS %d MB → %d MB over 900k iterations (2.7M tensors): %+d KB", before>>20, after>>20, growth>>10)
+	if growth > 8<<20 {
+		t.Errorf("RSS grew by %d KB over 900k tiny ops: leak", growth>>10)
+	}
+	if live := len(ts.ExistingTensors); live != liveBefore {
+		t.Errorf("live tensors %d before, %d after", liveBefore, live)
+	}
+}

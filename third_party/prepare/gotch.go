@@ -1,0 +1,306 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+const gotchModule, gotchVersion = "github.com/sugarme/gotch", "v0.9.1"
+
+// Build is what a preparation produces: the libtorch chosen and the flags
+// every cgo package that includes torch headers compiles and links with.
+type Build struct {
+	Libtorch        *Libtorch
+	CUDA            bool
+	CUDAHome        string
+	GotchDir        string
+	CPPFLAGS        []string
+	CXXFLAGS        []string
+	LDFLAGS         []string
+	UnavailableOps  []string
+	PreparedAlready bool
+}
+
+func newBuild(lt *Libtorch, cuda bool) (*Build, error) {
+	b := &Build{Libtorch: lt, CUDA: cuda}
+	b.CPPFLAGS = []string{
+		"-I" + lt.IncludeDir,
+		"-I" + filepath.Join(lt.IncludeDir, "torch", "csrc", "api", "include"),
+		fmt.Sprintf("-D_GLIBCXX_USE_CXX11_ABI=%d", lt.ABI),
+	}
+	b.CXXFLAGS = []string{"-std=c++17", "-O2", "-w"}
+	b.LDFLAGS = []string{"-L" + lt.LibDir, "-Wl,-rpath," + lt.LibDir}
+	if cuda {
+		if !lt.HasCUDA {
+			return nil, fmt.Errorf("CUDA=1 but %s has no libtorch_cuda.so/libc10_cuda.so (a CPU-only libtorch)", lt.LibDir)
+		}
+		b.CUDAHome = os.Getenv("CUDA_HOME")
+		if b.CUDAHome == "" {
+			b.CUDAHome = "/usr/local/cuda"
+		}
+		if !fileExists(filepath.Join(b.CUDAHome, "include", "cuda_runtime_api.h")) {
+			return nil, fmt.Errorf("CUDA=1 but no CUDA toolkit at %s (set CUDA_HOME)", b.CUDAHome)
+		}
+		b.CPPFLAGS = append(b.CPPFLAGS, "-DLANPO_CUDA=1", "-I"+filepath.Join(b.CUDAHome, "include"))
+		// Nothing references libtorch_cuda's symbols directly; without
+		// --no-as-needed the linker drops it and CUDA never registers its
+		// kernels with the dispatcher ("no CUDA backend" at run time).
+		b.LDFLAGS = append(b.LDFLAGS, "-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",
+			"-L"+filepath.Join(b.CUDAHome, "lib64"), "-Wl,-rpath,"+filepath.Join(b.CUDAHome, "lib64"), "-lcudart")
+	}
+	b.LDFLAGS = append(b.LDFLAGS, "-ltorch_cpu", "-lc10", "-lstdc++")
+	return b, nil
+}
+
+func (b *Build) kind() string {
+	if b.CUDA {
+		return "cuda"
+	}
+	return "cpu"
+}
+
+// gotchSource asks the go command where the module cache holds gotch,
+// downloading it if needed (the Go proxy serves it by explicit version only).
+func gotchSource() (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", gotchModule+"@"+gotchVersion)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s@%s: %w", gotchModule, gotchVersion, err)
+	}
+	var info struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return "", fmt.Errorf("go mod download: %w", err)
+	}
+	if info.Error != "" || info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s@%s: %s", gotchModule, gotchVersion, info.Error)
+	}
+	return info.Dir, nil
+}
+
+// stamp identifies a preparation: this program's source, gotch's location
+// and everything about the libtorch and flags. A changed stamp means the
+// prepared copy is rebuilt.
+func (b *Build) stamp(gotchSrc string) string {
+	h := sha256.New()
+	for _, name := range toolSources() {
+		src, _ := toolFS.ReadFile(name)
+		h.Write(src)
+	}
+	lt := b.Libtorch
+	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%d\n%s\n", gotchSrc, lt.IncludeDir, lt.LibDir, lt.Version, lt.ABI, b.kind())
+	fmt.Fprintf(h, "%q %q %q\n", b.CPPFLAGS, b.CXXFLAGS, b.LDFLAGS)
+	if st, err := os.Stat(filepath.Join(lt.LibDir, "libtorch_cpu.so")); err == nil {
+		fmt.Fprintf(h, "%d %d\n", st.Size(), st.ModTime().UnixNano())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// prepareGotch makes (or reuses) the patched copy of gotch for this build.
+func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
+	src, err := gotchSource()
+	if err != nil {
+		return err
+	}
+	stamp := b.stamp(src)
+	lt := b.Libtorch
+	// One stable directory per libtorch and kind: cgo flags carry absolute
+	// paths, so a stable location lets Go's build cache serve every clone.
+	b.GotchDir = filepath.Join(cacheDir, "gotch", fmt.Sprintf("%s-torch%s-abi%d-%s-%s",
+		gotchVersion, lt.Version, lt.ABI, b.kind(), stamp[:10]))
+	stampFile := filepath.Join(b.GotchDir, ".lanpo-stamp")
+	if got, err := os.ReadFile(stampFile); err == nil && strings.TrimSpace(string(got)) == stamp {
+		ops, err := readUnavailable(b.GotchDir)
+		if err != nil {
+			return err
+		}
+		b.UnavailableOps, b.PreparedAlready = ops, true
+		logf("gotch: prepared copy is up to date: %s", b.GotchDir)
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(b.GotchDir), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(b.GotchDir), ".prep-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	logf("gotch: preparing %s@%s for libtorch %s (%s, C++ ABI %d) in %s", gotchModule, gotchVersion, lt.Version, b.kind(), lt.ABI, b.GotchDir)
+	if err := copyTree(src, tmp); err != nil {
+		return err
+	}
+	if err := patchTS(filepath.Join(tmp, "ts")); err != nil {
+		return err
+	}
+	lib := filepath.Join(tmp, "libtch")
+	if err := os.WriteFile(filepath.Join(lib, "lib.go"), []byte(libGo(b)), 0o644); err != nil {
+		return err
+	}
+	if !lt.Is21() {
+		logf("gotch: libtorch %s is not 2.1.x; compile-checking gotch's generated ops (about 30 s a round)", lt.Version)
+		ops, err := stubUnavailableOps(lib, "torch_api.cpp", "torch_api_generated.cpp.h", append([]string{"-I."}, b.CPPFLAGS...), lt.Version, logf)
+		if err != nil {
+			return err
+		}
+		b.UnavailableOps = ops
+		logf("gotch: %d generated ops are unavailable in libtorch %s; calling one returns an error naming it", len(ops), lt.Version)
+	}
+	if err := os.WriteFile(filepath.Join(lib, "lanpo_prepared.go"), []byte(preparedGo(b)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".lanpo-stamp"), []byte(stamp+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(b.GotchDir); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, b.GotchDir); err != nil {
+		// Another build prepared the same copy concurrently; use it if it is complete.
+		if got, rerr := os.ReadFile(stampFile); rerr == nil && strings.TrimSpace(string(got)) == stamp {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// patchTS applies the ts package rewrites and checks each found what it
+// expects, so a different gotch fails here rather than misbehaving later.
+func patchTS(dir string) error {
+	want := map[string]int{"malloc": 2000, "fatal": 2500, "bigStruct": 1}
+	got := map[string]int{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		var n int
+		s, n = fixListOut(s)
+		got["list"] += n
+		s, n = fixMallocOut(s)
+		got["malloc"] += n
+		s, n = fixFatal(s)
+		got["fatal"] += n
+		s, n = fixBigStruct(s)
+		got["bigStruct"] += n
+		if s != string(b) {
+			if err := os.WriteFile(p, []byte(ensureUsed(s, "unsafe", "log")), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	for k, min := range want {
+		if got[k] < min {
+			return fmt.Errorf("patch gotch ts: expected at least %d %s rewrites, made %d (not gotch %s?)", min, k, got[k], gotchVersion)
+		}
+	}
+	return nil
+}
+
+func libGo(b *Build) string {
+	return fmt.Sprintf(`// Code generated by lanpo third_party/prepare for libtorch %s (%s); DO NOT EDIT.
+
+package libtch
+
+// #cgo CPPFLAGS: -I${SRCDIR} %s
+// #cgo CFLAGS: -O2 -w
+// #cgo CXXFLAGS: %s
+// #cgo LDFLAGS: %s
+import "C"
+`, b.Libtorch.Version, b.kind(), strings.Join(b.CPPFLAGS, " "), strings.Join(b.CXXFLAGS, " "), strings.Join(b.LDFLAGS, " "))
+}
+
+func preparedGo(b *Build) string {
+	var ops strings.Builder
+	for _, op := range b.UnavailableOps {
+		fmt.Fprintf(&ops, "\t%q,\n", op)
+	}
+	lt := b.Libtorch
+	return fmt.Sprintf(`// Code generated by lanpo third_party/prepare; DO NOT EDIT.
+
+package libtch
+
+// What this copy of gotch was prepared for.
+const (
+	LanpoLibtorchDir     = %q
+	LanpoLibtorchVersion = %q
+	LanpoLibtorchSource  = %q
+	LanpoCXX11ABI        = %d
+	LanpoCUDA            = %v
+	LanpoGotchVersion    = %q
+)
+
+// LanpoUnavailableOps lists the generated ops that did not compile against
+// this libtorch; each now returns an error naming itself.
+var LanpoUnavailableOps = []string{
+%s}
+`, lt.Root, lt.Version, lt.Source, lt.ABI, b.CUDA, gotchVersion, ops.String())
+}
+
+func readUnavailable(dir string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "libtch", "lanpo_prepared.go"))
+	if err != nil {
+		return nil, err
+	}
+	var ops []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "\t\"atg_") {
+			ops = append(ops, strings.Trim(strings.TrimSpace(l), `",`))
+		}
+	}
+	return ops, nil
+}
+
+// copyTree copies gotch without its examples and tests; the module cache is
+// read-only, the copy is writable.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			if rel == "example" || rel == ".git" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if strings.HasSuffix(p, "_test.go") || !d.Type().IsRegular() {
+			return nil
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(filepath.Join(dst, rel), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}

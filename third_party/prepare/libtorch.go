@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Libtorch describes one libtorch installation: where its headers and
+// libraries are and what it was built as.
+type Libtorch struct {
+	Root       string // what the user or the search named
+	IncludeDir string // holds torch/csrc/api/include/torch/version.h
+	LibDir     string // holds libtorch_cpu.so and libc10.so
+	Version    string // "2.1.0", read from torch/version.h
+	ABI        int    // _GLIBCXX_USE_CXX11_ABI value it was built with
+	HasCUDA    bool   // libtorch_cuda.so and libc10_cuda.so are present
+	Source     string // "LIBTORCH", "cache (PyPI wheel)", "Debian libtorch-dev"
+}
+
+// Is21 reports whether gotch v0.9.1's generated ops match this libtorch
+// without stubs.
+func (lt *Libtorch) Is21() bool { return strings.HasPrefix(lt.Version, "2.1.") }
+
+// probeLibtorch inspects root as a libtorch tree (include/, lib/), a pip
+// torch package directory (the same layout), or a system prefix such as /usr
+// (include/, lib/<multiarch>/).
+func probeLibtorch(root string) (*Libtorch, error) {
+	root = filepath.Clean(root)
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", root)
+	}
+	lt := &Libtorch{Root: root}
+	for _, inc := range []string{filepath.Join(root, "include")} {
+		if fileExists(filepath.Join(inc, versionHeader)) {
+			lt.IncludeDir = inc
+		}
+	}
+	if lt.IncludeDir == "" {
+		return nil, fmt.Errorf("%s has no include/%s", root, versionHeader)
+	}
+	for _, lib := range libDirCandidates(root) {
+		if fileExists(filepath.Join(lib, "libtorch_cpu.so")) && fileExists(filepath.Join(lib, "libc10.so")) {
+			lt.LibDir = lib
+			break
+		}
+	}
+	if lt.LibDir == "" {
+		return nil, fmt.Errorf("%s has no lib directory with libtorch_cpu.so and libc10.so (looked in %s)",
+			root, strings.Join(libDirCandidates(root), ", "))
+	}
+	v, err := readTorchVersion(filepath.Join(lt.IncludeDir, versionHeader))
+	if err != nil {
+		return nil, err
+	}
+	lt.Version = v
+	lt.ABI, err = readABI(lt)
+	if err != nil {
+		return nil, err
+	}
+	lt.HasCUDA = fileExists(filepath.Join(lt.LibDir, "libtorch_cuda.so")) &&
+		fileExists(filepath.Join(lt.LibDir, "libc10_cuda.so"))
+	return lt, nil
+}
+
+const versionHeader = "torch/csrc/api/include/torch/version.h"
+
+func libDirCandidates(root string) []string {
+	return []string{
+		filepath.Join(root, "lib"),
+		filepath.Join(root, "lib64"),
+		filepath.Join(root, "lib", "x86_64-linux-gnu"),
+		filepath.Join(root, "lib", "aarch64-linux-gnu"),
+	}
+}
+
+var versionDefine = regexp.MustCompile(`#define\s+TORCH_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)`)
+
+// readTorchVersion reads TORCH_VERSION_{MAJOR,MINOR,PATCH} from torch/version.h.
+func readTorchVersion(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	parts := map[string]string{}
+	for _, m := range versionDefine.FindAllStringSubmatch(string(b), -1) {
+		parts[m[1]] = m[2]
+	}
+	if parts["MAJOR"] == "" || parts["MINOR"] == "" || parts["PATCH"] == "" {
+		return "", fmt.Errorf("%s: no TORCH_VERSION_MAJOR/MINOR/PATCH defines", path)
+	}
+	return parts["MAJOR"] + "." + parts["MINOR"] + "." + parts["PATCH"], nil
+}
+
+var abiFlag = regexp.MustCompile(`_GLIBCXX_USE_CXX11_ABI=([01])`)
+
+// readABI takes the C++ ABI from TorchConfig.cmake, which every libtorch
+// distribution ships; where it is missing it looks for cxx11-ABI symbols in
+// libc10.so, since a library built with the old ABI never mentions them.
+func readABI(lt *Libtorch) (int, error) {
+	for _, p := range []string{
+		filepath.Join(lt.Root, "share", "cmake", "Torch", "TorchConfig.cmake"),
+		filepath.Join(lt.LibDir, "cmake", "Torch", "TorchConfig.cmake"),
+	} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if m := abiFlag.FindSubmatch(b); m != nil {
+			return int(m[1][0] - '0'), nil
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(lt.LibDir, "libc10.so"))
+	if err != nil {
+		return 0, fmt.Errorf("read ABI: no TorchConfig.cmake and %w", err)
+	}
+	if strings.Contains(string(b), "St7__cxx11") || strings.Contains(string(b), "NSt7__cxx11") {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// Discovery order, as documented in the README: LIBTORCH, then the cached
+// wheel-derived libtorch 2.1.0, then Debian's libtorch-dev.
+func discover(cacheDir string, wantCUDA bool, logf func(string, ...any)) (*Libtorch, error) {
+	var tried []string
+	if env := os.Getenv("LIBTORCH"); env != "" {
+		lt, err := probeLibtorch(env)
+		if err != nil {
+			return nil, fmt.Errorf("LIBTORCH=%s: %w", env, err)
+		}
+		lt.Source = "LIBTORCH"
+		logf("libtorch: using LIBTORCH=%s", env)
+		return lt, nil
+	}
+	if wantCUDA {
+		return nil, errors.New("CUDA=1 needs LIBTORCH pointing at a CUDA libtorch (the cached PyPI build is CPU-only)")
+	}
+	cached := filepath.Join(cacheDir, "libtorch-"+wheelTorchVersion+"-cpu")
+	if lt, err := probeLibtorch(cached); err == nil {
+		lt.Source = "cache (PyPI wheel)"
+		logf("libtorch: LIBTORCH unset; using cached %s", cached)
+		return lt, nil
+	}
+	logf("libtorch: LIBTORCH unset and no cache at %s; building it from the PyPI wheel torch==%s", cached, wheelTorchVersion)
+	if err := buildWheelLibtorch(cacheDir, cached, logf); err != nil {
+		tried = append(tried, "PyPI wheel: "+err.Error())
+		logf("libtorch: PyPI route failed: %v", err)
+	} else if lt, err := probeLibtorch(cached); err == nil {
+		lt.Source = "cache (PyPI wheel)"
+		return lt, nil
+	} else {
+		tried = append(tried, "PyPI wheel: "+err.Error())
+	}
+	if lt, err := probeLibtorch("/usr"); err == nil {
+		lt.Source = "Debian libtorch-dev"
+		logf("libtorch: falling back to the system libtorch in /usr (%s)", lt.Version)
+		return lt, nil
+	} else {
+		tried = append(tried, "system /usr: "+err.Error())
+	}
+	return nil, fmt.Errorf("no usable libtorch found:\n  - %s\nfix one of these:\n"+
+		"  1. point LIBTORCH at a libtorch tree or a pip torch package directory (it has include/ and lib/):\n"+
+		"       make build LIBTORCH=/opt/libtorch   or   LIBTORCH=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')\n"+
+		"  2. let the build fetch torch==%s from PyPI: needs python3 with pip and access to PyPI\n"+
+		"  3. install Debian's libtorch 1.13: apt-get install libtorch-dev",
+		strings.Join(tried, "\n  - "), wheelTorchVersion)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
