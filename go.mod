@@ -1,5 +1,18 @@
 module github.com/lanpo-rl/lanpo
 
-go 1.22
+go 1.23
 
-require github.com/sugarme/gotch v0.9.1
+require (
+	github.com/rs/zerolog v1.35.1
+	github.com/sugarme/gotch v0.9.1
+	github.com/urfave/cli/v2 v2.27.7
+)
+
+require (
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
+	golang.org/x/sys v0.29.0 // indirect
+)

@@ -92,8 +92,11 @@ func gotchSource() (string, error) {
 // prepared copy is rebuilt.
 func (b *Build) stamp(gotchSrc string) string {
 	h := sha256.New()
-	for _, name := range toolSources() {
-		src, _ := toolFS.ReadFile(name)
+	for _, name := range gotchSources {
+		src, err := toolFS.ReadFile(name)
+		if err != nil {
+			panic("prepare: embedded source missing: " + name)
+		}
 		h.Write(src)
 	}
 	lt := b.Libtorch

@@ -1,0 +1,49 @@
+# lanpo — build, test and run. Every target prepares libtorch and gotch first
+# (make deps); see README.md for how libtorch is chosen.
+#
+#   make deps    find libtorch, prepare gotch for it (cached in ~/.cache/lanpo)
+#   make build   bin/lanpo
+#   make test    vet and all tests
+#   make bench   benchmarks (each prints a ratio against a baseline in the same run)
+#   make demo    the main job on an embedded task
+#   make clean   remove build outputs and generated files (not the cache)
+#
+# Variables: LIBTORCH=/path (libtorch tree or pip torch dir), CUDA=1, CUDA_HOME.
+
+SHELL   := /bin/bash
+GO      ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+export LIBTORCH CUDA CUDA_HOME
+
+# -trimpath keeps compiled packages independent of the checkout's path, so
+# fresh clones reuse Go's build cache (gotch's C++ takes minutes to compile).
+GOFLAGS += -trimpath
+export GOFLAGS
+
+.PHONY: all deps build test bench demo clean clean-cache
+
+all: build
+
+deps:
+	@GOWORK=off $(GO) run ./third_party/prepare
+
+build: deps
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/lanpo ./cmd/lanpo
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+demo: build
+	@echo "make demo: not available yet. The demo needs the SFT/GRPO trainer (issue #8) and the"
+	@echo "embedded math world (issue #9), which have not landed. bin/lanpo is built; try: bin/lanpo env"
+	@exit 2
+
+clean:
+	rm -rf bin go.work go.work.sum csrc/zz_cgo_flags.go
+
+clean-cache:
+	rm -rf "$${XDG_CACHE_HOME:-$$HOME/.cache}/lanpo"

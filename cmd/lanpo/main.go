@@ -1,0 +1,94 @@
+// Command lanpo trains language models for math reasoning with GRPO and
+// LANPO on libtorch. Run `lanpo --help` for the commands.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time by the Makefile (-ldflags -X main.version=…).
+var version = "dev"
+
+// All libtorch work happens on the main goroutine, locked to the main OS
+// thread: grad mode and gotch's last-error slot are thread-local (STYLE.md).
+func init() { runtime.LockOSThread() }
+
+// exitCoder errors carry their own exit status; anything else exits 1.
+type usageError struct{ error }
+
+func (usageError) ExitCode() int { return 2 }
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:    "lanpo",
+		Usage:   "train LLMs for math reasoning with GRPO and LANPO, on libtorch",
+		Version: version,
+		Description: "lanpo loads Hugging Face Qwen2-family models and JSONL math data as they are, and trains them\n" +
+			"with reinforcement learning from verified answers. Every forward and backward pass runs in\n" +
+			"libtorch. Commands read JSONL on stdin and write JSONL on stdout where that makes sense.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"LANPO_LOG_LEVEL"}},
+			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON otherwise), console or json"},
+		},
+		Before: func(c *cli.Context) error {
+			return setupLogging(c.String("log-level"), c.String("log-format"))
+		},
+		Commands: []*cli.Command{
+			envCommand(),
+			versionCommand(),
+		},
+		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
+			return usageError{err}
+		},
+		ExitErrHandler: func(c *cli.Context, err error) {},
+	}
+}
+
+func main() {
+	err := newApp().Run(os.Args)
+	if err == nil {
+		return
+	}
+	log.Error().Msg(err.Error())
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		os.Exit(ec.ExitCode())
+	}
+	os.Exit(1)
+}
+
+func setupLogging(level, format string) error {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	zerolog.SetGlobalLevel(lvl)
+	console := false
+	switch format {
+	case "auto":
+		console = isTerminal(os.Stderr)
+	case "console":
+		console = true
+	case "json":
+	default:
+		return usageError{fmt.Errorf("--log-format %q: want auto, console or json", format)}
+	}
+	if console {
+		log.Logger = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+	} else {
+		log.Logger = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	}
+	return nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
