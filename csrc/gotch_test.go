@@ -4,9 +4,12 @@ import (
 	"math"
 	"math/rand"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -113,5 +116,35 @@ func TestTinyOpsKeepRSSFlat(t *testing.T) {
 	}
 	if live := len(ts.ExistingTensors); live != liveBefore {
 		t.Errorf("live tensors %d before, %d after", liveBefore, live)
+	}
+}
+
+// TestStubbedOpsFailByName checks SDPA, which the model uses: against
+// libtorch 2.1 it runs; against a libtorch where its generated binding did
+// not compile (1.13) the prepared stub returns an error naming the op.
+func TestStubbedOpsFailByName(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	q := s.keep(ts.MustOnes([]int64{1, 1, 2, 4}, gotch.Float, gotch.CPU))
+	out, err := ts.ScaledDotProductAttention(q, q, q, ts.None, 0, false, nil)
+	if slices.Contains(libtch.LanpoUnavailableOps, "atg_scaled_dot_product_attention") {
+		if err == nil {
+			out.MustDrop()
+			t.Fatal("stubbed SDPA returned no error")
+		}
+		for _, want := range []string{"atg_scaled_dot_product_attention", "not available", libtch.LanpoLibtorchVersion} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not mention %q", err, want)
+			}
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("SDPA on libtorch %s: %v", libtch.LanpoLibtorchVersion, err)
+	}
+	s.keep(out)
+	// q = k = v = 1: uniform attention over ones gives ones.
+	if got := values(s, out); len(got) != 8 || maxAbsDiff(got, []float64{1, 1, 1, 1, 1, 1, 1, 1}) > 1e-6 {
+		t.Errorf("SDPA(ones) = %v", got)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // All torch work in a test binary happens on the main test goroutine of
 // each test, locked to its OS thread: gotch's error slot and grad mode are
 // thread-local.
-func lockThread(t *testing.T) {
+func lockThread(t testing.TB) {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)

@@ -1,0 +1,58 @@
+package csrc
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// BenchmarkRMSNorm times csrc's RMSNorm forward+backward against the same
+// math composed from gotch ops, both in this run, on a Qwen2.5-0.5B-sized
+// activation (2048 tokens × 896, fp32). It reports composed/fused: above 1
+// means the bridge op is faster.
+func BenchmarkRMSNorm(b *testing.B) {
+	lockThread(b)
+	const n, h = 2048, 896
+	r := rand.New(rand.NewSource(1))
+	s := &scope{}
+	defer s.close()
+	mk := func(vals []float64, shape []int64) *ts.Tensor {
+		x := s.keep(ts.MustOfSlice(vals).MustView(shape, true))
+		x = s.keep(x.MustTotype(gotch.Float, false))
+		return s.keep(x.MustSetRequiresGrad(true, false))
+	}
+	x := mk(randVals(r, n*h), []int64{n, h})
+	w := mk(randVals(r, h), []int64{h})
+	run := func(fused bool) {
+		step := &scope{}
+		var y *ts.Tensor
+		if fused {
+			var err error
+			if y, err = RMSNorm(x, w, 1e-6); err != nil {
+				b.Fatal(err)
+			}
+			step.keep(y)
+		} else {
+			y = rmsNormComposed(step, x, w, 1e-6)
+		}
+		step.keep(y.MustSum(gotch.Float, false)).MustBackward()
+		step.close()
+	}
+	timeIt := func(fused bool) time.Duration {
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			run(fused)
+		}
+		return time.Since(start) // sync: CPU ops have finished when they return
+	}
+	run(true)
+	run(false)
+	b.ResetTimer()
+	fused := timeIt(true)
+	b.StopTimer()
+	composed := timeIt(false)
+	b.ReportMetric(float64(composed)/float64(fused), "composed/fused")
+}

@@ -1,0 +1,8 @@
+// Package model is lanpo's Qwen2-family transformer over gotch: Hugging Face
+// config.json, safetensors reading and writing, the forward pass, the KV
+// cache, sampling, and the tokenizer with its chat template.
+//
+// It never imports trainer/ and never calls collectives. Its forward and
+// backward passes run in libtorch; kernels libtorch lacks come from csrc/.
+// The model code lands with the model issue; this file only names the role.
+package model
