@@ -126,7 +126,10 @@ func TestStubbedOpsFailByName(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
 	q := s.keep(ts.MustOnes([]int64{1, 1, 2, 4}, gotch.Float, gotch.CPU))
-	out, err := ts.ScaledDotProductAttention(q, q, q, ts.None, 0, false, nil)
+	// gotch passes an undefined tensor for "no mask", which libtorch 2.1's
+	// SDPA rejects as a mask of dtype "nullptr"; pass an all-true mask.
+	mask := s.keep(ts.MustOnes([]int64{1, 1, 2, 2}, gotch.Bool, gotch.CPU))
+	out, err := ts.ScaledDotProductAttention(q, q, q, mask, 0, false, nil)
 	if slices.Contains(libtch.LanpoUnavailableOps, "atg_scaled_dot_product_attention") {
 		if err == nil {
 			out.MustDrop()
@@ -146,5 +149,28 @@ func TestStubbedOpsFailByName(t *testing.T) {
 	// q = k = v = 1: uniform attention over ones gives ones.
 	if got := values(s, out); len(got) != 8 || maxAbsDiff(got, []float64{1, 1, 1, 1, 1, 1, 1, 1}) > 1e-6 {
 		t.Errorf("SDPA(ones) = %v", got)
+	}
+}
+
+// TestGotchErrorsAreOneMessage: the prepared gotch reports what libtorch
+// said, without the C++ backtrace or the Go stack upstream appends.
+func TestGotchErrorsAreOneMessage(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	a := s.keep(ts.MustOnes([]int64{2, 3}, gotch.Float, gotch.CPU))
+	b := s.keep(ts.MustOnes([]int64{4, 5}, gotch.Float, gotch.CPU))
+	c, err := a.Matmul(b, false)
+	if err == nil {
+		c.MustDrop()
+		t.Fatal("Matmul on mismatched shapes returned no error")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "libtorch: ") || !strings.Contains(msg, "2x3 and 4x5") {
+		t.Errorf("error does not carry libtorch's message: %q", msg)
+	}
+	for _, noise := range []string{"Exception raised from", "frame #", "goroutine ", "\n"} {
+		if strings.Contains(strings.TrimSpace(msg), noise) {
+			t.Errorf("error contains %q: %q", noise, msg)
+		}
 	}
 }

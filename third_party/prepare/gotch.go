@@ -146,6 +146,9 @@ func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
 		return err
 	}
 	lib := filepath.Join(tmp, "libtch")
+	if err := patchFile(filepath.Join(lib, "torch_api.h"), fixProtect); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(lib, "lib.go"), []byte(libGo(b)), 0o644); err != nil {
 		return err
 	}
@@ -180,7 +183,7 @@ func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
 // patchTS applies the ts package rewrites and checks each found what it
 // expects, so a different gotch fails here rather than misbehaving later.
 func patchTS(dir string) error {
-	want := map[string]int{"malloc": 2000, "fatal": 2500, "bigStruct": 1}
+	want := map[string]int{"malloc": 2000, "fatal": 2500, "bigStruct": 1, "torchErr": 1}
 	got := map[string]int{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -206,6 +209,8 @@ func patchTS(dir string) error {
 		got["fatal"] += n
 		s, n = fixBigStruct(s)
 		got["bigStruct"] += n
+		s, n = fixTorchErr(s)
+		got["torchErr"] += n
 		if s != string(b) {
 			if err := os.WriteFile(p, []byte(ensureUsed(s, "unsafe", "log")), 0o644); err != nil {
 				return err
@@ -218,6 +223,19 @@ func patchTS(dir string) error {
 		}
 	}
 	return nil
+}
+
+// patchFile applies one rewrite that must change exactly one place.
+func patchFile(path string, fix func(string) (string, int)) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s, n := fix(string(b))
+	if n != 1 {
+		return fmt.Errorf("patch %s: expected 1 rewrite, made %d (not gotch %s?)", path, n, gotchVersion)
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
 }
 
 func libGo(b *Build) string {

@@ -105,6 +105,38 @@ func fixBigStruct(src string) (string, int) {
 	return strings.ReplaceAll(src, line, ""), n
 }
 
+// fixTorchErr makes gotch's errors read as one line of what libtorch said:
+// upstream appends the Go stack of the call to every error message.
+func fixTorchErr(src string) (string, int) {
+	const old = "\t\ttrace := string(debug.Stack())\n\t\treturn fmt.Errorf(\"Libtorch API Error: %v\\n%v\\n\", errStr, trace)\n"
+	const repl = "\t\treturn fmt.Errorf(\"libtorch: %s\", errStr)\n"
+	n := strings.Count(src, old)
+	src = strings.ReplaceAll(src, old, repl)
+	if n > 0 {
+		src = strings.Replace(src, "\t\"runtime/debug\"\n", "", 1)
+	}
+	return src, n
+}
+
+// fixProtect makes gotch's C++ error guard keep c10::Error's message without
+// its C++ backtrace (addresses inside libtorch mean nothing to a user) and
+// catch non-standard exceptions too, which would otherwise cross the C
+// boundary and abort the process.
+func fixProtect(src string) (string, int) {
+	const old = "  } catch (const exception &e) {                                               \\\n" +
+		"    torch_last_err = strdup(e.what());                                         \\\n" +
+		"  }\n"
+	const repl = "  } catch (const c10::Error &e) {                                              \\\n" +
+		"    torch_last_err = strdup(e.what_without_backtrace());                       \\\n" +
+		"  } catch (const exception &e) {                                               \\\n" +
+		"    torch_last_err = strdup(e.what());                                         \\\n" +
+		"  } catch (...) {                                                              \\\n" +
+		"    torch_last_err = strdup(\"unknown C++ exception\");                        \\\n" +
+		"  }\n"
+	n := strings.Count(src, old)
+	return strings.ReplaceAll(src, old, repl), n
+}
+
 // ensureUsed appends blank uses of imports that a rewrite may have left
 // unused, so the file still compiles.
 func ensureUsed(src string, pkgs ...string) string {

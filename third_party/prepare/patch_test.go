@@ -106,3 +106,29 @@ func TestPatchRealGotch(t *testing.T) {
 		}
 	}
 }
+
+func TestPatchTorchAPIHeader(t *testing.T) {
+	src, err := gotchSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(src, "libtch", "torch_api.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "torch_api.h")
+	os.WriteFile(p, b, 0o644)
+	if err := patchFile(p, fixProtect); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(p)
+	for _, want := range []string{"catch (const c10::Error &e)", "what_without_backtrace()", "catch (...)"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("patched PROTECT lacks %q", want)
+		}
+	}
+	if err := patchFile(p, fixProtect); err == nil {
+		t.Error("patching twice should find nothing to patch and fail")
+	}
+}

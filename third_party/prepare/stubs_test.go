@@ -60,7 +60,7 @@ func TestStubUnavailableOps(t *testing.T) {
 	for _, want := range []string{
 		`torch_last_err = strdup("lanpo: torch op atg_unknown is not available`,
 		"libtorch 9.9.9",
-		"  return {};\n}", // the non-void stub returns a value
+		"  return {};\n}",  // the non-void stub returns a value
 		"(void)add(x, x);", // good functions are untouched
 	} {
 		if !strings.Contains(string(gen), want) {
