@@ -6,3 +6,7 @@
 // backward passes run in libtorch; kernels libtorch lacks come from csrc/.
 // The model code lands with the model issue; this file only names the role.
 package model
+
+// The tokenizer is built on sugarme/tokenizer (pinned in go.mod); the
+// tokenizer issue adds the code that uses it.
+import _ "github.com/sugarme/tokenizer"
