@@ -136,3 +136,20 @@ func TestExtractWheelKeepsOnlyWhatIsAsked(t *testing.T) {
 		}
 	}
 }
+
+func TestTruncatedWheelIsRemoved(t *testing.T) {
+	cache := t.TempDir()
+	dl := filepath.Join(cache, "wheels")
+	whl := filepath.Join(dl, "torch-"+wheelTorchVersion+"-cp311-cp311-manylinux1_x86_64.whl")
+	writeFile(t, whl, "PK\x03\x04 this is not a whole zip")
+	err := buildWheelLibtorch(cache, filepath.Join(cache, "lt"), t.Logf)
+	if err == nil || !strings.Contains(err.Error(), whl) {
+		t.Fatalf("want an error naming %s, got %v", whl, err)
+	}
+	if fileExists(whl) {
+		t.Error("the broken wheel was kept; the next run would fail the same way")
+	}
+	if fileExists(filepath.Join(cache, "lt")) {
+		t.Error("a partial libtorch was left in place")
+	}
+}

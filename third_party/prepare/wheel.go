@@ -63,7 +63,10 @@ func buildWheelLibtorch(cacheDir, dest string, logf func(string, ...any)) error 
 		}
 		n, err := extractWheel(path, w, tmp)
 		if err != nil {
-			return fmt.Errorf("extract %s: %w", path, err)
+			// Most likely a download cut short: drop it so the next run
+			// fetches it again instead of failing the same way.
+			os.Remove(path)
+			return fmt.Errorf("extract %s (removed; run make deps again to download it anew): %w", path, err)
 		}
 		logf("libtorch: extracted %d files from %s", n, filepath.Base(path))
 	}
