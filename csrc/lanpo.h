@@ -30,6 +30,22 @@ char *lanpo_get_build_info(lanpo_build_info *out);
 // x [..., H], weight [H]. Differentiable in x and weight.
 char *lanpo_rms_norm(lanpo_tensor x, lanpo_tensor weight, double eps, lanpo_tensor *out);
 
+// Fused linear + log-softmax + gather (+ entropy), without materializing
+// [N, V] logits: for each row i with mask[i] (all rows when mask is NULL),
+//   logp[i]    = log softmax(hidden[i] · weightᵀ / temperature)[targets[i]]
+//   entropy[i] = −Σ_v p_v log p_v of the same distribution (if want_entropy)
+// and 0 for masked rows. hidden [N, H] and weight [V, H] are fp32, bf16, fp16
+// or fp64; targets [N] int64; mask [N] bool. Outputs are fp32 (fp64 for fp64
+// inputs). Rows are processed chunk at a time (chunk <= 0: the default for
+// the device); when grad mode is on and hidden or weight requires grad, the
+// outputs take part in autograd and masked rows get exactly zero gradient.
+char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor targets, lanpo_tensor mask,
+                          double temperature, int64_t chunk, int want_entropy, lanpo_tensor *logp,
+                          lanpo_tensor *entropy);
+
+// The chunk size lanpo_fused_logprob uses when given chunk <= 0.
+int64_t lanpo_default_logprob_chunk(int cuda);
+
 // Throws a C++ exception of the given kind inside the bridge, for tests of
 // the error path: 0 c10::Error (TORCH_CHECK), 1 std::runtime_error,
 // 2 a non-standard exception type, other: no exception.

@@ -1,0 +1,243 @@
+package csrc
+
+import (
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// naiveLogProb is the readable reference: full logits, log_softmax, gather;
+// entropy = −Σ p log p. Masked rows are multiplied by 0.
+func naiveLogProb(s *scope, hidden, weight, targets, maskF *ts.Tensor, temperature float64) (logp, ent *ts.Tensor) {
+	n := hidden.MustSize()[0]
+	logits := s.keep(hidden.MustMatmul(s.keep(weight.MustT(false)), false))
+	logits = s.keep(logits.MustDivScalar(ts.FloatScalar(temperature), false))
+	lsm := s.keep(logits.MustLogSoftmax(-1, logits.DType(), false))
+	idx := s.keep(targets.MustView([]int64{n, 1}, false))
+	logp = s.keep(s.keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{n}, false))
+	plogp := s.keep(s.keep(lsm.MustExp(false)).MustMul(lsm, false))
+	ent = s.keep(s.keep(plogp.MustSumDimIntlist([]int64{-1}, false, plogp.DType(), false)).MustNeg(false))
+	if maskF != nil {
+		logp = s.keep(logp.MustMul(maskF, false))
+		ent = s.keep(ent.MustMul(maskF, false))
+	}
+	return logp, ent
+}
+
+type lpCase struct {
+	name        string
+	n, h, v     int64
+	chunk       int64
+	temperature float64
+	mask        []bool
+	entropy     bool
+}
+
+type lpResult struct{ logp, ent, dh, dw []float64 }
+
+// runLogProb computes values and the gradients of Σ gl·logp (+ Σ ge·H) with
+// either implementation, from the same float64 data cast to dtype.
+func runLogProb(t *testing.T, s *scope, c lpCase, dtype gotch.DType, fused bool) lpResult {
+	t.Helper()
+	r := rand.New(rand.NewSource(c.n*1000 + c.v))
+	hv, wv := randVals(r, int(c.n*c.h)), randVals(r, int(c.v*c.h))
+	tg := make([]int64, c.n)
+	for i := range tg {
+		tg[i] = r.Int63n(c.v)
+	}
+	gl, ge := randVals(r, int(c.n)), randVals(r, int(c.n))
+	hidden := tensorOf(t, s, hv, []int64{c.n, c.h}, dtype, true)
+	weight := tensorOf(t, s, wv, []int64{c.v, c.h}, dtype, true)
+	targets := s.keep(ts.MustOfSlice(tg))
+	var mask, maskF *ts.Tensor
+	if c.mask != nil {
+		mf := make([]float64, c.n)
+		for i, m := range c.mask {
+			if m {
+				mf[i] = 1
+			}
+		}
+		maskF = tensorOf(t, s, mf, []int64{c.n}, gotch.Double, false)
+		mask = s.keep(maskF.MustTotype(gotch.Bool, false))
+	}
+	var logp, ent *ts.Tensor
+	if fused {
+		var err error
+		logp, ent, err = FusedLogProb(hidden, weight, targets, LogProbOptions{Temperature: c.temperature, Chunk: c.chunk, Mask: mask, Entropy: c.entropy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.keep(logp)
+		if ent != nil {
+			s.keep(ent)
+		}
+	} else {
+		h64 := s.keep(hidden.MustTotype(gotch.Double, false))
+		w64 := s.keep(weight.MustTotype(gotch.Double, false))
+		logp, ent = naiveLogProb(s, h64, w64, targets, maskF, c.temperature)
+	}
+	glT := tensorOf(t, s, gl, []int64{c.n}, logp.DType(), false)
+	loss := s.keep(s.keep(logp.MustMul(glT, false)).MustSum(gotch.Double, false))
+	res := lpResult{logp: values(s, logp)}
+	if c.entropy {
+		geT := tensorOf(t, s, ge, []int64{c.n}, ent.DType(), false)
+		loss = s.keep(loss.MustAdd(s.keep(s.keep(ent.MustMul(geT, false)).MustSum(gotch.Double, false)), false))
+		res.ent = values(s, ent)
+	}
+	loss.MustBackward()
+	res.dh = values(s, s.keep(hidden.MustGrad(false)))
+	res.dw = values(s, s.keep(weight.MustGrad(false)))
+	return res
+}
+
+func compareLogProb(t *testing.T, got, want lpResult, tolVal, tolGrad float64) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		a, b []float64
+		tol  float64
+	}{{"logp", got.logp, want.logp, tolVal}, {"entropy", got.ent, want.ent, tolVal},
+		{"dhidden", got.dh, want.dh, tolGrad}, {"dweight", got.dw, want.dw, tolGrad}} {
+		if d := maxAbsDiff(c.a, c.b); d > c.tol {
+			t.Errorf("%s: max |fused − naive| = %g > %g", c.name, d, c.tol)
+		}
+	}
+}
+
+var lpCases = []lpCase{
+	{name: "one chunk", n: 7, h: 5, v: 11, chunk: 100, temperature: 1},
+	{name: "row per chunk", n: 7, h: 5, v: 11, chunk: 1, temperature: 1, entropy: true},
+	{name: "chunk does not divide N", n: 7, h: 5, v: 11, chunk: 3, temperature: 1, entropy: true},
+	{name: "temperature 0.7", n: 6, h: 4, v: 13, chunk: 4, temperature: 0.7, entropy: true},
+	{name: "temperature 1.6", n: 6, h: 4, v: 13, chunk: 2, temperature: 1.6},
+	{name: "masked rows", n: 8, h: 4, v: 9, chunk: 3, temperature: 1, entropy: true,
+		mask: []bool{true, false, true, true, false, false, true, true}},
+	{name: "all masked", n: 3, h: 4, v: 9, chunk: 2, temperature: 1, entropy: true, mask: []bool{false, false, false}},
+	{name: "V spans column blocks", n: 5, h: 3, v: 8200, chunk: 2, temperature: 0.9, entropy: true},
+	{name: "default chunk", n: 5, h: 3, v: 17, temperature: 1, entropy: true},
+}
+
+func TestFusedLogProbMatchesNaiveFP64(t *testing.T) {
+	lockThread(t)
+	for _, c := range lpCases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScope(t)
+			want := runLogProb(t, s, c, gotch.Double, false)
+			got := runLogProb(t, s, c, gotch.Double, true)
+			if !c.entropy {
+				want.ent = nil
+			}
+			compareLogProb(t, got, want, 1e-10, 1e-10)
+			for i, m := range c.mask {
+				if m {
+					continue
+				}
+				if got.logp[i] != 0 || (c.entropy && got.ent[i] != 0) {
+					t.Errorf("masked row %d: logp %g entropy %v, want 0", i, got.logp[i], got.ent)
+				}
+				for j := int64(0); j < c.h; j++ {
+					if g := got.dh[int64(i)*c.h+j]; g != 0 {
+						t.Errorf("masked row %d has gradient %g, want exactly 0", i, g)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestFusedLogProbChunkIndependent(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	base := lpCase{n: 9, h: 6, v: 23, temperature: 0.8, entropy: true, mask: []bool{true, true, false, true, true, true, false, true, true}}
+	var ref lpResult
+	for i, chunk := range []int64{1, 2, 4, 5, 9, 64} {
+		c := base
+		c.chunk = chunk
+		got := runLogProb(t, s, c, gotch.Double, true)
+		if i == 0 {
+			ref = got
+			continue
+		}
+		compareLogProb(t, got, ref, 1e-12, 1e-12)
+	}
+}
+
+// Reduced-precision inputs: statistics run in fp32, so the result is within
+// fp32 rounding of an fp64 computation on the same (rounded) inputs, and the
+// gradients within the input dtype's rounding.
+func TestFusedLogProbLowPrecision(t *testing.T) {
+	lockThread(t)
+	c := lpCase{n: 12, h: 16, v: 300, chunk: 5, temperature: 0.9, entropy: true, mask: []bool{true, true, true, false, true, true, true, true, true, true, false, true}}
+	for _, tc := range []struct {
+		dtype           gotch.DType
+		tolVal, tolGrad float64
+	}{{gotch.Float, 2e-5, 1e-4}, {gotch.BFloat16, 2e-4, 0.15}} {
+		s := newScope(t)
+		want := runLogProb(t, s, c, tc.dtype, false) // naive in fp64 on the rounded inputs
+		got := runLogProb(t, s, c, tc.dtype, true)
+		t.Run(tc.dtype.String(), func(t *testing.T) { compareLogProb(t, got, want, tc.tolVal, tc.tolGrad) })
+		s.close()
+	}
+}
+
+func TestFusedLogProbNoGradPath(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	r := rand.New(rand.NewSource(3))
+	hidden := tensorOf(t, s, randVals(r, 4*3), []int64{4, 3}, gotch.Double, false)
+	weight := tensorOf(t, s, randVals(r, 10*3), []int64{10, 3}, gotch.Double, false)
+	targets := s.keep(ts.MustOfSlice([]int64{1, 9, 0, 4}))
+	logp, ent, err := FusedLogProb(hidden, weight, targets, LogProbOptions{Entropy: true, Chunk: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.keep(logp)
+	s.keep(ent)
+	if rg, _ := logp.RequiresGrad(); rg {
+		t.Error("inputs need no grad, yet the output requires grad")
+	}
+	wantLogp, wantEnt := naiveLogProb(s, hidden, weight, targets, nil, 1)
+	if d := maxAbsDiff(values(s, logp), values(s, wantLogp)); d > 1e-12 {
+		t.Errorf("logp off by %g", d)
+	}
+	if d := maxAbsDiff(values(s, ent), values(s, wantEnt)); d > 1e-12 {
+		t.Errorf("entropy off by %g", d)
+	}
+}
+
+func TestFusedLogProbRejectsBadInput(t *testing.T) {
+	lockThread(t)
+	s := newScope(t)
+	h := s.keep(ts.MustOnes([]int64{4, 3}, gotch.Float, gotch.CPU))
+	w := s.keep(ts.MustOnes([]int64{10, 3}, gotch.Float, gotch.CPU))
+	wBad := s.keep(ts.MustOnes([]int64{10, 2}, gotch.Float, gotch.CPU))
+	tg := s.keep(ts.MustOfSlice([]int64{1, 2, 3, 4}))
+	tgOut := s.keep(ts.MustOfSlice([]int64{1, 2, 10, 4}))
+	tgShort := s.keep(ts.MustOfSlice([]int64{1, 2}))
+	for _, c := range []struct {
+		name          string
+		h, w, targets *ts.Tensor
+		opt           LogProbOptions
+		want          string
+	}{
+		{"weight width", h, wBad, tg, LogProbOptions{}, "weight must be [V, 3]"},
+		{"targets length", h, w, tgShort, LogProbOptions{}, "targets must be [4]"},
+		{"target out of range", h, w, tgOut, LogProbOptions{}, "targets must lie in [0, 10), got [1, 10]"},
+		{"temperature", h, w, tg, LogProbOptions{Temperature: -1}, "temperature must be > 0"},
+		{"mask length", h, w, tg, LogProbOptions{Mask: tgShort}, "mask must be [4]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lp, _, err := FusedLogProb(c.h, c.w, c.targets, c.opt)
+			if err == nil {
+				lp.MustDrop()
+				t.Fatalf("accepted; want an error containing %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "csrc: fused_logprob: ") {
+				t.Errorf("got %q, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
