@@ -5,6 +5,10 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#ifdef LANPO_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 extern "C" char *lanpo_get_build_info(lanpo_build_info *out) {
   LANPO_GUARD("build_info", {
     std::memset(out, 0, sizeof(*out));
@@ -37,4 +41,27 @@ extern "C" char *lanpo_selftest_throw(int kind) {
         break;
     }
   })
+}
+
+extern "C" char *lanpo_synchronize(void) {
+  LANPO_GUARD("synchronize", {
+    if (torch::cuda::is_available()) torch::cuda::synchronize();
+  })
+}
+
+extern "C" char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, int *supported) {
+  LANPO_GUARD("cuda_peak_bytes", {
+    *bytes = 0;
+    *supported = 0;
+#ifdef LANPO_CUDA
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    *bytes = stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak;
+    *supported = 1;
+    if (reset) c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+#endif
+  })
+}
+
+extern "C" char *lanpo_manual_seed(int64_t seed) {
+  LANPO_GUARD("manual_seed", { at::manual_seed(static_cast<uint64_t>(seed)); })
 }

@@ -1,7 +1,6 @@
 package csrc
 
 import (
-	"math"
 	"math/rand"
 	"os"
 	"runtime"
@@ -20,18 +19,6 @@ func lockThread(t testing.TB) {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-}
-
-// scope collects tensors made in a test and frees them at its end, so no
-// test relies on gotch finalizers.
-type scope struct{ ts []*ts.Tensor }
-
-func (s *scope) keep(t *ts.Tensor) *ts.Tensor { s.ts = append(s.ts, t); return t }
-func (s *scope) close() {
-	for i := len(s.ts) - 1; i >= 0; i-- {
-		s.ts[i].MustDrop()
-	}
-	s.ts = nil
 }
 
 func newScope(t *testing.T) *scope {
@@ -58,28 +45,6 @@ func tensorOf(t *testing.T, s *scope, vals []float64, shape []int64, dtype gotch
 		x = s.keep(x.MustSetRequiresGrad(true, false))
 	}
 	return x
-}
-
-// values copies a tensor's elements out as float64 (without gotch's
-// Float64Values, which leaks its conversion).
-func values(s *scope, x *ts.Tensor) []float64 {
-	d := s.keep(x.MustDetach(false))
-	d = s.keep(d.MustTotype(gotch.Double, false))
-	n := d.Numel()
-	out := make([]float64, n)
-	d.MustCopyData(out, n)
-	return out
-}
-
-func maxAbsDiff(a, b []float64) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	m := 0.0
-	for i := range a {
-		m = math.Max(m, math.Abs(a[i]-b[i]))
-	}
-	return m
 }
 
 // rssBytes reads the resident set size from /proc/self/statm.

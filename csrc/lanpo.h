@@ -46,6 +46,18 @@ char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor
 // The chunk size lanpo_fused_logprob uses when given chunk <= 0.
 int64_t lanpo_default_logprob_chunk(int cuda);
 
+// Seeds libtorch's default generators (CPU and CUDA).
+char *lanpo_manual_seed(int64_t seed);
+
+// Waits for all queued work on the current CUDA device (no-op without CUDA),
+// so timings include it.
+char *lanpo_synchronize(void);
+
+// Peak allocated bytes on a CUDA device since the last reset (reset != 0
+// resets after reading). Sets *supported = 0 when lanpo was built without
+// CUDA.
+char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, int *supported);
+
 // Throws a C++ exception of the given kind inside the bridge, for tests of
 // the error path: 0 c10::Error (TORCH_CHECK), 1 std::runtime_error,
 // 2 a non-standard exception type, other: no exception.

@@ -241,3 +241,22 @@ func TestFusedLogProbRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+func TestBenchLogProbReports(t *testing.T) {
+	lockThread(t)
+	for _, grad := range []bool{false, true} {
+		r, err := BenchLogProb(LogProbBench{N: 64, H: 16, V: 1000, Grad: grad, Chunk: 8, DType: gotch.Float, Device: gotch.CPU, Reps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.FusedMS <= 0 || r.NaiveMS <= 0 || r.SpeedRatio <= 0 || r.FusedTFLOPS <= 0 {
+			t.Errorf("timings missing: %+v", r)
+		}
+		if r.MaxAbsErr > 1e-4 || (grad && r.MaxAbsGradErr > 1e-4) {
+			t.Errorf("fused and naive disagree: %+v", r)
+		}
+		if r.Chunk != 8 || r.Device != "cpu" || r.DType != "float32" {
+			t.Errorf("config not echoed: %+v", r)
+		}
+	}
+}

@@ -26,6 +26,8 @@ type usageError struct{ error }
 func (usageError) ExitCode() int { return 2 }
 
 func newApp() *cli.App {
+	// --help only: "-h" is taken by `bench logprob --h` (hidden size).
+	cli.HelpFlag = &cli.BoolFlag{Name: "help", Usage: "show help"}
 	return &cli.App{
 		Name:    "lanpo",
 		Usage:   "train LLMs for math reasoning with GRPO and LANPO, on libtorch",
@@ -43,6 +45,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			envCommand(),
 			versionCommand(),
+			benchCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}

@@ -1,0 +1,236 @@
+package csrc
+
+/*
+#include "lanpo.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// Synchronize waits for queued CUDA work; a no-op on CPU.
+func Synchronize() error { return takeError(C.lanpo_synchronize()) }
+
+// LogProbBench configures BenchLogProb.
+type LogProbBench struct {
+	N, H, V int64
+	Grad    bool        // forward + backward instead of forward only
+	Chunk   int64       // 0: the device default
+	DType   gotch.DType // of hidden and weight
+	Device  gotch.Device
+	Reps    int // timed repetitions after one warm-up; the median is reported
+	Seed    int64
+}
+
+// LogProbBenchResult is what `lanpo bench logprob` prints.
+type LogProbBenchResult struct {
+	N           int64   `json:"n"`
+	H           int64   `json:"h"`
+	V           int64   `json:"v"`
+	DType       string  `json:"dtype"`
+	Device      string  `json:"device"`
+	Grad        bool    `json:"grad"`
+	Chunk       int64   `json:"chunk"`
+	FusedMS     float64 `json:"fused_ms"`
+	NaiveMS     float64 `json:"naive_ms"`
+	FusedPeakMB float64 `json:"fused_peak_mb"`
+	NaivePeakMB float64 `json:"naive_peak_mb"`
+	PeakSource  string  `json:"peak_source"`
+	MaxAbsErr   float64 `json:"max_abs_err"`
+	// MaxAbsGradErr compares dhidden (with Grad).
+	MaxAbsGradErr float64 `json:"max_abs_grad_err,omitempty"`
+	SpeedRatio    float64 `json:"naive_over_fused_time"`
+	PeakRatio     float64 `json:"fused_over_naive_peak"`
+	// TFLOPS counts 2NHV per logits GEMM: 2 GEMMs' worth forward… see FLOPs.
+	FusedTFLOPS float64 `json:"fused_tflops"`
+	NaiveTFLOPS float64 `json:"naive_tflops"`
+}
+
+// BenchLogProb measures FusedLogProb against the naive computation (full
+// fp32 logits, log_softmax, gather; autograd for the backward) in the same
+// process on the same data. Peak memory is the CUDA allocator's peak on
+// CUDA and the process's peak resident set (VmHWM, reset before each op)
+// on CPU, minus what was resident before the op.
+func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
+	if cfg.Reps <= 0 {
+		cfg.Reps = 3
+	}
+	cuda := cfg.Device.IsCuda()
+	if cfg.Chunk <= 0 {
+		cfg.Chunk = DefaultLogProbChunk(cuda)
+	}
+	res := LogProbBenchResult{N: cfg.N, H: cfg.H, V: cfg.V, DType: DTypeName(cfg.DType), Device: deviceName(cfg.Device),
+		Grad: cfg.Grad, Chunk: cfg.Chunk}
+	s := &scope{}
+	defer s.close()
+	if err := ManualSeed(cfg.Seed); err != nil {
+		return res, err
+	}
+	hidden := s.keep(ts.MustRandn([]int64{cfg.N, cfg.H}, cfg.DType, cfg.Device))
+	weight := s.keep(s.keep(ts.MustRandn([]int64{cfg.V, cfg.H}, cfg.DType, cfg.Device)).MustDivScalar(ts.FloatScalar(math.Sqrt(float64(cfg.H))), false))
+	targets := s.keep(ts.MustRandint(cfg.V, []int64{cfg.N}, gotch.Int64, cfg.Device))
+	if cfg.Grad {
+		hidden = s.keep(hidden.MustSetRequiresGrad(true, false))
+		weight = s.keep(weight.MustSetRequiresGrad(true, false))
+	}
+
+	var fusedLogp, naiveLogp, fusedDh, naiveDh []float64
+	run := func(fused, keep bool) error {
+		step := &scope{}
+		defer step.close()
+		var logp *ts.Tensor
+		if fused {
+			lp, _, err := FusedLogProb(hidden, weight, targets, LogProbOptions{Chunk: cfg.Chunk})
+			if err != nil {
+				return err
+			}
+			logp = step.keep(lp)
+		} else {
+			h32 := step.keep(hidden.MustTotype(gotch.Float, false))
+			w32 := step.keep(weight.MustTotype(gotch.Float, false))
+			logits := step.keep(h32.MustMatmul(step.keep(w32.MustT(false)), false))
+			lsm := step.keep(logits.MustLogSoftmax(-1, gotch.Float, false))
+			idx := step.keep(targets.MustView([]int64{cfg.N, 1}, false))
+			logp = step.keep(step.keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{cfg.N}, false))
+		}
+		var dh []float64
+		if cfg.Grad {
+			step.keep(logp.MustSum(gotch.Float, false)).MustBackward()
+			g := step.keep(hidden.MustGrad(false))
+			if keep {
+				dh = values(step, g)
+			}
+			// Reset the accumulated gradients for the next run.
+			step.keep(hidden.MustGrad(false)).MustZero_()
+			step.keep(weight.MustGrad(false)).MustZero_()
+		}
+		if err := Synchronize(); err != nil {
+			return err
+		}
+		if keep {
+			if fused {
+				fusedLogp, fusedDh = values(step, logp), dh
+			} else {
+				naiveLogp, naiveDh = values(step, logp), dh
+			}
+		}
+		return nil
+	}
+	measure := func(fused bool) (ms, peakMB float64, err error) {
+		if err := run(fused, true); err != nil { // warm-up, and the values compared below
+			return 0, 0, err
+		}
+		var times []float64
+		for i := 0; i < cfg.Reps; i++ {
+			p := newPeakMeter(cfg.Device)
+			start := time.Now()
+			if err := run(fused, false); err != nil {
+				return 0, 0, err
+			}
+			times = append(times, float64(time.Since(start).Microseconds())/1000)
+			mb, src := p.peakMB()
+			peakMB = math.Max(peakMB, mb)
+			res.PeakSource = src
+		}
+		sort.Float64s(times)
+		return times[len(times)/2], peakMB, nil
+	}
+	var err error
+	if res.FusedMS, res.FusedPeakMB, err = measure(true); err != nil {
+		return res, err
+	}
+	if res.NaiveMS, res.NaivePeakMB, err = measure(false); err != nil {
+		return res, err
+	}
+	res.MaxAbsErr = maxAbsDiff(fusedLogp, naiveLogp)
+	if cfg.Grad {
+		res.MaxAbsGradErr = maxAbsDiff(fusedDh, naiveDh)
+	}
+	res.SpeedRatio = res.NaiveMS / res.FusedMS
+	if res.NaivePeakMB > 0 {
+		res.PeakRatio = res.FusedPeakMB / res.NaivePeakMB
+	}
+	// Logit GEMMs: forward 2NHV; backward adds dX and dW (4NHV) and, for
+	// the fused op, the recomputation (2NHV).
+	flop := 2 * float64(cfg.N*cfg.H*cfg.V)
+	fusedFlop, naiveFlop := flop, flop
+	if cfg.Grad {
+		fusedFlop, naiveFlop = 4*flop, 3*flop
+	}
+	res.FusedTFLOPS = fusedFlop / (res.FusedMS * 1e-3) / 1e12
+	res.NaiveTFLOPS = naiveFlop / (res.NaiveMS * 1e-3) / 1e12
+	return res, nil
+}
+
+// peakMeter measures the peak memory of one operation.
+type peakMeter struct {
+	device   gotch.Device
+	baseline int64
+}
+
+func newPeakMeter(d gotch.Device) *peakMeter {
+	p := &peakMeter{device: d}
+	if d.IsCuda() {
+		var b C.int64_t
+		var ok C.int
+		_ = takeError(C.lanpo_cuda_peak_bytes(C.int(d.CInt()), 1, &b, &ok))
+		return p
+	}
+	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux ≥ 4.0).
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	p.baseline = procStatusKB("VmRSS")
+	return p
+}
+
+func (p *peakMeter) peakMB() (float64, string) {
+	if p.device.IsCuda() {
+		var b C.int64_t
+		var ok C.int
+		if err := takeError(C.lanpo_cuda_peak_bytes(C.int(p.device.CInt()), 0, &b, &ok)); err != nil || ok == 0 {
+			return 0, "unavailable (lanpo built without CUDA)"
+		}
+		return float64(b) / (1 << 20), "CUDA caching allocator peak"
+	}
+	hwm := procStatusKB("VmHWM")
+	if hwm < 0 || p.baseline < 0 {
+		return 0, "unavailable (no /proc/self/status)"
+	}
+	return float64(hwm-p.baseline) / 1024, "process peak RSS (VmHWM) above the RSS before the op"
+}
+
+// procStatusKB reads one kB field of /proc/self/status, or -1.
+func procStatusKB(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+func deviceName(d gotch.Device) string {
+	if d.IsCuda() {
+		return fmt.Sprintf("cuda:%d", d.Value)
+	}
+	return "cpu"
+}
+
+// ManualSeed seeds libtorch's default generators (CPU and every CUDA device).
+func ManualSeed(seed int64) error { return takeError(C.lanpo_manual_seed(C.int64_t(seed))) }
