@@ -4,7 +4,6 @@
 //
 // It never imports trainer/ and never calls collectives. Its forward and
 // backward passes run in libtorch; kernels libtorch lacks come from csrc/.
-// The model code lands with the model issue; this file only names the role.
 package model
 
 // The tokenizer is built on sugarme/tokenizer (pinned in go.mod); the
