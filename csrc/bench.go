@@ -16,6 +16,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // Synchronize waits for queued CUDA work; a no-op on CPU.
@@ -71,57 +73,57 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 	}
 	res := LogProbBenchResult{N: cfg.N, H: cfg.H, V: cfg.V, DType: DTypeName(cfg.DType), Device: deviceName(cfg.Device),
 		Grad: cfg.Grad, Chunk: cfg.Chunk}
-	s := &scope{}
-	defer s.close()
+	s := &tensor.Scope{}
+	defer s.Close()
 	if err := ManualSeed(cfg.Seed); err != nil {
 		return res, err
 	}
-	hidden := s.keep(ts.MustRandn([]int64{cfg.N, cfg.H}, cfg.DType, cfg.Device))
-	weight := s.keep(s.keep(ts.MustRandn([]int64{cfg.V, cfg.H}, cfg.DType, cfg.Device)).MustDivScalar(ts.FloatScalar(math.Sqrt(float64(cfg.H))), false))
-	targets := s.keep(ts.MustRandint(cfg.V, []int64{cfg.N}, gotch.Int64, cfg.Device))
+	hidden := s.Keep(ts.MustRandn([]int64{cfg.N, cfg.H}, cfg.DType, cfg.Device))
+	weight := s.Keep(s.Keep(ts.MustRandn([]int64{cfg.V, cfg.H}, cfg.DType, cfg.Device)).MustDivScalar(ts.FloatScalar(math.Sqrt(float64(cfg.H))), false))
+	targets := s.Keep(ts.MustRandint(cfg.V, []int64{cfg.N}, gotch.Int64, cfg.Device))
 	if cfg.Grad {
-		hidden = s.keep(hidden.MustSetRequiresGrad(true, false))
-		weight = s.keep(weight.MustSetRequiresGrad(true, false))
+		hidden = s.Keep(hidden.MustSetRequiresGrad(true, false))
+		weight = s.Keep(weight.MustSetRequiresGrad(true, false))
 	}
 
 	var fusedLogp, naiveLogp, fusedDh, naiveDh []float64
 	run := func(fused, keep bool) error {
-		step := &scope{}
-		defer step.close()
+		step := &tensor.Scope{}
+		defer step.Close()
 		var logp *ts.Tensor
 		if fused {
 			lp, _, err := FusedLogProb(hidden, weight, targets, LogProbOptions{Chunk: cfg.Chunk})
 			if err != nil {
 				return err
 			}
-			logp = step.keep(lp)
+			logp = step.Keep(lp)
 		} else {
-			h32 := step.keep(hidden.MustTotype(gotch.Float, false))
-			w32 := step.keep(weight.MustTotype(gotch.Float, false))
-			logits := step.keep(h32.MustMatmul(step.keep(w32.MustT(false)), false))
-			lsm := step.keep(logits.MustLogSoftmax(-1, gotch.Float, false))
-			idx := step.keep(targets.MustView([]int64{cfg.N, 1}, false))
-			logp = step.keep(step.keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{cfg.N}, false))
+			h32 := step.Keep(hidden.MustTotype(gotch.Float, false))
+			w32 := step.Keep(weight.MustTotype(gotch.Float, false))
+			logits := step.Keep(h32.MustMatmul(step.Keep(w32.MustT(false)), false))
+			lsm := step.Keep(logits.MustLogSoftmax(-1, gotch.Float, false))
+			idx := step.Keep(targets.MustView([]int64{cfg.N, 1}, false))
+			logp = step.Keep(step.Keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{cfg.N}, false))
 		}
 		var dh []float64
 		if cfg.Grad {
-			step.keep(logp.MustSum(gotch.Float, false)).MustBackward()
-			g := step.keep(hidden.MustGrad(false))
+			step.Keep(logp.MustSum(gotch.Float, false)).MustBackward()
+			g := step.Keep(hidden.MustGrad(false))
 			if keep {
-				dh = values(step, g)
+				dh = tensor.Float64s(g)
 			}
 			// Reset the accumulated gradients for the next run.
-			step.keep(hidden.MustGrad(false)).MustZero_()
-			step.keep(weight.MustGrad(false)).MustZero_()
+			step.Keep(hidden.MustGrad(false)).MustZero_()
+			step.Keep(weight.MustGrad(false)).MustZero_()
 		}
 		if err := Synchronize(); err != nil {
 			return err
 		}
 		if keep {
 			if fused {
-				fusedLogp, fusedDh = values(step, logp), dh
+				fusedLogp, fusedDh = tensor.Float64s(logp), dh
 			} else {
-				naiveLogp, naiveDh = values(step, logp), dh
+				naiveLogp, naiveDh = tensor.Float64s(logp), dh
 			}
 		}
 		return nil
@@ -152,9 +154,9 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 	if res.NaiveMS, res.NaivePeakMB, err = measure(false); err != nil {
 		return res, err
 	}
-	res.MaxAbsErr = maxAbsDiff(fusedLogp, naiveLogp)
+	res.MaxAbsErr = tensor.MaxAbsDiff(fusedLogp, naiveLogp)
 	if cfg.Grad {
-		res.MaxAbsGradErr = maxAbsDiff(fusedDh, naiveDh)
+		res.MaxAbsGradErr = tensor.MaxAbsDiff(fusedDh, naiveDh)
 	}
 	res.SpeedRatio = res.NaiveMS / res.FusedMS
 	if res.NaivePeakMB > 0 {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // BenchmarkRMSNorm times csrc's RMSNorm forward+backward against the same
@@ -17,29 +19,29 @@ func BenchmarkRMSNorm(b *testing.B) {
 	lockThread(b)
 	const n, h = 2048, 896
 	r := rand.New(rand.NewSource(1))
-	s := &scope{}
-	defer s.close()
+	s := &tensor.Scope{}
+	defer s.Close()
 	mk := func(vals []float64, shape []int64) *ts.Tensor {
-		x := s.keep(ts.MustOfSlice(vals).MustView(shape, true))
-		x = s.keep(x.MustTotype(gotch.Float, false))
-		return s.keep(x.MustSetRequiresGrad(true, false))
+		x := s.Keep(ts.MustOfSlice(vals).MustView(shape, true))
+		x = s.Keep(x.MustTotype(gotch.Float, false))
+		return s.Keep(x.MustSetRequiresGrad(true, false))
 	}
 	x := mk(randVals(r, n*h), []int64{n, h})
 	w := mk(randVals(r, h), []int64{h})
 	run := func(fused bool) {
-		step := &scope{}
+		step := &tensor.Scope{}
 		var y *ts.Tensor
 		if fused {
 			var err error
 			if y, err = RMSNorm(x, w, 1e-6); err != nil {
 				b.Fatal(err)
 			}
-			step.keep(y)
+			step.Keep(y)
 		} else {
 			y = rmsNormComposed(step, x, w, 1e-6)
 		}
-		step.keep(y.MustSum(gotch.Float, false)).MustBackward()
-		step.close()
+		step.Keep(y.MustSum(gotch.Float, false)).MustBackward()
+		step.Close()
 	}
 	timeIt := func(fused bool) time.Duration {
 		start := time.Now()

@@ -7,29 +7,31 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // rmsNormComposed is the readable reference: HF's Qwen2RMSNorm written with
 // gotch ops (statistics in x's dtype here, which is fp64 in the test).
-func rmsNormComposed(s *scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
-	sq := s.keep(x.MustPowTensorScalar(ts.FloatScalar(2), false))
-	ms := s.keep(sq.MustMeanDim([]int64{-1}, true, x.DType(), false))
-	r := s.keep(ms.MustAddScalar(ts.FloatScalar(eps), false).MustRsqrt(true))
-	n := s.keep(x.MustMul(r, false))
-	return s.keep(n.MustMul(w, false))
+func rmsNormComposed(s *tensor.Scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
+	sq := s.Keep(x.MustPowTensorScalar(ts.FloatScalar(2), false))
+	ms := s.Keep(sq.MustMeanDim([]int64{-1}, true, x.DType(), false))
+	r := s.Keep(ms.MustAddScalar(ts.FloatScalar(eps), false).MustRsqrt(true))
+	n := s.Keep(x.MustMul(r, false))
+	return s.Keep(n.MustMul(w, false))
 }
 
 // rmsForwardBackward returns y and the gradients of Σ y·g for x and w.
-func rmsForwardBackward(t *testing.T, s *scope, f func(x, w *ts.Tensor) *ts.Tensor, xv, wv, gv []float64, shape []int64, dtype gotch.DType) (y, dx, dw []float64) {
+func rmsForwardBackward(t *testing.T, s *tensor.Scope, f func(x, w *ts.Tensor) *ts.Tensor, xv, wv, gv []float64, shape []int64, dtype gotch.DType) (y, dx, dw []float64) {
 	t.Helper()
 	h := shape[len(shape)-1]
 	x := tensorOf(t, s, xv, shape, dtype, true)
 	w := tensorOf(t, s, wv, []int64{h}, dtype, true)
 	g := tensorOf(t, s, gv, shape, dtype, false)
 	out := f(x, w)
-	loss := s.keep(s.keep(out.MustMul(g, false)).MustSum(gotch.Double, false))
+	loss := s.Keep(s.Keep(out.MustMul(g, false)).MustSum(gotch.Double, false))
 	loss.MustBackward()
-	return values(s, out), values(s, s.keep(x.MustGrad(false))), values(s, s.keep(w.MustGrad(false)))
+	return tensor.Float64s(out), tensor.Float64s(s.Keep(x.MustGrad(false))), tensor.Float64s(s.Keep(w.MustGrad(false)))
 }
 
 func TestRMSNormMatchesComposition(t *testing.T) {
@@ -49,7 +51,7 @@ func TestRMSNormMatchesComposition(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return s.keep(y)
+			return s.Keep(y)
 		}
 		composed := func(x, w *ts.Tensor) *ts.Tensor { return rmsNormComposed(s, x, w, eps) }
 		y1, dx1, dw1 := rmsForwardBackward(t, s, fused, xv, wv, gv, shape, gotch.Double)
@@ -58,7 +60,7 @@ func TestRMSNormMatchesComposition(t *testing.T) {
 			name string
 			a, b []float64
 		}{{"y", y1, y2}, {"dx", dx1, dx2}, {"dweight", dw1, dw2}} {
-			if d := maxAbsDiff(c.a, c.b); d > 1e-10 {
+			if d := tensor.MaxAbsDiff(c.a, c.b); d > 1e-10 {
 				t.Errorf("shape %v: %s differs from the composition by %g (fp64, limit 1e-10)", shape, c.name, d)
 			}
 		}
@@ -69,25 +71,25 @@ func TestRMSNormMatchesComposition(t *testing.T) {
 			tol   float64
 		}{{gotch.Float, 1e-5}, {gotch.BFloat16, 0.05}} {
 			y, dx, dw := rmsForwardBackward(t, s, fused, xv, wv, gv, shape, c.dtype)
-			if d := maxAbsDiff(y, y2); d > c.tol*4 {
+			if d := tensor.MaxAbsDiff(y, y2); d > c.tol*4 {
 				t.Errorf("shape %v %v: y off by %g", shape, c.dtype, d)
 			}
-			if d := maxAbsDiff(dx, dx2); d > c.tol*16 {
+			if d := tensor.MaxAbsDiff(dx, dx2); d > c.tol*16 {
 				t.Errorf("shape %v %v: dx off by %g", shape, c.dtype, d)
 			}
-			if d := maxAbsDiff(dw, dw2); d > c.tol*float64(n) {
+			if d := tensor.MaxAbsDiff(dw, dw2); d > c.tol*float64(n) {
 				t.Errorf("shape %v %v: dweight off by %g", shape, c.dtype, d)
 			}
 		}
-		s.close()
+		s.Close()
 	}
 }
 
 func TestRMSNormErrorsComeBackAsGoErrors(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
-	x := s.keep(ts.MustOnes([]int64{2, 4}, gotch.Float, gotch.CPU))
-	w := s.keep(ts.MustOnes([]int64{3}, gotch.Float, gotch.CPU))
+	x := s.Keep(ts.MustOnes([]int64{2, 4}, gotch.Float, gotch.CPU))
+	w := s.Keep(ts.MustOnes([]int64{3}, gotch.Float, gotch.CPU))
 	y, err := RMSNorm(x, w, 1e-6)
 	if err == nil {
 		y.MustDrop()

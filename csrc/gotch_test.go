@@ -11,6 +11,8 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // TestGotchAutograd checks the prepared gotch end to end: matmul →
@@ -26,13 +28,13 @@ func TestGotchAutograd(t *testing.T) {
 
 	x := tensorOf(t, s, xv, []int64{n, h}, gotch.Double, true)
 	w := tensorOf(t, s, wv, []int64{h, v}, gotch.Double, false)
-	logits := s.keep(x.MustMatmul(w, false))
-	logp := s.keep(logits.MustLogSoftmax(-1, gotch.Double, false))
-	idx := s.keep(ts.MustOfSlice(targets).MustView([]int64{n, 1}, true))
-	picked := s.keep(logp.MustGather(1, idx, false, false))
-	loss := s.keep(picked.MustSum(gotch.Double, false).MustNeg(true))
+	logits := s.Keep(x.MustMatmul(w, false))
+	logp := s.Keep(logits.MustLogSoftmax(-1, gotch.Double, false))
+	idx := s.Keep(ts.MustOfSlice(targets).MustView([]int64{n, 1}, true))
+	picked := s.Keep(logp.MustGather(1, idx, false, false))
+	loss := s.Keep(picked.MustSum(gotch.Double, false).MustNeg(true))
 	loss.MustBackward()
-	grad := values(s, s.keep(x.MustGrad(false)))
+	grad := tensor.Float64s(s.Keep(x.MustGrad(false)))
 
 	want := make([]float64, n*h)
 	wantLoss := 0.0
@@ -60,10 +62,10 @@ func TestGotchAutograd(t *testing.T) {
 			}
 		}
 	}
-	if d := math.Abs(values(s, loss)[0] - wantLoss); d > 1e-12 {
+	if d := math.Abs(tensor.Float64s(loss)[0] - wantLoss); d > 1e-12 {
 		t.Errorf("loss differs from the closed form by %g", d)
 	}
-	if d := maxAbsDiff(grad, want); d > 1e-12 {
+	if d := tensor.MaxAbsDiff(grad, want); d > 1e-12 {
 		t.Errorf("dX differs from the closed form by %g\n got %v\nwant %v", d, grad, want)
 	}
 }
@@ -73,8 +75,8 @@ func TestGotchAutograd(t *testing.T) {
 func TestMustPanicsInsteadOfExiting(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
-	a := s.keep(ts.MustOnes([]int64{2, 3}, gotch.Float, gotch.CPU))
-	b := s.keep(ts.MustOnes([]int64{4, 5}, gotch.Float, gotch.CPU))
+	a := s.Keep(ts.MustOnes([]int64{2, 3}, gotch.Float, gotch.CPU))
+	b := s.Keep(ts.MustOnes([]int64{4, 5}, gotch.Float, gotch.CPU))
 	defer func() {
 		if recover() == nil {
 			t.Fatal("MustMatmul on mismatched shapes did not panic")
@@ -92,8 +94,8 @@ func TestTinyOpsKeepRSSFlat(t *testing.T) {
 	}
 	lockThread(t)
 	s := newScope(t)
-	a := s.keep(ts.MustOnes([]int64{1}, gotch.Float, gotch.CPU))
-	b := s.keep(ts.MustOnes([]int64{1}, gotch.Float, gotch.CPU))
+	a := s.Keep(ts.MustOnes([]int64{1}, gotch.Float, gotch.CPU))
+	b := s.Keep(ts.MustOnes([]int64{1}, gotch.Float, gotch.CPU))
 	step := func(n int) {
 		for i := 0; i < n; i++ {
 			c := a.MustAdd(b, false)
@@ -125,10 +127,10 @@ func TestTinyOpsKeepRSSFlat(t *testing.T) {
 func TestStubbedOpsFailByName(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
-	q := s.keep(ts.MustOnes([]int64{1, 1, 2, 4}, gotch.Float, gotch.CPU))
+	q := s.Keep(ts.MustOnes([]int64{1, 1, 2, 4}, gotch.Float, gotch.CPU))
 	// gotch passes an undefined tensor for "no mask", which libtorch 2.1's
 	// SDPA rejects as a mask of dtype "nullptr"; pass an all-true mask.
-	mask := s.keep(ts.MustOnes([]int64{1, 1, 2, 2}, gotch.Bool, gotch.CPU))
+	mask := s.Keep(ts.MustOnes([]int64{1, 1, 2, 2}, gotch.Bool, gotch.CPU))
 	out, err := ts.ScaledDotProductAttention(q, q, q, mask, 0, false, nil)
 	if slices.Contains(libtch.LanpoUnavailableOps, "atg_scaled_dot_product_attention") {
 		if err == nil {
@@ -145,9 +147,9 @@ func TestStubbedOpsFailByName(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SDPA on libtorch %s: %v", libtch.LanpoLibtorchVersion, err)
 	}
-	s.keep(out)
+	s.Keep(out)
 	// q = k = v = 1: uniform attention over ones gives ones.
-	if got := values(s, out); len(got) != 8 || maxAbsDiff(got, []float64{1, 1, 1, 1, 1, 1, 1, 1}) > 1e-6 {
+	if got := tensor.Float64s(out); len(got) != 8 || tensor.MaxAbsDiff(got, []float64{1, 1, 1, 1, 1, 1, 1, 1}) > 1e-6 {
 		t.Errorf("SDPA(ones) = %v", got)
 	}
 }
@@ -157,8 +159,8 @@ func TestStubbedOpsFailByName(t *testing.T) {
 func TestGotchErrorsAreOneMessage(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
-	a := s.keep(ts.MustOnes([]int64{2, 3}, gotch.Float, gotch.CPU))
-	b := s.keep(ts.MustOnes([]int64{4, 5}, gotch.Float, gotch.CPU))
+	a := s.Keep(ts.MustOnes([]int64{2, 3}, gotch.Float, gotch.CPU))
+	b := s.Keep(ts.MustOnes([]int64{4, 5}, gotch.Float, gotch.CPU))
 	c, err := a.Matmul(b, false)
 	if err == nil {
 		c.MustDrop()

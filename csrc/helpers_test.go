@@ -10,6 +10,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // All torch work in a test binary happens on the main test goroutine of
@@ -21,9 +23,9 @@ func lockThread(t testing.TB) {
 	t.Cleanup(runtime.UnlockOSThread)
 }
 
-func newScope(t *testing.T) *scope {
-	s := &scope{}
-	t.Cleanup(s.close)
+func newScope(t *testing.T) *tensor.Scope {
+	s := &tensor.Scope{}
+	t.Cleanup(s.Close)
 	return s
 }
 
@@ -35,14 +37,14 @@ func randVals(r *rand.Rand, n int) []float64 {
 	return v
 }
 
-func tensorOf(t *testing.T, s *scope, vals []float64, shape []int64, dtype gotch.DType, grad bool) *ts.Tensor {
+func tensorOf(t *testing.T, s *tensor.Scope, vals []float64, shape []int64, dtype gotch.DType, grad bool) *ts.Tensor {
 	t.Helper()
-	x := s.keep(ts.MustOfSlice(vals).MustView(shape, true))
+	x := s.Keep(ts.MustOfSlice(vals).MustView(shape, true))
 	if dtype != gotch.Double {
-		x = s.keep(x.MustTotype(dtype, false))
+		x = s.Keep(x.MustTotype(dtype, false))
 	}
 	if grad {
-		x = s.keep(x.MustSetRequiresGrad(true, false))
+		x = s.Keep(x.MustSetRequiresGrad(true, false))
 	}
 	return x
 }

@@ -7,22 +7,24 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // naiveLogProb is the readable reference: full logits, log_softmax, gather;
 // entropy = −Σ p log p. Masked rows are multiplied by 0.
-func naiveLogProb(s *scope, hidden, weight, targets, maskF *ts.Tensor, temperature float64) (logp, ent *ts.Tensor) {
+func naiveLogProb(s *tensor.Scope, hidden, weight, targets, maskF *ts.Tensor, temperature float64) (logp, ent *ts.Tensor) {
 	n := hidden.MustSize()[0]
-	logits := s.keep(hidden.MustMatmul(s.keep(weight.MustT(false)), false))
-	logits = s.keep(logits.MustDivScalar(ts.FloatScalar(temperature), false))
-	lsm := s.keep(logits.MustLogSoftmax(-1, logits.DType(), false))
-	idx := s.keep(targets.MustView([]int64{n, 1}, false))
-	logp = s.keep(s.keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{n}, false))
-	plogp := s.keep(s.keep(lsm.MustExp(false)).MustMul(lsm, false))
-	ent = s.keep(s.keep(plogp.MustSumDimIntlist([]int64{-1}, false, plogp.DType(), false)).MustNeg(false))
+	logits := s.Keep(hidden.MustMatmul(s.Keep(weight.MustT(false)), false))
+	logits = s.Keep(logits.MustDivScalar(ts.FloatScalar(temperature), false))
+	lsm := s.Keep(logits.MustLogSoftmax(-1, logits.DType(), false))
+	idx := s.Keep(targets.MustView([]int64{n, 1}, false))
+	logp = s.Keep(s.Keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{n}, false))
+	plogp := s.Keep(s.Keep(lsm.MustExp(false)).MustMul(lsm, false))
+	ent = s.Keep(s.Keep(plogp.MustSumDimIntlist([]int64{-1}, false, plogp.DType(), false)).MustNeg(false))
 	if maskF != nil {
-		logp = s.keep(logp.MustMul(maskF, false))
-		ent = s.keep(ent.MustMul(maskF, false))
+		logp = s.Keep(logp.MustMul(maskF, false))
+		ent = s.Keep(ent.MustMul(maskF, false))
 	}
 	return logp, ent
 }
@@ -40,7 +42,7 @@ type lpResult struct{ logp, ent, dh, dw []float64 }
 
 // runLogProb computes values and the gradients of Σ gl·logp (+ Σ ge·H) with
 // either implementation, from the same float64 data cast to dtype.
-func runLogProb(t *testing.T, s *scope, c lpCase, dtype gotch.DType, fused bool) lpResult {
+func runLogProb(t *testing.T, s *tensor.Scope, c lpCase, dtype gotch.DType, fused bool) lpResult {
 	t.Helper()
 	r := rand.New(rand.NewSource(c.n*1000 + c.v))
 	hv, wv := randVals(r, int(c.n*c.h)), randVals(r, int(c.v*c.h))
@@ -51,7 +53,7 @@ func runLogProb(t *testing.T, s *scope, c lpCase, dtype gotch.DType, fused bool)
 	gl, ge := randVals(r, int(c.n)), randVals(r, int(c.n))
 	hidden := tensorOf(t, s, hv, []int64{c.n, c.h}, dtype, true)
 	weight := tensorOf(t, s, wv, []int64{c.v, c.h}, dtype, true)
-	targets := s.keep(ts.MustOfSlice(tg))
+	targets := s.Keep(ts.MustOfSlice(tg))
 	var mask, maskF *ts.Tensor
 	if c.mask != nil {
 		mf := make([]float64, c.n)
@@ -61,7 +63,7 @@ func runLogProb(t *testing.T, s *scope, c lpCase, dtype gotch.DType, fused bool)
 			}
 		}
 		maskF = tensorOf(t, s, mf, []int64{c.n}, gotch.Double, false)
-		mask = s.keep(maskF.MustTotype(gotch.Bool, false))
+		mask = s.Keep(maskF.MustTotype(gotch.Bool, false))
 	}
 	var logp, ent *ts.Tensor
 	if fused {
@@ -70,26 +72,26 @@ func runLogProb(t *testing.T, s *scope, c lpCase, dtype gotch.DType, fused bool)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.keep(logp)
+		s.Keep(logp)
 		if ent != nil {
-			s.keep(ent)
+			s.Keep(ent)
 		}
 	} else {
-		h64 := s.keep(hidden.MustTotype(gotch.Double, false))
-		w64 := s.keep(weight.MustTotype(gotch.Double, false))
+		h64 := s.Keep(hidden.MustTotype(gotch.Double, false))
+		w64 := s.Keep(weight.MustTotype(gotch.Double, false))
 		logp, ent = naiveLogProb(s, h64, w64, targets, maskF, c.temperature)
 	}
 	glT := tensorOf(t, s, gl, []int64{c.n}, logp.DType(), false)
-	loss := s.keep(s.keep(logp.MustMul(glT, false)).MustSum(gotch.Double, false))
-	res := lpResult{logp: values(s, logp)}
+	loss := s.Keep(s.Keep(logp.MustMul(glT, false)).MustSum(gotch.Double, false))
+	res := lpResult{logp: tensor.Float64s(logp)}
 	if c.entropy {
 		geT := tensorOf(t, s, ge, []int64{c.n}, ent.DType(), false)
-		loss = s.keep(loss.MustAdd(s.keep(s.keep(ent.MustMul(geT, false)).MustSum(gotch.Double, false)), false))
-		res.ent = values(s, ent)
+		loss = s.Keep(loss.MustAdd(s.Keep(s.Keep(ent.MustMul(geT, false)).MustSum(gotch.Double, false)), false))
+		res.ent = tensor.Float64s(ent)
 	}
 	loss.MustBackward()
-	res.dh = values(s, s.keep(hidden.MustGrad(false)))
-	res.dw = values(s, s.keep(weight.MustGrad(false)))
+	res.dh = tensor.Float64s(s.Keep(hidden.MustGrad(false)))
+	res.dw = tensor.Float64s(s.Keep(weight.MustGrad(false)))
 	return res
 }
 
@@ -101,7 +103,7 @@ func compareLogProb(t *testing.T, got, want lpResult, tolVal, tolGrad float64) {
 		tol  float64
 	}{{"logp", got.logp, want.logp, tolVal}, {"entropy", got.ent, want.ent, tolVal},
 		{"dhidden", got.dh, want.dh, tolGrad}, {"dweight", got.dw, want.dw, tolGrad}} {
-		if d := maxAbsDiff(c.a, c.b); d > c.tol {
+		if d := tensor.MaxAbsDiff(c.a, c.b); d > c.tol {
 			t.Errorf("%s: max |fused − naive| = %g > %g", c.name, d, c.tol)
 		}
 	}
@@ -179,7 +181,7 @@ func TestFusedLogProbLowPrecision(t *testing.T) {
 		want := runLogProb(t, s, c, tc.dtype, false) // naive in fp64 on the rounded inputs
 		got := runLogProb(t, s, c, tc.dtype, true)
 		t.Run(tc.dtype.String(), func(t *testing.T) { compareLogProb(t, got, want, tc.tolVal, tc.tolGrad) })
-		s.close()
+		s.Close()
 	}
 }
 
@@ -189,21 +191,21 @@ func TestFusedLogProbNoGradPath(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
 	hidden := tensorOf(t, s, randVals(r, 4*3), []int64{4, 3}, gotch.Double, false)
 	weight := tensorOf(t, s, randVals(r, 10*3), []int64{10, 3}, gotch.Double, false)
-	targets := s.keep(ts.MustOfSlice([]int64{1, 9, 0, 4}))
+	targets := s.Keep(ts.MustOfSlice([]int64{1, 9, 0, 4}))
 	logp, ent, err := FusedLogProb(hidden, weight, targets, LogProbOptions{Entropy: true, Chunk: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.keep(logp)
-	s.keep(ent)
+	s.Keep(logp)
+	s.Keep(ent)
 	if rg, _ := logp.RequiresGrad(); rg {
 		t.Error("inputs need no grad, yet the output requires grad")
 	}
 	wantLogp, wantEnt := naiveLogProb(s, hidden, weight, targets, nil, 1)
-	if d := maxAbsDiff(values(s, logp), values(s, wantLogp)); d > 1e-12 {
+	if d := tensor.MaxAbsDiff(tensor.Float64s(logp), tensor.Float64s(wantLogp)); d > 1e-12 {
 		t.Errorf("logp off by %g", d)
 	}
-	if d := maxAbsDiff(values(s, ent), values(s, wantEnt)); d > 1e-12 {
+	if d := tensor.MaxAbsDiff(tensor.Float64s(ent), tensor.Float64s(wantEnt)); d > 1e-12 {
 		t.Errorf("entropy off by %g", d)
 	}
 }
@@ -211,12 +213,12 @@ func TestFusedLogProbNoGradPath(t *testing.T) {
 func TestFusedLogProbRejectsBadInput(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
-	h := s.keep(ts.MustOnes([]int64{4, 3}, gotch.Float, gotch.CPU))
-	w := s.keep(ts.MustOnes([]int64{10, 3}, gotch.Float, gotch.CPU))
-	wBad := s.keep(ts.MustOnes([]int64{10, 2}, gotch.Float, gotch.CPU))
-	tg := s.keep(ts.MustOfSlice([]int64{1, 2, 3, 4}))
-	tgOut := s.keep(ts.MustOfSlice([]int64{1, 2, 10, 4}))
-	tgShort := s.keep(ts.MustOfSlice([]int64{1, 2}))
+	h := s.Keep(ts.MustOnes([]int64{4, 3}, gotch.Float, gotch.CPU))
+	w := s.Keep(ts.MustOnes([]int64{10, 3}, gotch.Float, gotch.CPU))
+	wBad := s.Keep(ts.MustOnes([]int64{10, 2}, gotch.Float, gotch.CPU))
+	tg := s.Keep(ts.MustOfSlice([]int64{1, 2, 3, 4}))
+	tgOut := s.Keep(ts.MustOfSlice([]int64{1, 2, 10, 4}))
+	tgShort := s.Keep(ts.MustOfSlice([]int64{1, 2}))
 	for _, c := range []struct {
 		name          string
 		h, w, targets *ts.Tensor

@@ -1,0 +1,65 @@
+// Package tensor holds small helpers for gotch tensors that lanpo's
+// packages share: a Scope that frees what a function made (lanpo never
+// relies on gotch's finalizers) and host copies of tensor values.
+package tensor
+
+import (
+	"math"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// Scope collects the tensors a function makes and frees them, newest first,
+// on Close. Keep registers a tensor; Release takes one back out so it can be
+// returned to the caller.
+type Scope struct{ ts []*ts.Tensor }
+
+// Keep registers t for freeing and returns it.
+func (s *Scope) Keep(t *ts.Tensor) *ts.Tensor { s.ts = append(s.ts, t); return t }
+
+// Release removes t from the scope (the caller now owns it) and returns it.
+func (s *Scope) Release(t *ts.Tensor) *ts.Tensor {
+	for i := len(s.ts) - 1; i >= 0; i-- {
+		if s.ts[i] == t {
+			s.ts = append(s.ts[:i], s.ts[i+1:]...)
+			break
+		}
+	}
+	return t
+}
+
+// Close frees every registered tensor. Dropping a handle does not disturb
+// autograd: the graph holds its own references to what backward needs.
+func (s *Scope) Close() {
+	for i := len(s.ts) - 1; i >= 0; i-- {
+		s.ts[i].MustDrop()
+	}
+	s.ts = nil
+}
+
+// Float64s copies x's elements to the host as float64 (gotch's
+// Float64Values leaks its conversion).
+func Float64s(x *ts.Tensor) []float64 {
+	var s Scope
+	defer s.Close()
+	d := s.Keep(x.MustDetach(false))
+	d = s.Keep(d.MustTotype(gotch.Double, false))
+	d = s.Keep(d.MustTo(gotch.CPU, false))
+	n := d.Numel()
+	out := make([]float64, n)
+	d.MustCopyData(out, n)
+	return out
+}
+
+// MaxAbsDiff is max |a[i] − b[i]|, +Inf when the lengths differ.
+func MaxAbsDiff(a, b []float64) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	m := 0.0
+	for i := range a {
+		m = math.Max(m, math.Abs(a[i]-b[i]))
+	}
+	return m
+}
