@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <stdexcept>
+#include <vector>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -64,4 +65,14 @@ extern "C" char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, in
 
 extern "C" char *lanpo_manual_seed(int64_t seed) {
   LANPO_GUARD("manual_seed", { at::manual_seed(static_cast<uint64_t>(seed)); })
+}
+
+extern "C" char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype,
+                                         int dst_dtype, int device, lanpo_tensor *out) {
+  LANPO_GUARD("tensor_from_bytes", {
+    std::vector<int64_t> sizes(shape, shape + ndim);
+    auto src = at::from_blob(const_cast<void *>(data), sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(src_dtype)));
+    at::Device dev = device < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
+    *out = lanpo::new_handle(src.to(dev, static_cast<at::ScalarType>(dst_dtype), /*non_blocking=*/false, /*copy=*/true));
+  })
 }

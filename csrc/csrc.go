@@ -18,8 +18,10 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -90,3 +92,33 @@ func BuildInfo() (Info, error) {
 // (0 c10::Error, 1 std::runtime_error, 2 a non-std type) and returns what
 // came back; tests use it to prove the error path.
 func selftestThrow(kind int) error { return takeError(C.lanpo_selftest_throw(C.int(kind))) }
+
+// FromBytes copies data, a contiguous little-endian tensor of srcDType and
+// shape, into a new tensor of dstDType on device in one copy (converting on
+// the way). data may be memory-mapped; it is not referenced afterwards.
+func FromBytes(data []byte, shape []int64, srcDType, dstDType gotch.DType, device gotch.Device) (*ts.Tensor, error) {
+	n := int64(srcDType.Size())
+	for _, d := range shape {
+		n *= d
+	}
+	if n != int64(len(data)) {
+		return nil, fmt.Errorf("csrc: tensor_from_bytes: %v × %v is %d bytes, got %d", srcDType, shape, n, len(data))
+	}
+	var p unsafe.Pointer
+	if len(data) > 0 {
+		p = unsafe.Pointer(&data[0])
+	}
+	var sp *C.int64_t
+	if len(shape) > 0 {
+		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
+	}
+	dev := -1
+	if device.IsCuda() {
+		dev = device.Value
+	}
+	var out C.lanpo_tensor
+	if err := takeError(C.lanpo_tensor_from_bytes(p, sp, C.int(len(shape)), C.int(srcDType.CInt()), C.int(dstDType.CInt()), C.int(dev), &out)); err != nil {
+		return nil, err
+	}
+	return ts.FromCtensor(unsafe.Pointer(out)), nil
+}

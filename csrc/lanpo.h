@@ -46,6 +46,13 @@ char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor
 // The chunk size lanpo_fused_logprob uses when given chunk <= 0.
 int64_t lanpo_default_logprob_chunk(int cuda);
 
+// Copies a host buffer holding a tensor of src_dtype and the given shape
+// (little-endian, contiguous) into a new tensor of dst_dtype on device (-1
+// for CPU, else the CUDA index). dtypes are c10::ScalarType codes. One copy,
+// converting on the way; the buffer may be released afterwards.
+char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype, int dst_dtype,
+                              int device, lanpo_tensor *out);
+
 // Seeds libtorch's default generators (CPU and CUDA).
 char *lanpo_manual_seed(int64_t seed);
 

@@ -1,0 +1,191 @@
+package model
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+)
+
+// LoadOptions chooses where and in what precision the parameters live.
+type LoadOptions struct {
+	Device gotch.Device
+	// DType of the parameters; 0 means float32 on CPU and the checkpoint's
+	// torch_dtype (else bfloat16) on CUDA.
+	DType     gotch.DType
+	Attention AttentionImpl
+}
+
+var stToGotch = map[STDType]gotch.DType{"F32": gotch.Float, "BF16": gotch.BFloat16, "F16": gotch.Half, "F64": gotch.Double}
+
+// paramSpec is one expected parameter: its key and shape.
+type paramSpec struct {
+	name  string
+	shape []int64
+	set   func(*ts.Tensor)
+}
+
+// specs lists every parameter the config implies, with where it goes.
+func (m *Model) specs() []paramSpec {
+	c := m.Config
+	h, i, v := c.HiddenSize, c.IntermediateSize, c.VocabSize
+	qd, kvd := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	sp := []paramSpec{
+		{"model.embed_tokens.weight", []int64{v, h}, func(t *ts.Tensor) { m.Embed = t }},
+		{"model.norm.weight", []int64{h}, func(t *ts.Tensor) { m.Norm = t }},
+	}
+	if !c.TieWordEmbeddings {
+		sp = append(sp, paramSpec{"lm_head.weight", []int64{v, h}, func(t *ts.Tensor) { m.LMHead = t }})
+	}
+	m.Layers = make([]*DecoderLayer, c.NumHiddenLayers)
+	for n := range m.Layers {
+		l := &DecoderLayer{}
+		m.Layers[n] = l
+		p := fmt.Sprintf("model.layers.%d.", n)
+		add := func(name string, shape []int64, dst **ts.Tensor) {
+			sp = append(sp, paramSpec{p + name, shape, func(t *ts.Tensor) { *dst = t }})
+		}
+		add("input_layernorm.weight", []int64{h}, &l.InputNorm)
+		add("post_attention_layernorm.weight", []int64{h}, &l.PostAttnNorm)
+		add("self_attn.q_proj.weight", []int64{qd, h}, &l.Attn.QProj)
+		add("self_attn.k_proj.weight", []int64{kvd, h}, &l.Attn.KProj)
+		add("self_attn.v_proj.weight", []int64{kvd, h}, &l.Attn.VProj)
+		add("self_attn.o_proj.weight", []int64{h, qd}, &l.Attn.OProj)
+		if c.QKVBias {
+			add("self_attn.q_proj.bias", []int64{qd}, &l.Attn.QBias)
+			add("self_attn.k_proj.bias", []int64{kvd}, &l.Attn.KBias)
+			add("self_attn.v_proj.bias", []int64{kvd}, &l.Attn.VBias)
+		}
+		if c.OBias {
+			add("self_attn.o_proj.bias", []int64{h}, &l.Attn.OBias)
+		}
+		if c.QKNorm {
+			add("self_attn.q_norm.weight", []int64{c.HeadDim}, &l.Attn.QNorm)
+			add("self_attn.k_norm.weight", []int64{c.HeadDim}, &l.Attn.KNorm)
+		}
+		add("mlp.gate_proj.weight", []int64{i, h}, &l.MLP.GateProj)
+		add("mlp.up_proj.weight", []int64{i, h}, &l.MLP.UpProj)
+		add("mlp.down_proj.weight", []int64{h, i}, &l.MLP.DownProj)
+	}
+	sort.Slice(sp, func(a, b int) bool { return sp[a].name < sp[b].name })
+	return sp
+}
+
+// Load reads a Hugging Face model directory (config.json and safetensors,
+// single or sharded). The checkpoint's tensors must be exactly the ones the
+// config implies: missing, unexpected and mis-shaped tensors are all
+// reported, by name, in one error.
+func Load(dir string, opt LoadOptions) (m *Model, err error) {
+	cfg, err := LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	set, err := OpenTensorSet(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer set.Close()
+	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType}
+	m = model
+	if m.DType == 0 {
+		m.DType = gotch.Float
+		if opt.Device.IsCuda() {
+			m.DType = gotch.BFloat16
+			if cfg.TorchDType != "" {
+				m.DType, _ = csrc.ParseDType(cfg.TorchDType)
+			}
+		}
+	}
+	defer func() {
+		if err != nil {
+			model.Close() // frees whatever was loaded before the error
+			m = nil
+		}
+	}()
+	defer recoverTorch("load "+dir, &err)
+	specs := m.specs()
+	if err := checkTensors(dir, set, specs); err != nil {
+		return nil, err
+	}
+	for _, sp := range specs {
+		b, info, err := set.Bytes(sp.name)
+		if err != nil {
+			return nil, err
+		}
+		t, err := csrc.FromBytes(b, info.Shape, stToGotch[info.DType], m.DType, m.Device)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %s: %w", dir, sp.name, err)
+		}
+		m.params = append(m.params, NamedParam{Name: sp.name, Tensor: t})
+		sp.set(t)
+	}
+	if cfg.TieWordEmbeddings {
+		m.LMHead = m.Embed
+	}
+	maxPos := cfg.MaxPositionEmbeddings
+	if maxPos <= 0 {
+		maxPos = 4096
+	}
+	m.rope = newRope(cfg.HeadDim, cfg.RopeTheta, maxPos, m.Device)
+	if err := m.SetAttention(opt.Attention); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// checkTensors compares the checkpoint's tensors with the expected ones and
+// reports every difference.
+func checkTensors(dir string, set *TensorSet, specs []paramSpec) error {
+	var missing, misShaped, badType []string
+	want := map[string]bool{}
+	for _, sp := range specs {
+		want[sp.name] = true
+		_, info, err := set.Bytes(sp.name)
+		if err != nil {
+			missing = append(missing, sp.name)
+			continue
+		}
+		if !slices.Equal(info.Shape, sp.shape) {
+			misShaped = append(misShaped, fmt.Sprintf("%s is %v, want %v", sp.name, info.Shape, sp.shape))
+		}
+		if _, ok := stToGotch[info.DType]; !ok {
+			badType = append(badType, fmt.Sprintf("%s is %s", sp.name, info.DType))
+		}
+	}
+	var unexpected []string
+	for _, n := range set.Names() {
+		if !want[n] {
+			unexpected = append(unexpected, n)
+		}
+	}
+	var msgs []string
+	if len(missing) > 0 {
+		msgs = append(msgs, "missing: "+strings.Join(missing, ", "))
+	}
+	if len(unexpected) > 0 {
+		msgs = append(msgs, "unexpected: "+strings.Join(unexpected, ", "))
+	}
+	if len(misShaped) > 0 {
+		msgs = append(msgs, "mis-shaped: "+strings.Join(misShaped, "; "))
+	}
+	if len(badType) > 0 {
+		msgs = append(msgs, "not a float dtype: "+strings.Join(badType, "; "))
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("load %s: the checkpoint does not match config.json:\n  %s", dir, strings.Join(msgs, "\n  "))
+	}
+	return nil
+}
+
+func sdpaAvailable() bool {
+	return !slices.Contains(libtch.LanpoUnavailableOps, "atg_scaled_dot_product_attention")
+}
+
+func csrcVersion() string { return libtch.LanpoLibtorchVersion }

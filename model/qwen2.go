@@ -1,0 +1,207 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// The Qwen2 family (Qwen2, Qwen2.5, Qwen3; Llama shares the code path):
+// embeddings → layers (RMSNorm → GQA attention with RoPE → residual →
+// RMSNorm → SwiGLU MLP → residual) → RMSNorm → LM head.
+// Dimension letters: B batch, T tokens, H hidden, Hq/Hkv heads, D head dim,
+// V vocabulary.
+
+// AttentionImpl selects how attention is computed.
+type AttentionImpl int
+
+const (
+	// AttentionAuto uses SDPA where this libtorch has it, else the reference.
+	AttentionAuto AttentionImpl = iota
+	// AttentionSDPA is libtorch's scaled_dot_product_attention.
+	AttentionSDPA
+	// AttentionReference is the readable matmul-softmax-matmul.
+	AttentionReference
+)
+
+// Attention is one layer's self-attention.
+type Attention struct {
+	QProj, KProj, VProj, OProj *ts.Tensor // [Hq·D, H], [Hkv·D, H], [Hkv·D, H], [H, Hq·D]
+	QBias, KBias, VBias, OBias *ts.Tensor // nil where the family has none
+	QNorm, KNorm               *ts.Tensor // [D], Qwen3 only
+}
+
+// Forward maps x [B, T, H] to [B, T, H].
+func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.Tensor) *ts.Tensor {
+	c := m.Config
+	size := x.MustSize()
+	b, t := size[0], size[1]
+	heads := func(y *ts.Tensor, n int64, norm *ts.Tensor) *ts.Tensor {
+		y = s.Keep(y.MustView([]int64{b, t, n, c.HeadDim}, false))
+		if norm != nil {
+			y = rmsNorm(s, y, norm, c.RMSNormEps)
+		}
+		return s.Keep(y.MustTranspose(1, 2, false)) // [B, n, T, D]
+	}
+	q := heads(linear(s, x, a.QProj, a.QBias), c.NumAttentionHeads, a.QNorm)
+	k := heads(linear(s, x, a.KProj, a.KBias), c.NumKeyValueHeads, a.KNorm)
+	v := heads(linear(s, x, a.VProj, a.VBias), c.NumKeyValueHeads, nil)
+	q = applyRope(s, q, cos, sin)
+	k = applyRope(s, k, cos, sin)
+	if g := c.KVGroups(); g > 1 {
+		k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
+		v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
+	}
+	var o *ts.Tensor
+	if m.useSDPA {
+		o = attentionSDPA(s, q, k, v, allowed)
+	} else {
+		o = attentionReference(s, q, k, v, allowed)
+	}
+	o = s.Keep(s.Keep(o.MustTranspose(1, 2, false)).MustReshape([]int64{b, t, c.NumAttentionHeads * c.HeadDim}, false))
+	return linear(s, o, a.OProj, a.OBias)
+}
+
+// MLP is the SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).
+type MLP struct {
+	GateProj, UpProj, DownProj *ts.Tensor // [I, H], [I, H], [H, I]
+}
+
+func (p *MLP) Forward(s *tensor.Scope, x *ts.Tensor) *ts.Tensor {
+	gate := s.Keep(linear(s, x, p.GateProj, nil).MustSilu(false))
+	up := linear(s, x, p.UpProj, nil)
+	return linear(s, s.Keep(gate.MustMul(up, false)), p.DownProj, nil)
+}
+
+// DecoderLayer is pre-norm attention and MLP with residuals.
+type DecoderLayer struct {
+	InputNorm, PostAttnNorm *ts.Tensor // [H]
+	Attn                    Attention
+	MLP                     MLP
+}
+
+func (l *DecoderLayer) Forward(s *tensor.Scope, m *Model, h, cos, sin, allowed *ts.Tensor) *ts.Tensor {
+	residual := h
+	h = rmsNorm(s, h, l.InputNorm, m.Config.RMSNormEps)
+	h = l.Attn.Forward(s, m, h, cos, sin, allowed)
+	h = s.Keep(residual.MustAdd(h, false))
+	residual = h
+	h = rmsNorm(s, h, l.PostAttnNorm, m.Config.RMSNormEps)
+	h = l.MLP.Forward(s, h)
+	return s.Keep(residual.MustAdd(h, false))
+}
+
+// Model is a loaded causal LM. Its parameters are named exactly as the
+// checkpoint's keys; Params lists them sorted by name.
+type Model struct {
+	Config *Config
+	Device gotch.Device
+	DType  gotch.DType
+
+	Embed  *ts.Tensor // [V, H]
+	Layers []*DecoderLayer
+	Norm   *ts.Tensor // [H]
+	LMHead *ts.Tensor // [V, H]; the embedding itself when tied
+
+	params  []NamedParam
+	rope    *rope
+	useSDPA bool
+}
+
+// NamedParam is one parameter and its checkpoint key.
+type NamedParam struct {
+	Name   string
+	Tensor *ts.Tensor
+}
+
+// Params returns the parameters sorted by name (the order for optimizers,
+// gradient clipping, collectives and checkpoints). A tied LM head appears
+// once, as model.embed_tokens.weight.
+func (m *Model) Params() []NamedParam { return m.params }
+
+// SetAttention picks the attention implementation.
+func (m *Model) SetAttention(impl AttentionImpl) error {
+	switch impl {
+	case AttentionReference:
+		m.useSDPA = false
+	case AttentionSDPA, AttentionAuto:
+		ok := sdpaAvailable()
+		if impl == AttentionSDPA && !ok {
+			return fmt.Errorf("scaled_dot_product_attention is not available in libtorch %s", csrcVersion())
+		}
+		m.useSDPA = ok
+	default:
+		return fmt.Errorf("unknown attention implementation %d", impl)
+	}
+	return nil
+}
+
+// Forward returns the final hidden states [B, T, H] (after the last norm)
+// for ids [B, T] at positions [B, T] with mask [B, T] (1 for tokens, 0 for
+// left padding). Tensors it returns belong to s.
+func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor) (h *ts.Tensor, err error) {
+	defer recoverTorch("forward", &err)
+	t := ids.MustSize()[1]
+	cos, sin := m.rope.tables(s, positions, m.DType)
+	allowed := attentionMask(s, mask, t)
+	h = s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
+	for _, l := range m.Layers {
+		h = l.Forward(s, m, h, cos, sin, allowed)
+	}
+	return rmsNorm(s, h, m.Norm, m.Config.RMSNormEps), nil
+}
+
+// Logits maps hidden states [..., H] to fp32 logits [..., V]. Training and
+// scoring use TokenLogProbs, which never materializes them.
+func (m *Model) Logits(s *tensor.Scope, h *ts.Tensor) *ts.Tensor {
+	return s.Keep(linear(s, h, m.LMHead, nil).MustTotype(gotch.Float, false))
+}
+
+// TokenLogProbs returns log p(targets[b,t] | ids[b,≤t]) [B, T] (fp32; fp64
+// for an fp64 model) for every position where targetMask is true, 0
+// elsewhere, through csrc's fused op: the [B·T, V] logits are never held.
+// With Entropy it also returns each position's entropy. Differentiable when
+// grad mode is on and the parameters require grad.
+func (m *Model) TokenLogProbs(s *tensor.Scope, ids, positions, mask, targets, targetMask *ts.Tensor, opt csrc.LogProbOptions) (logp, entropy *ts.Tensor, err error) {
+	defer recoverTorch("token log-probs", &err)
+	h, err := m.Forward(s, ids, positions, mask)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := ids.MustSize()
+	flat := s.Keep(h.MustReshape([]int64{-1, m.Config.HiddenSize}, false))
+	opt.Mask = s.Keep(targetMask.MustReshape([]int64{-1}, false))
+	lp, ent, err := csrc.FusedLogProb(flat, m.LMHead, s.Keep(targets.MustReshape([]int64{-1}, false)), opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	logp = s.Keep(s.Keep(lp).MustView(size, false))
+	if ent != nil {
+		entropy = s.Keep(s.Keep(ent).MustView(size, false))
+	}
+	return logp, entropy, nil
+}
+
+// Close frees the parameters and tables.
+func (m *Model) Close() {
+	for _, p := range m.params {
+		p.Tensor.MustDrop()
+	}
+	m.params = nil
+	if m.rope != nil {
+		m.rope.Close()
+		m.rope = nil
+	}
+}
+
+// recoverTorch turns a panic from a gotch Must* op (the prepared gotch
+// panics instead of exiting) into an error naming the phase.
+func recoverTorch(phase string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: %v", phase, r)
+	}
+}
