@@ -35,8 +35,9 @@ type Attention struct {
 	QNorm, KNorm               *ts.Tensor // [D], Qwen3 only
 }
 
-// Forward maps x [B, T, H] to [B, T, H].
-func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.Tensor) *ts.Tensor {
+// Forward maps x [B, T, H] to [B, T, H]. With a cache, the new keys and
+// values are appended to it and attention covers every cached position.
+func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.Tensor, cache *layerCache) *ts.Tensor {
 	c := m.Config
 	size := x.MustSize()
 	b, t := size[0], size[1]
@@ -52,6 +53,9 @@ func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.
 	v := heads(linear(s, x, a.VProj, a.VBias), c.NumKeyValueHeads, nil)
 	q = applyRope(s, q, cos, sin)
 	k = applyRope(s, k, cos, sin)
+	if cache != nil {
+		k, v = cache.update(s, k, v)
+	}
 	if g := c.KVGroups(); g > 1 {
 		k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
 		v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
@@ -85,9 +89,13 @@ type DecoderLayer struct {
 }
 
 func (l *DecoderLayer) Forward(s *tensor.Scope, m *Model, h, cos, sin, allowed *ts.Tensor) *ts.Tensor {
+	return l.forward(s, m, h, cos, sin, allowed, nil)
+}
+
+func (l *DecoderLayer) forward(s *tensor.Scope, m *Model, h, cos, sin, allowed *ts.Tensor, cache *layerCache) *ts.Tensor {
 	residual := h
 	h = rmsNorm(s, h, l.InputNorm, m.Config.RMSNormEps)
-	h = l.Attn.Forward(s, m, h, cos, sin, allowed)
+	h = l.Attn.Forward(s, m, h, cos, sin, allowed, cache)
 	h = s.Keep(residual.MustAdd(h, false))
 	residual = h
 	h = rmsNorm(s, h, l.PostAttnNorm, m.Config.RMSNormEps)

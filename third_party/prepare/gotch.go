@@ -183,7 +183,7 @@ func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
 // patchTS applies the ts package rewrites and checks each found what it
 // expects, so a different gotch fails here rather than misbehaving later.
 func patchTS(dir string) error {
-	want := map[string]int{"malloc": 2000, "fatal": 2500, "bigStruct": 1, "torchErr": 1}
+	want := map[string]int{"malloc": 2000, "fatal": 2500, "bigStruct": 1, "torchErr": 1, "inplace": 250}
 	got := map[string]int{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -211,6 +211,8 @@ func patchTS(dir string) error {
 		got["bigStruct"] += n
 		s, n = fixTorchErr(s)
 		got["torchErr"] += n
+		s, n = fixInplaceHandle(s)
+		got["inplace"] += n
 		if s != string(b) {
 			if err := os.WriteFile(p, []byte(ensureUsed(s, "unsafe", "log")), 0o644); err != nil {
 				return err

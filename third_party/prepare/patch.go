@@ -137,6 +137,17 @@ func fixProtect(src string) (string, int) {
 	return strings.ReplaceAll(src, old, repl), n
 }
 
+// fixInplaceHandle frees the receiver's old handle in generated in-place
+// ops. Upstream replaces ts.ctensor with the fresh handle the C++ side
+// returns and never deletes the old one; the old handle keeps a reference to
+// the tensor, so its storage is never freed once the tensor is dropped.
+func fixInplaceHandle(src string) (string, int) {
+	const old = "\n  ts.ctensor = *ptr\n"
+	const repl = "\n  lib.AtFree(ts.ctensor)\n  ts.ctensor = *ptr\n"
+	n := strings.Count(src, old)
+	return strings.ReplaceAll(src, old, repl), n
+}
+
 // ensureUsed appends blank uses of imports that a rewrite may have left
 // unused, so the file still compiles.
 func ensureUsed(src string, pkgs ...string) string {

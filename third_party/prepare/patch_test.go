@@ -132,3 +132,12 @@ func TestPatchTorchAPIHeader(t *testing.T) {
 		t.Error("patching twice should find nothing to patch and fail")
 	}
 }
+
+func TestFixInplaceHandle(t *testing.T) {
+	in := "  lib.AtgAdd_(ptr, ts.ctensor, other.ctensor)\n  if err = TorchErr(); err != nil {\n    return err\n  }\n  ts.ctensor = *ptr\n  \n  return err"
+	got, n := fixInplaceHandle(in)
+	want := "  lib.AtgAdd_(ptr, ts.ctensor, other.ctensor)\n  if err = TorchErr(); err != nil {\n    return err\n  }\n  lib.AtFree(ts.ctensor)\n  ts.ctensor = *ptr\n  \n  return err"
+	if got != want || n != 1 {
+		t.Errorf("got (%d)\n%s", n, got)
+	}
+}
