@@ -76,3 +76,12 @@ extern "C" char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape,
     *out = lanpo::new_handle(src.to(dev, static_cast<at::ScalarType>(dst_dtype), /*non_blocking=*/false, /*copy=*/true));
   })
 }
+
+extern "C" char *lanpo_tensor_to_bytes(lanpo_tensor t, void *dst, int64_t nbytes) {
+  LANPO_GUARD("tensor_to_bytes", {
+    auto host = lanpo::tensor_ref(t).detach().to(at::kCPU).contiguous();
+    int64_t n = static_cast<int64_t>(host.numel() * host.element_size());
+    TORCH_CHECK(n == nbytes, "tensor of ", host.sizes(), " ", host.scalar_type(), " is ", n, " bytes, buffer is ", nbytes);
+    if (n > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(n));
+  })
+}

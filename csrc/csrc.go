@@ -122,3 +122,18 @@ func FromBytes(data []byte, shape []int64, srcDType, dstDType gotch.DType, devic
 	}
 	return ts.FromCtensor(unsafe.Pointer(out)), nil
 }
+
+// ToBytes copies t's elements (contiguous, on the host) into a new byte
+// slice in t's dtype.
+func ToBytes(t *ts.Tensor) ([]byte, error) {
+	n := int64(t.Numel()) * int64(t.DType().Size())
+	buf := make([]byte, n)
+	var p unsafe.Pointer
+	if n > 0 {
+		p = unsafe.Pointer(&buf[0])
+	}
+	if err := takeError(C.lanpo_tensor_to_bytes(handle(t), p, C.int64_t(n))); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}

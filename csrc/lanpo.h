@@ -53,6 +53,10 @@ int64_t lanpo_default_logprob_chunk(int cuda);
 char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype, int dst_dtype,
                               int device, lanpo_tensor *out);
 
+// Copies a tensor's elements (made contiguous, moved to the host) into dst,
+// which holds exactly nbytes = numel × element size.
+char *lanpo_tensor_to_bytes(lanpo_tensor t, void *dst, int64_t nbytes);
+
 // Seeds libtorch's default generators (CPU and CUDA).
 char *lanpo_manual_seed(int64_t seed);
 

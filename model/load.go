@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -83,7 +84,12 @@ func (m *Model) specs() []paramSpec {
 // config implies: missing, unexpected and mis-shaped tensors are all
 // reported, by name, in one error.
 func Load(dir string, opt LoadOptions) (m *Model, err error) {
-	cfg, err := LoadConfig(filepath.Join(dir, "config.json"))
+	cfgPath := filepath.Join(dir, "config.json")
+	cfg, err := LoadConfig(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	rawConfig, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +98,7 @@ func Load(dir string, opt LoadOptions) (m *Model, err error) {
 		return nil, err
 	}
 	defer set.Close()
-	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType}
+	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType, rawConfig: rawConfig, sourceDir: dir}
 	m = model
 	if m.DType == 0 {
 		m.DType = gotch.Float

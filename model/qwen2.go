@@ -115,9 +115,11 @@ type Model struct {
 	Norm   *ts.Tensor // [H]
 	LMHead *ts.Tensor // [V, H]; the embedding itself when tied
 
-	params  []NamedParam
-	rope    *rope
-	useSDPA bool
+	params    []NamedParam
+	rope      *rope
+	useSDPA   bool
+	rawConfig []byte // config.json as loaded, for Save
+	sourceDir string
 }
 
 // NamedParam is one parameter and its checkpoint key.

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -205,5 +206,49 @@ func TestLoadReportsTensorMismatches(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}
+	}
+}
+
+// TestSaveLoadRoundTrip: save → load is bit-exact, and the saved
+// model.safetensors is byte-identical to the one transformers wrote.
+func TestSaveLoadRoundTrip(t *testing.T) {
+	lockThread(t)
+	for _, name := range tinyModels {
+		t.Run(name, func(t *testing.T) {
+			src := filepath.Join("testdata", "tiny", name)
+			m, err := Load(src, LoadOptions{Device: gotch.CPU})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			dir := t.TempDir()
+			if err := m.Save(dir); err != nil {
+				t.Fatal(err)
+			}
+			m2, err := Load(dir, LoadOptions{Device: gotch.CPU})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m2.Close()
+			p1, p2 := m.Params(), m2.Params()
+			if len(p1) != len(p2) {
+				t.Fatalf("%d parameters after reload, want %d", len(p2), len(p1))
+			}
+			for i := range p1 {
+				a, _ := csrc.ToBytes(p1[i].Tensor)
+				b, _ := csrc.ToBytes(p2[i].Tensor)
+				if p1[i].Name != p2[i].Name || !bytes.Equal(a, b) {
+					t.Errorf("%s changed in the round trip", p1[i].Name)
+				}
+			}
+			want, _ := os.ReadFile(filepath.Join(src, "model.safetensors"))
+			got, _ := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+			if !bytes.Equal(got, want) {
+				t.Errorf("saved model.safetensors (%d bytes) differs from transformers' (%d bytes)", len(got), len(want))
+			}
+			if _, err := os.Stat(filepath.Join(dir, "generation_config.json")); err != nil {
+				t.Errorf("generation_config.json not carried over: %v", err)
+			}
+		})
 	}
 }

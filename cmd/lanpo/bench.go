@@ -41,9 +41,9 @@ func benchLogprobCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
 		Action: func(c *cli.Context) error {
-			dtype, err := csrc.ParseDType(c.String("dtype"))
+			dtype, err := parseDTypeFlag(c.String("dtype"))
 			if err != nil {
-				return usageError{fmt.Errorf("--dtype: %w", err)}
+				return err
 			}
 			dev, err := parseDevice(c.String("device"))
 			if err != nil {
@@ -93,4 +93,12 @@ func parseDevice(s string) (gotch.Device, error) {
 		}
 	}
 	return gotch.CPU, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", s)
+}
+
+func parseDTypeFlag(s string) (gotch.DType, error) {
+	d, err := csrc.ParseDType(s)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("--dtype: %w", err)}
+	}
+	return d, nil
 }

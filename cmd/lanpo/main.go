@@ -46,6 +46,7 @@ func newApp() *cli.App {
 			envCommand(),
 			versionCommand(),
 			benchCommand(),
+			scoreCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,6 +57,74 @@ func TestUsageErrorsExit2(t *testing.T) {
 		ue, ok := err.(usageError)
 		if !ok || ue.ExitCode() != 2 {
 			t.Errorf("%v: got %v, want a usage error (exit 2)", args, err)
+		}
+	}
+}
+
+func TestScoreMatchesTransformers(t *testing.T) {
+	dir := filepath.Join("..", "..", "model", "testdata", "tiny", "qwen2-gqa2-tied")
+	b, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		InputIDs     [][]int64   `json:"input_ids"`
+		Mask         [][]int64   `json:"attention_mask"`
+		NextLogprobs [][]float64 `json:"next_token_logprobs"`
+	}
+	json.Unmarshal(b, &ref)
+	// The reference batch is left-padded; score each row's real tokens.
+	var in bytes.Buffer
+	var want [][]float64
+	for i, row := range ref.InputIDs {
+		start := 0
+		for start < len(row) && ref.Mask[i][start] == 0 {
+			start++
+		}
+		line, _ := json.Marshal(map[string][]int64{"ids": row[start:]})
+		in.Write(append(line, '\n'))
+		want = append(want, ref.NextLogprobs[i][start:])
+	}
+	var out bytes.Buffer
+	app := newApp()
+	app.Reader, app.Writer = &in, &out
+	if err := app.Run([]string{"lanpo", "score", "--model", dir, "--batch-size", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d output lines for %d inputs:\n%s", len(lines), len(want), out.String())
+	}
+	for i, l := range lines {
+		var got struct{ Logprobs []float64 }
+		if err := json.Unmarshal([]byte(l), &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Logprobs) != len(want[i]) {
+			t.Fatalf("line %d: %d log-probs, want %d", i+1, len(got.Logprobs), len(want[i]))
+		}
+		for j := range got.Logprobs {
+			if d := math.Abs(got.Logprobs[j] - want[i][j]); d > 1e-5 {
+				t.Errorf("line %d, token %d: %g vs transformers %g", i+1, j+1, got.Logprobs[j], want[i][j])
+			}
+		}
+	}
+}
+
+func TestScoreNamesBadLines(t *testing.T) {
+	dir := filepath.Join("..", "..", "model", "testdata", "tiny", "qwen2-gqa2-tied")
+	for _, c := range []struct{ in, want string }{
+		{"{\"ids\":[1,2]}\nnot json\n", "stdin line 2"},
+		{"{\"ids\":[1,2]}\n{\"ids\":[]}\n", "stdin line 2: \"ids\": no token ids"},
+		{"{\"ids\":[1,2000]}\n", "stdin line 1: \"ids\": token id 2000 at index 1 is outside the vocabulary [0, 97)"},
+		{"{\"tokens\":[1]}\n", "stdin line 1: no \"ids\" field"},
+	} {
+		app := newApp()
+		var out bytes.Buffer
+		app.Reader, app.Writer = strings.NewReader(c.in), &out
+		err := app.Run([]string{"lanpo", "score", "--model", dir})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("input %q: got %v, want an error containing %q", c.in, err, c.want)
 		}
 	}
 }

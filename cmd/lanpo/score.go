@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/sugarme/gotch"
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+func scoreCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "score",
+		Usage:     "per-token log-probabilities of token sequences under a model (JSONL in, JSONL out)",
+		ArgsUsage: "< in.jsonl > out.jsonl",
+		Description: "Reads one JSON object per line, {\"ids\": [..]}, and writes one line per input line, in order:\n" +
+			"{\"logprobs\": [..]} with logprobs[i-1] = log p(ids[i] | ids[<i]) for i >= 1 (fp32).\n" +
+			"--model is a Hugging Face directory (config.json + model.safetensors or shards).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
+			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "lines scored together (left-padded)"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := parseDevice(c.String("device"))
+			if err != nil {
+				return usageError{err}
+			}
+			var dtype gotch.DType
+			if d := c.String("dtype"); d != "" {
+				if dtype, err = parseDTypeFlag(d); err != nil {
+					return err
+				}
+			}
+			if c.Int("batch-size") < 1 {
+				return usageError{fmt.Errorf("--batch-size must be >= 1")}
+			}
+			m, err := model.Load(c.String("model"), model.LoadOptions{Device: dev, DType: dtype})
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			return scoreLines(c.App.Reader, c.App.Writer, m, c.Int("batch-size"))
+		},
+	}
+}
+
+// scoreLines streams JSONL through the model in batches, keeping order.
+func scoreLines(r io.Reader, w io.Writer, m *model.Model, batch int) error {
+	in := bufio.NewScanner(r)
+	in.Buffer(make([]byte, 1<<20), 1<<30)
+	out := bufio.NewWriter(w)
+	defer out.Flush()
+	var seqs [][]int64
+	var lines []int
+	flush := func() error {
+		if len(seqs) == 0 {
+			return nil
+		}
+		res, err := m.Score(seqs)
+		if err != nil {
+			return fmt.Errorf("lines %d-%d: %w", lines[0], lines[len(lines)-1], err)
+		}
+		enc := json.NewEncoder(out)
+		for _, lp := range res {
+			if err := enc.Encode(struct {
+				Logprobs []float32 `json:"logprobs"`
+			}{lp}); err != nil {
+				return err
+			}
+		}
+		seqs, lines = seqs[:0], lines[:0]
+		return out.Flush()
+	}
+	for n := 1; in.Scan(); n++ {
+		var rec struct {
+			IDs *[]int64 `json:"ids"`
+		}
+		if err := json.Unmarshal(in.Bytes(), &rec); err != nil {
+			return fmt.Errorf("stdin line %d: %w", n, err)
+		}
+		if rec.IDs == nil {
+			return fmt.Errorf("stdin line %d: no \"ids\" field", n)
+		}
+		if err := m.CheckIDs(*rec.IDs); err != nil {
+			return fmt.Errorf("stdin line %d: \"ids\": %w", n, err)
+		}
+		seqs = append(seqs, *rec.IDs)
+		lines = append(lines, n)
+		if len(seqs) == batch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := in.Err(); err != nil {
+		return fmt.Errorf("stdin: %w", err)
+	}
+	return flush()
+}
