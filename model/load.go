@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -132,18 +133,23 @@ func Load(dir string, opt LoadOptions) (m *Model, err error) {
 		m.params = append(m.params, NamedParam{Name: sp.name, Tensor: t})
 		sp.set(t)
 	}
-	if cfg.TieWordEmbeddings {
-		m.LMHead = m.Embed
-	}
-	maxPos := cfg.MaxPositionEmbeddings
-	if maxPos <= 0 {
-		maxPos = 4096
-	}
-	m.rope = newRope(cfg.HeadDim, cfg.RopeTheta, maxPos, m.Device)
-	if err := m.SetAttention(opt.Attention); err != nil {
+	if err := model.finish(opt.Attention); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// finish ties the head, builds the RoPE tables and picks attention.
+func (m *Model) finish(attn AttentionImpl) error {
+	if m.Config.TieWordEmbeddings {
+		m.LMHead = m.Embed
+	}
+	maxPos := m.Config.MaxPositionEmbeddings
+	if maxPos <= 0 {
+		maxPos = 4096
+	}
+	m.rope = newRope(m.Config.HeadDim, m.Config.RopeTheta, maxPos, m.Device)
+	return m.SetAttention(attn)
 }
 
 // checkTensors compares the checkpoint's tensors with the expected ones and
@@ -195,3 +201,46 @@ func sdpaAvailable() bool {
 }
 
 func csrcVersion() string { return libtch.LanpoLibtorchVersion }
+
+// NewRandom builds a model of the given config with random weights (normal,
+// std 0.02; norm weights 1), seeded, for benchmarks, tests and models
+// trained from scratch. cfg is validated first.
+func NewRandom(cfg *Config, opt LoadOptions, seed int64) (m *Model, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if opt.DType == 0 {
+		opt.DType = gotch.Float
+	}
+	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType, rawConfig: raw}
+	m = model
+	defer func() {
+		if err != nil {
+			model.Close()
+			m = nil
+		}
+	}()
+	defer recoverTorch("random init", &err)
+	if err := csrc.ManualSeed(seed); err != nil {
+		return nil, err
+	}
+	for _, sp := range model.specs() {
+		var t *ts.Tensor
+		if strings.HasSuffix(sp.name, "norm.weight") || strings.HasSuffix(sp.name, "layernorm.weight") {
+			t = ts.MustOnes(sp.shape, opt.DType, opt.Device)
+		} else {
+			r := ts.MustRandn(sp.shape, gotch.Float, opt.Device)
+			t = r.MustMulScalar(ts.FloatScalar(0.02), true).MustTotype(opt.DType, true)
+		}
+		model.params = append(model.params, NamedParam{Name: sp.name, Tensor: t})
+		sp.set(t)
+	}
+	if err := model.finish(opt.Attention); err != nil {
+		return nil, err
+	}
+	return model, nil
+}

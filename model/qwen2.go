@@ -150,6 +150,9 @@ func (m *Model) SetAttention(impl AttentionImpl) error {
 	return nil
 }
 
+// UsesSDPA reports whether attention runs through libtorch's SDPA.
+func (m *Model) UsesSDPA() bool { return m.useSDPA }
+
 // Forward returns the final hidden states [B, T, H] (after the last norm)
 // for ids [B, T] at positions [B, T] with mask [B, T] (1 for tokens, 0 for
 // left padding). Tensors it returns belong to s.

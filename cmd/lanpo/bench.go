@@ -1,14 +1,24 @@
 package main
 
 import (
+	"bytes"
+	_ "embed"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 
 	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/model"
 )
+
+//go:embed hf_forward_bench.py
+var hfForwardScript []byte
 
 func benchCommand() *cli.Command {
 	return &cli.Command{
@@ -16,6 +26,7 @@ func benchCommand() *cli.Command {
 		Usage: "micro-benchmarks, each against a baseline measured in the same run",
 		Subcommands: []*cli.Command{
 			benchLogprobCommand(),
+			benchForwardCommand(),
 		},
 	}
 }
@@ -101,4 +112,123 @@ func parseDTypeFlag(s string) (gotch.DType, error) {
 		return 0, usageError{fmt.Errorf("--dtype: %w", err)}
 	}
 	return d, nil
+}
+
+func benchForwardCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "forward",
+		Usage: "forward tokens/s of a random Qwen2.5-0.5B-shape model against Hugging Face transformers",
+		Description: "Builds a model of Qwen2.5-0.5B's shape (24 layers, H 896, 14/2 heads, V 151936) with random\n" +
+			"weights, saves it as a Hugging Face directory, and times the forward pass (hidden states and fp32\n" +
+			"logits) in lanpo and, through --hf-python, in transformers on the same weights, ids and thread\n" +
+			"count, in this one run. Prints both and the ratio (lanpo tokens/s over transformers').",
+		Flags: []cli.Flag{
+			&cli.Int64Flag{Name: "batch", Value: 4},
+			&cli.Int64Flag{Name: "seq", Value: 256},
+			&cli.Int64Flag{Name: "layers", Value: 24, Usage: "fewer layers for a quick run"},
+			&cli.IntFlag{Name: "reps", Value: 3},
+			&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			return runBenchForward(c)
+		},
+	}
+}
+
+type forwardReport struct {
+	Shape         string          `json:"shape"`
+	Batch         int64           `json:"batch"`
+	Seq           int64           `json:"seq"`
+	Threads       int             `json:"threads"`
+	LanpoMS       float64         `json:"lanpo_ms"`
+	LanpoTokPerS  float64         `json:"lanpo_tokens_per_s"`
+	HF            json.RawMessage `json:"hf,omitempty"`
+	HFError       string          `json:"hf_error,omitempty"`
+	HFTokPerS     float64         `json:"hf_tokens_per_s,omitempty"`
+	LanpoOverHF   float64         `json:"lanpo_over_hf,omitempty"`
+	AttentionSDPA bool            `json:"lanpo_sdpa"`
+}
+
+func runBenchForward(c *cli.Context) error {
+	cfg := model.Qwen25_05BShape()
+	cfg.NumHiddenLayers = c.Int64("layers")
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU}, 1)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	info, err := csrc.BuildInfo()
+	if err != nil {
+		return err
+	}
+	ids := model.RandomIDs(c.Int64("batch"), c.Int64("seq"), cfg.VocabSize, 1)
+	r, err := m.BenchForward(ids, c.Int("reps"))
+	if err != nil {
+		return err
+	}
+	rep := forwardReport{Shape: fmt.Sprintf("qwen2.5-0.5b (%d layers)", cfg.NumHiddenLayers), Batch: r.Batch, Seq: r.Seq,
+		Threads: info.Threads, LanpoMS: r.MedianMS, LanpoTokPerS: r.TokensPerS, AttentionSDPA: m.UsesSDPA()}
+	if py := c.String("hf-python"); py != "" {
+		out, err := runHFForward(m, ids, py, info.Threads, c.Int("reps"))
+		if err != nil {
+			rep.HFError = err.Error()
+		} else {
+			var hf struct {
+				MedianMS float64 `json:"median_ms"`
+			}
+			json.Unmarshal(out, &hf)
+			rep.HF = out
+			rep.HFTokPerS = float64(r.Batch*r.Seq) / (hf.MedianMS / 1000)
+			rep.LanpoOverHF = rep.LanpoTokPerS / rep.HFTokPerS
+		}
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		return json.NewEncoder(w).Encode(rep)
+	}
+	fmt.Fprintf(w, "forward %s, batch %d × %d tokens, fp32, %d threads\n", rep.Shape, rep.Batch, rep.Seq, rep.Threads)
+	fmt.Fprintf(w, "  lanpo         %9.1f ms  %9.0f tokens/s (SDPA %v)\n", rep.LanpoMS, rep.LanpoTokPerS, rep.AttentionSDPA)
+	if rep.HFError != "" {
+		fmt.Fprintf(w, "  transformers  unavailable: %s\n", rep.HFError)
+		return nil
+	}
+	if rep.HF != nil {
+		fmt.Fprintf(w, "  transformers  %9.1f ms  %9.0f tokens/s  %s\n", float64(rep.Batch*rep.Seq)/rep.HFTokPerS*1000, rep.HFTokPerS, rep.HF)
+		fmt.Fprintf(w, "  lanpo / transformers: %.2fx\n", rep.LanpoOverHF)
+	}
+	return nil
+}
+
+// runHFForward saves the model and ids to a temporary directory and runs the
+// embedded transformers timing script on them.
+func runHFForward(m *model.Model, ids [][]int64, python string, threads, reps int) (json.RawMessage, error) {
+	dir, err := os.MkdirTemp("", "lanpo-bench-forward-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := m.Save(filepath.Join(dir, "model")); err != nil {
+		return nil, err
+	}
+	idsJSON, _ := json.Marshal(ids)
+	script := filepath.Join(dir, "hf_forward_bench.py")
+	if err := os.WriteFile(filepath.Join(dir, "ids.json"), idsJSON, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(script, hfForwardScript, 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(python, script, filepath.Join(dir, "model"), filepath.Join(dir, "ids.json"), fmt.Sprint(threads), fmt.Sprint(reps))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if i := strings.LastIndex(msg, "\n"); i >= 0 {
+			msg = msg[i+1:]
+		}
+		return nil, fmt.Errorf("%s: %v: %s", python, err, msg)
+	}
+	return json.RawMessage(bytes.TrimSpace(out)), nil
 }

@@ -1,0 +1,86 @@
+package model
+
+import (
+	"math/rand"
+	"sort"
+	"time"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// Qwen25_05BShape is the architecture of Qwen2.5-0.5B (random weights).
+func Qwen25_05BShape() *Config {
+	return &Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 151936, HiddenSize: 896,
+		IntermediateSize: 4864, NumHiddenLayers: 24, NumAttentionHeads: 14, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, HiddenAct: "silu"}
+}
+
+// ForwardBench is one timing of Model.Forward + Logits.
+type ForwardBench struct {
+	Batch, Seq int64
+	Reps       int
+	MedianMS   float64
+	TokensPerS float64
+}
+
+// RandomIDs makes a [batch][seq] matrix of token ids from a seed, shared by
+// lanpo's run and the reference run of a benchmark.
+func RandomIDs(batch, seq, vocab, seed int64) [][]int64 {
+	r := rand.New(rand.NewSource(seed))
+	out := make([][]int64, batch)
+	for i := range out {
+		out[i] = make([]int64, seq)
+		for j := range out[i] {
+			out[i][j] = r.Int63n(vocab)
+		}
+	}
+	return out
+}
+
+// BenchForward times the full forward (hidden states and fp32 logits, as
+// transformers' model(input_ids).logits) on ids without padding: one
+// warm-up, then the median of reps.
+func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error) {
+	defer recoverTorch("bench forward", &err)
+	b, t := int64(len(ids)), int64(len(ids[0]))
+	var flat, pos, mask []int64
+	for i := range ids {
+		for j, id := range ids[i] {
+			flat, pos, mask = append(flat, id), append(pos, int64(j)), append(mask, 1)
+		}
+	}
+	var data tensor.Scope
+	defer data.Close()
+	mk := func(v []int64) *ts.Tensor {
+		return data.Keep(data.Keep(data.Keep(ts.MustOfSlice(v)).MustView([]int64{b, t}, false)).MustTo(m.Device, false))
+	}
+	idsT, posT, maskT := mk(flat), mk(pos), mk(mask)
+	run := func() error {
+		var s tensor.Scope
+		defer s.Close()
+		h, err := m.Forward(&s, idsT, posT, maskT)
+		if err != nil {
+			return err
+		}
+		m.Logits(&s, h)
+		return csrc.Synchronize()
+	}
+	if err := run(); err != nil {
+		return r, err
+	}
+	var times []float64
+	for i := 0; i < reps; i++ {
+		start := time.Now()
+		if err := run(); err != nil {
+			return r, err
+		}
+		times = append(times, float64(time.Since(start).Microseconds())/1000)
+	}
+	sort.Float64s(times)
+	r = ForwardBench{Batch: b, Seq: t, Reps: reps, MedianMS: times[len(times)/2]}
+	r.TokensPerS = float64(b*t) / (r.MedianMS / 1000)
+	return r, nil
+}
