@@ -34,8 +34,14 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
-bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+# Each benchmark prints a ratio against a baseline measured in the same run.
+# bench forward compares with transformers when LANPO_HF_PYTHON names a
+# python that has torch and transformers (else it says it is unavailable).
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
+	bin/lanpo bench logprob
+	bin/lanpo bench logprob --grad --reps 1
+	bin/lanpo bench forward
 
 demo: build
 	@echo "make demo: not available yet. The demo needs the SFT/GRPO trainer (issue #8) and the"

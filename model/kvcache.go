@@ -107,7 +107,7 @@ func (m *Model) ForwardCached(s *tensor.Scope, c *KVCache, ids, positions, mask 
 	h = s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
 	for i, l := range m.Layers {
 		cache := &layerCache{k: c.K[i], v: c.V[i], start: c.Len, n: tn}
-		h = l.forward(s, m, h, cos, sin, allowed, cache)
+		h = m.layerStep(s, h, func(ls *tensor.Scope, x *ts.Tensor) *ts.Tensor { return l.forward(ls, m, x, cos, sin, allowed, cache) })
 	}
 	c.Len += tn
 	return rmsNorm(s, h, m.Norm, m.Config.RMSNormEps), nil

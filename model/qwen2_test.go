@@ -75,6 +75,14 @@ func TestForwardMatchesTransformers(t *testing.T) {
 	for _, name := range tinyModels {
 		t.Run(name, func(t *testing.T) {
 			ref := loadReference(t, name)
+			var implLogits [][]float64
+			defer func() {
+				if len(implLogits) == 2 {
+					if d := tensor.MaxAbsDiff(implLogits[0], implLogits[1]); d > 1e-5 {
+						t.Errorf("SDPA and reference attention differ by %g", d)
+					}
+				}
+			}()
 			for _, impl := range []AttentionImpl{AttentionReference, AttentionSDPA} {
 				var s tensor.Scope
 				defer s.Close()
@@ -88,7 +96,9 @@ func TestForwardMatchesTransformers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				dl := maxLogitDiff(tensor.Float64s(m.Logits(&s, h)), ref.Logits, ref.AttentionMask)
+				logits := tensor.Float64s(m.Logits(&s, h))
+				implLogits = append(implLogits, logits)
+				dl := maxLogitDiff(logits, ref.Logits, ref.AttentionMask)
 				if dl > 1e-4 {
 					t.Errorf("attention %d: fp32 logits differ from transformers by %g (limit 1e-4)", impl, dl)
 				}

@@ -127,6 +127,7 @@ func benchForwardCommand() *cli.Command {
 			&cli.Int64Flag{Name: "seq", Value: 256},
 			&cli.Int64Flag{Name: "layers", Value: 24, Usage: "fewer layers for a quick run"},
 			&cli.IntFlag{Name: "reps", Value: 3},
+			&cli.StringFlag{Name: "attention", Value: "auto", Usage: "auto, sdpa or reference"},
 			&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
@@ -153,7 +154,11 @@ type forwardReport struct {
 func runBenchForward(c *cli.Context) error {
 	cfg := model.Qwen25_05BShape()
 	cfg.NumHiddenLayers = c.Int64("layers")
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU}, 1)
+	attn, err := parseAttention(c.String("attention"))
+	if err != nil {
+		return err
+	}
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, Attention: attn}, 1)
 	if err != nil {
 		return err
 	}
@@ -231,4 +236,16 @@ func runHFForward(m *model.Model, ids [][]int64, python string, threads, reps in
 		return nil, fmt.Errorf("%s: %v: %s", python, err, msg)
 	}
 	return json.RawMessage(bytes.TrimSpace(out)), nil
+}
+
+func parseAttention(s string) (model.AttentionImpl, error) {
+	switch s {
+	case "auto":
+		return model.AttentionAuto, nil
+	case "sdpa":
+		return model.AttentionSDPA, nil
+	case "reference":
+		return model.AttentionReference, nil
+	}
+	return 0, usageError{fmt.Errorf("--attention %q: want auto, sdpa or reference", s)}
 }
