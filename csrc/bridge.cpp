@@ -1,10 +1,11 @@
 #include "bridge.h"
 
 #include <ATen/Parallel.h>
-#include <stdexcept>
-#include <vector>
 #include <torch/cuda.h>
 #include <torch/version.h>
+
+#include <stdexcept>
+#include <vector>
 
 #ifdef LANPO_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -67,13 +68,15 @@ extern "C" char *lanpo_manual_seed(int64_t seed) {
   LANPO_GUARD("manual_seed", { at::manual_seed(static_cast<uint64_t>(seed)); })
 }
 
-extern "C" char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype,
-                                         int dst_dtype, int device, lanpo_tensor *out) {
+extern "C" char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype, int dst_dtype,
+                                         int device, lanpo_tensor *out) {
   LANPO_GUARD("tensor_from_bytes", {
     std::vector<int64_t> sizes(shape, shape + ndim);
-    auto src = at::from_blob(const_cast<void *>(data), sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(src_dtype)));
+    auto src = at::from_blob(const_cast<void *>(data), sizes,
+                             at::TensorOptions().dtype(static_cast<at::ScalarType>(src_dtype)));
     at::Device dev = device < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
-    *out = lanpo::new_handle(src.to(dev, static_cast<at::ScalarType>(dst_dtype), /*non_blocking=*/false, /*copy=*/true));
+    *out =
+        lanpo::new_handle(src.to(dev, static_cast<at::ScalarType>(dst_dtype), /*non_blocking=*/false, /*copy=*/true));
   })
 }
 
@@ -81,7 +84,8 @@ extern "C" char *lanpo_tensor_to_bytes(lanpo_tensor t, void *dst, int64_t nbytes
   LANPO_GUARD("tensor_to_bytes", {
     auto host = lanpo::tensor_ref(t).detach().to(at::kCPU).contiguous();
     int64_t n = static_cast<int64_t>(host.numel() * host.element_size());
-    TORCH_CHECK(n == nbytes, "tensor of ", host.sizes(), " ", host.scalar_type(), " is ", n, " bytes, buffer is ", nbytes);
+    TORCH_CHECK(n == nbytes, "tensor of ", host.sizes(), " ", host.scalar_type(), " is ", n, " bytes, buffer is ",
+                nbytes);
     if (n > 0) std::memcpy(dst, host.data_ptr(), static_cast<size_t>(n));
   })
 }

@@ -6,6 +6,7 @@
 #endif
 
 #include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -31,14 +32,13 @@ inline lanpo_tensor new_handle(at::Tensor t) { return new at::Tensor(std::move(t
 // LANPO_GUARD runs body and turns any exception into a returned error
 // string naming the function; c10::Error loses its C++ backtrace, which
 // means nothing to a Go caller.
-#define LANPO_GUARD(where, body)                                  \
-  try {                                                           \
-    body                                                          \
-    return nullptr;                                               \
-  } catch (const c10::Error &e) {                                 \
-    return lanpo::dup_error(where, e.what_without_backtrace());   \
-  } catch (const std::exception &e) {                             \
-    return lanpo::dup_error(where, e.what());                     \
-  } catch (...) {                                                 \
-    return lanpo::dup_error(where, "unknown C++ exception");      \
+#define LANPO_GUARD(where, body)                                \
+  try {                                                         \
+    body return nullptr;                                        \
+  } catch (const c10::Error &e) {                               \
+    return lanpo::dup_error(where, e.what_without_backtrace()); \
+  } catch (const std::exception &e) {                           \
+    return lanpo::dup_error(where, e.what());                   \
+  } catch (...) {                                               \
+    return lanpo::dup_error(where, "unknown C++ exception");    \
   }

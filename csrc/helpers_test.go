@@ -2,10 +2,7 @@ package csrc
 
 import (
 	"math/rand"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -49,17 +46,12 @@ func tensorOf(t *testing.T, s *tensor.Scope, vals []float64, shape []int64, dtyp
 	return x
 }
 
-// rssBytes reads the resident set size from /proc/self/statm.
+// rssBytes is the resident set size; the test skips where /proc is missing.
 func rssBytes(t *testing.T) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/statm")
+	n, err := tensor.RSSBytes()
 	if err != nil {
-		t.Skipf("no /proc/self/statm on this system: %v", err)
+		t.Skipf("no RSS on this system: %v", err)
 	}
-	f := strings.Fields(string(b))
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		t.Fatalf("parse statm %q: %v", b, err)
-	}
-	return pages * int64(os.Getpagesize())
+	return n
 }

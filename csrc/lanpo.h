@@ -14,13 +14,13 @@ extern "C" {
 typedef void *lanpo_tensor;
 
 typedef struct {
-  char torch_version[32]; // TORCH_VERSION of the headers compiled against
-  int cxx11_abi;          // _GLIBCXX_USE_CXX11_ABI compiled with
-  int built_with_cuda;    // lanpo's CUDA kernels compiled in (CUDA=1)
-  int cuda_available;     // libtorch sees a usable CUDA runtime and device
+  char torch_version[32];  // TORCH_VERSION of the headers compiled against
+  int cxx11_abi;           // _GLIBCXX_USE_CXX11_ABI compiled with
+  int built_with_cuda;     // lanpo's CUDA kernels compiled in (CUDA=1)
+  int cuda_available;      // libtorch sees a usable CUDA runtime and device
   int cuda_device_count;
   int cudnn_available;
-  int num_threads;        // at::get_num_threads()
+  int num_threads;  // at::get_num_threads()
 } lanpo_build_info;
 
 char *lanpo_get_build_info(lanpo_build_info *out);

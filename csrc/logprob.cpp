@@ -31,29 +31,40 @@ struct Plan {
   at::ScalarType ct = at::kFloat;  // fp32, or fp64 for fp64 inputs
 };
 
+// finish_plan fills what follows from the tensors: compute type, V, and how
+// many rows of W to convert at a time (bf16/fp16 weights), which bounds that
+// temporary to a quarter of the logits buffer.
+void finish_plan(Plan &p, const at::Tensor &hidden, const at::Tensor &weight) {
+  p.ct = at::promote_types(hidden.scalar_type(), at::kFloat);
+  p.v = weight.size(0);
+  p.chunk = std::max<int64_t>(1, p.chunk);
+  int64_t h = std::max<int64_t>(1, hidden.size(1));
+  p.wblock = std::clamp<int64_t>(p.chunk * p.v / (4 * h), 256, p.v);
+  p.m = p.rows.defined() ? p.rows.size(0) : hidden.size(0);
+}
+
 Plan make_plan(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &mask, double temperature,
                int64_t chunk) {
   Plan p;
-  p.ct = at::promote_types(hidden.scalar_type(), at::kFloat);
-  p.v = weight.size(0);
   p.temperature = temperature;
-  if (mask.defined()) {
-    p.rows = mask.to(at::kBool).nonzero().squeeze(1);  // sync: row count decides the loop
-    p.m = p.rows.size(0);
-  } else {
-    p.m = hidden.size(0);
-  }
-  p.chunk = std::max<int64_t>(1, chunk);
-  // Converting W block by block bounds that temporary to a quarter of the
-  // logits buffer.
-  int64_t h = std::max<int64_t>(1, hidden.size(1));
-  p.wblock = std::clamp<int64_t>(p.chunk * p.v / (4 * h), 256, p.v);
+  p.chunk = chunk;
+  if (mask.defined()) p.rows = mask.to(at::kBool).nonzero().squeeze(1);  // sync: row count decides the loop
+  finish_plan(p, hidden, weight);
   return p;
 }
 
 at::Tensor take_rows(const at::Tensor &t, const Plan &p, int64_t c0, int64_t c) {
   if (!p.rows.defined()) return t.narrow(0, c0, c);
   return t.index_select(0, p.rows.narrow(0, c0, c));
+}
+
+// put_rows writes src into the chunk's rows of dst ([N, ...]).
+void put_rows(at::Tensor &dst, const Plan &p, int64_t c0, int64_t c, const at::Tensor &src) {
+  if (p.rows.defined()) {
+    dst.index_copy_(0, p.rows.narrow(0, c0, c), src);
+  } else {
+    dst.narrow(0, c0, c).copy_(src);
+  }
 }
 
 // z = x · Wᵀ / T into z ([c, V] in the compute type).
@@ -82,6 +93,24 @@ at::Tensor grad_input(const at::Tensor &dz, const at::Tensor &w, const Plan &p) 
   return dx;
 }
 
+// for_each_chunk computes each chunk's logits z = x·Wᵀ/T into one reused
+// [C, V] buffer and calls f(c0, c, z, xc, tgt) with the chunk's first row
+// index among the computed rows, its size, the logits, the inputs in the
+// compute type and the targets.
+template <class F>
+void for_each_chunk(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p, F f) {
+  if (p.m == 0) return;
+  auto buf = at::empty({std::min(p.chunk, p.m), p.v}, hidden.options().dtype(p.ct));
+  for (int64_t c0 = 0; c0 < p.m; c0 += p.chunk) {
+    int64_t c = std::min(p.chunk, p.m - c0);
+    auto z = buf.narrow(0, 0, c);
+    auto xc = take_rows(hidden, p, c0, c).to(p.ct);
+    auto tgt = take_rows(targets, p, c0, c);
+    logits_into(z, xc, weight, p);
+    f(c0, c, z, xc, tgt);
+  }
+}
+
 struct Result {
   at::Tensor logp, lse, entropy;  // [N] in the compute type; masked rows 0
 };
@@ -91,14 +120,7 @@ Result fused_forward(const at::Tensor &hidden, const at::Tensor &weight, const a
   auto opts = hidden.options().dtype(p.ct);
   int64_t n = hidden.size(0);
   Result r{at::zeros({n}, opts), at::zeros({n}, opts), want_entropy ? at::zeros({n}, opts) : at::Tensor()};
-  if (p.m == 0) return r;
-  auto buf = at::empty({std::min(p.chunk, p.m), p.v}, opts);
-  for (int64_t c0 = 0; c0 < p.m; c0 += p.chunk) {
-    int64_t c = std::min(p.chunk, p.m - c0);
-    auto z = buf.narrow(0, 0, c);
-    auto xc = take_rows(hidden, p, c0, c).to(p.ct);
-    auto tgt = take_rows(targets, p, c0, c);
-    logits_into(z, xc, weight, p);
+  auto step = [&](int64_t c0, int64_t c, at::Tensor &z, const at::Tensor &, const at::Tensor &tgt) {
     auto zt = z.gather(1, tgt.unsqueeze(1)).squeeze(1);
     auto mx = std::get<0>(z.max(1, /*keepdim=*/true));
     z.sub_(mx);
@@ -115,17 +137,11 @@ Result fused_forward(const at::Tensor &hidden, const at::Tensor &weight, const a
     auto logs = s.log();
     auto lse = mx.squeeze(1) + logs;
     auto logp = zt - lse;
-    if (p.rows.defined()) {
-      auto idx = p.rows.narrow(0, c0, c);
-      r.logp.index_copy_(0, idx, logp);
-      r.lse.index_copy_(0, idx, lse);
-      if (want_entropy) r.entropy.index_copy_(0, idx, logs - a / s);
-    } else {
-      r.logp.narrow(0, c0, c).copy_(logp);
-      r.lse.narrow(0, c0, c).copy_(lse);
-      if (want_entropy) r.entropy.narrow(0, c0, c).copy_(logs - a / s);
-    }
-  }
+    put_rows(r.logp, p, c0, c, logp);
+    put_rows(r.lse, p, c0, c, lse);
+    if (want_entropy) put_rows(r.entropy, p, c0, c, logs - a / s);
+  };
+  for_each_chunk(hidden, weight, targets, p, step);
   return r;
 }
 
@@ -138,42 +154,30 @@ std::pair<at::Tensor, at::Tensor> fused_backward(const at::Tensor &hidden, const
   auto opts = hidden.options().dtype(p.ct);
   auto dhidden = at::zeros_like(hidden);
   auto dw = at::zeros({p.v, weight.size(1)}, opts);
-  if (p.m > 0) {
-    auto buf = at::empty({std::min(p.chunk, p.m), p.v}, opts);
-    for (int64_t c0 = 0; c0 < p.m; c0 += p.chunk) {
-      int64_t c = std::min(p.chunk, p.m - c0);
-      auto z = buf.narrow(0, 0, c);
-      auto xc = take_rows(hidden, p, c0, c).to(p.ct);
-      auto tgt = take_rows(targets, p, c0, c);
-      auto gl = (g_logp.defined() ? take_rows(g_logp, p, c0, c).to(p.ct) : at::zeros({c}, opts)).unsqueeze(1);
-      at::Tensor ge, ent;
-      if (g_ent.defined()) {
-        ge = take_rows(g_ent, p, c0, c).to(p.ct).unsqueeze(1);
-        ent = take_rows(entropy, p, c0, c).unsqueeze(1);
-      }
-      logits_into(z, xc, weight, p);
-      z.sub_(take_rows(lse, p, c0, c).unsqueeze(1));  // z is now log p
-      for (int64_t v0 = 0; v0 < p.v; v0 += kColumnBlock) {
-        auto lb = z.narrow(1, v0, std::min(kColumnBlock, p.v - v0));
-        auto pb = lb.exp();
-        if (ge.defined()) {
-          // −p·g_logp − g_ent·p·(log p + H)
-          lb.add_(ent).mul_(ge).add_(gl).mul_(pb).neg_();
-        } else {
-          lb.copy_(pb.mul_(gl).neg_());
-        }
-      }
-      z.scatter_add_(1, tgt.unsqueeze(1), gl);  // + g_logp at the target
-      if (p.temperature != 1.0) z.div_(p.temperature);
-      auto dx = grad_input(z, weight, p).to(hidden.scalar_type());
-      if (p.rows.defined()) {
-        dhidden.index_copy_(0, p.rows.narrow(0, c0, c), dx);
-      } else {
-        dhidden.narrow(0, c0, c).copy_(dx);
-      }
-      dw.addmm_(z.t(), xc);
+  auto step = [&](int64_t c0, int64_t c, at::Tensor &z, const at::Tensor &xc, const at::Tensor &tgt) {
+    auto gl = (g_logp.defined() ? take_rows(g_logp, p, c0, c).to(p.ct) : at::zeros({c}, opts)).unsqueeze(1);
+    at::Tensor ge, ent;
+    if (g_ent.defined()) {
+      ge = take_rows(g_ent, p, c0, c).to(p.ct).unsqueeze(1);
+      ent = take_rows(entropy, p, c0, c).unsqueeze(1);
     }
-  }
+    z.sub_(take_rows(lse, p, c0, c).unsqueeze(1));  // z is now log p
+    for (int64_t v0 = 0; v0 < p.v; v0 += kColumnBlock) {
+      auto lb = z.narrow(1, v0, std::min(kColumnBlock, p.v - v0));
+      auto pb = lb.exp();
+      if (ge.defined()) {
+        // −p·g_logp − g_ent·p·(log p + H)
+        lb.add_(ent).mul_(ge).add_(gl).mul_(pb).neg_();
+      } else {
+        lb.copy_(pb.mul_(gl).neg_());
+      }
+    }
+    z.scatter_add_(1, tgt.unsqueeze(1), gl);  // + g_logp at the target
+    if (p.temperature != 1.0) z.div_(p.temperature);
+    put_rows(dhidden, p, c0, c, grad_input(z, weight, p).to(hidden.scalar_type()));
+    dw.addmm_(z.t(), xc);
+  };
+  for_each_chunk(hidden, weight, targets, p, step);
   return {dhidden, dw.to(weight.scalar_type())};
 }
 
@@ -198,26 +202,23 @@ struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
     auto saved = ctx->get_saved_variables();
     const auto &hidden = saved[0], &weight = saved[1], &targets = saved[2];
     Plan p;
-    p.ct = at::promote_types(hidden.scalar_type(), at::kFloat);
-    p.v = weight.size(0);
     p.temperature = ctx->saved_data["temperature"].toDouble();
-    p.chunk = std::max<int64_t>(1, ctx->saved_data["chunk"].toInt());
-    p.wblock = std::clamp<int64_t>(p.chunk * p.v / (4 * std::max<int64_t>(1, hidden.size(1))), 256, p.v);
+    p.chunk = ctx->saved_data["chunk"].toInt();
     if (!ctx->saved_data["all_rows"].toBool()) p.rows = saved[3];
-    p.m = p.rows.defined() ? p.rows.size(0) : hidden.size(0);
+    finish_plan(p, hidden, weight);
     at::Tensor g_ent = grads.size() > 1 ? grads[1] : at::Tensor();
     auto [dh, dw] = fused_backward(hidden, weight, targets, p, saved[4], saved[5], grads[0], g_ent);
     return {dh, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-void check_inputs(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets,
-                  const at::Tensor &mask, double temperature) {
+void check_inputs(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const at::Tensor &mask,
+                  double temperature) {
   TORCH_CHECK(hidden.dim() == 2, "hidden must be [N, H], got ", hidden.sizes());
   TORCH_CHECK(weight.dim() == 2 && weight.size(1) == hidden.size(1), "weight must be [V, ", hidden.size(1),
               "] to match hidden ", hidden.sizes(), ", got ", weight.sizes());
-  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "targets must be [", hidden.size(0),
-              "], got ", targets.sizes());
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "targets must be [", hidden.size(0), "], got ",
+              targets.sizes());
   TORCH_CHECK(targets.scalar_type() == at::kLong, "targets must be int64, got ", targets.scalar_type());
   TORCH_CHECK(at::isFloatingType(hidden.scalar_type()) && at::isFloatingType(weight.scalar_type()),
               "hidden and weight must be floating point, got ", hidden.scalar_type(), " and ", weight.scalar_type());
@@ -235,16 +236,16 @@ void check_inputs(const at::Tensor &hidden, const at::Tensor &weight, const at::
   auto t = mask.defined() ? targets.masked_select(mask.to(at::kBool)) : targets;
   if (t.numel() > 0) {
     auto lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
-    TORCH_CHECK(lo >= 0 && hi < weight.size(0), "targets must lie in [0, ", weight.size(0), "), got [", lo, ", ",
-                hi, "]");
+    TORCH_CHECK(lo >= 0 && hi < weight.size(0), "targets must lie in [0, ", weight.size(0), "), got [", lo, ", ", hi,
+                "]");
   }
 }
 
 }  // namespace
 
-extern "C" char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor targets,
-                                     lanpo_tensor mask, double temperature, int64_t chunk, int want_entropy,
-                                     lanpo_tensor *logp, lanpo_tensor *entropy) {
+extern "C" char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor targets, lanpo_tensor mask,
+                                     double temperature, int64_t chunk, int want_entropy, lanpo_tensor *logp,
+                                     lanpo_tensor *entropy) {
   LANPO_GUARD("fused_logprob", {
     const auto &h = lanpo::tensor_ref(hidden);
     const auto &w = lanpo::tensor_ref(weight);

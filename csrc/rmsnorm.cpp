@@ -44,8 +44,8 @@ extern "C" char *lanpo_rms_norm(lanpo_tensor x, lanpo_tensor weight, double eps,
     const auto &xt = lanpo::tensor_ref(x);
     const auto &wt = lanpo::tensor_ref(weight);
     TORCH_CHECK(xt.dim() >= 1, "x must have at least one dimension, got shape ", xt.sizes());
-    TORCH_CHECK(wt.dim() == 1 && wt.size(0) == xt.size(-1), "weight must have shape [", xt.size(-1),
-                "] to match x ", xt.sizes(), ", got ", wt.sizes());
+    TORCH_CHECK(wt.dim() == 1 && wt.size(0) == xt.size(-1), "weight must have shape [", xt.size(-1), "] to match x ",
+                xt.sizes(), ", got ", wt.sizes());
     TORCH_CHECK(xt.device() == wt.device(), "x is on ", xt.device(), " but weight is on ", wt.device());
     TORCH_CHECK(eps >= 0, "eps must be >= 0, got ", eps);
     *out = lanpo::new_handle(RMSNormFn::apply(xt, wt, eps));

@@ -21,15 +21,9 @@ func TestKVCacheMatchesFullForward(t *testing.T) {
 	lockThread(t)
 	for _, name := range tinyModels {
 		t.Run(name, func(t *testing.T) {
-			ref := loadReference(t, name)
 			var s tensor.Scope
 			defer s.Close()
-			m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			ids, pos, mask := int64Tensor(&s, ref.InputIDs), int64Tensor(&s, ref.PositionIDs), int64Tensor(&s, ref.AttentionMask)
+			m, ref, ids, pos, mask := loadTiny(t, &s, name, LoadOptions{})
 			full, err := m.Forward(&s, ids, pos, mask)
 			if err != nil {
 				t.Fatal(err)

@@ -41,6 +41,20 @@ func loadReference(t *testing.T, name string) reference {
 	return r
 }
 
+// loadTiny loads a tiny reference model (closed at the test's end) and its
+// reference batch as ids, positions and mask tensors in s.
+func loadTiny(t *testing.T, s *tensor.Scope, name string, opt LoadOptions) (*Model, reference, *ts.Tensor, *ts.Tensor, *ts.Tensor) {
+	t.Helper()
+	ref := loadReference(t, name)
+	opt.Device = gotch.CPU
+	m, err := Load(filepath.Join("testdata", "tiny", name), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m, ref, int64Tensor(s, ref.InputIDs), int64Tensor(s, ref.PositionIDs), int64Tensor(s, ref.AttentionMask)
+}
+
 func lockThread(t *testing.T) {
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
@@ -86,12 +100,7 @@ func TestForwardMatchesTransformers(t *testing.T) {
 			for _, impl := range []AttentionImpl{AttentionReference, AttentionSDPA} {
 				var s tensor.Scope
 				defer s.Close()
-				m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU, Attention: impl})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				ids, pos, mask := int64Tensor(&s, ref.InputIDs), int64Tensor(&s, ref.PositionIDs), int64Tensor(&s, ref.AttentionMask)
+				m, _, ids, pos, mask := loadTiny(t, &s, name, LoadOptions{Attention: impl})
 				h, err := m.Forward(&s, ids, pos, mask)
 				if err != nil {
 					t.Fatal(err)
@@ -143,15 +152,10 @@ func TestForwardBF16(t *testing.T) {
 	lockThread(t)
 	for _, name := range tinyModels {
 		t.Run(name, func(t *testing.T) {
-			ref := loadReference(t, name)
 			var s tensor.Scope
 			defer s.Close()
-			m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU, DType: gotch.BFloat16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			h, err := m.Forward(&s, int64Tensor(&s, ref.InputIDs), int64Tensor(&s, ref.PositionIDs), int64Tensor(&s, ref.AttentionMask))
+			m, ref, ids, pos, mask := loadTiny(t, &s, name, LoadOptions{DType: gotch.BFloat16})
+			h, err := m.Forward(&s, ids, pos, mask)
 			if err != nil {
 				t.Fatal(err)
 			}

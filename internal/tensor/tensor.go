@@ -4,7 +4,11 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -62,4 +66,22 @@ func MaxAbsDiff(a, b []float64) float64 {
 		m = math.Max(m, math.Abs(a[i]-b[i]))
 	}
 	return m
+}
+
+// RSSBytes is the process's resident set size, from /proc/self/statm
+// (Linux); tests use it to check that loops do not leak.
+func RSSBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/self/statm: unexpected %q", b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/self/statm: %w", err)
+	}
+	return pages * int64(os.Getpagesize()), nil
 }

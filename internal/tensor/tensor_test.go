@@ -1,0 +1,51 @@
+package tensor
+
+import (
+	"math"
+	"runtime"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+func TestScopeFreesAllButReleased(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	live := len(ts.ExistingTensors)
+	var s Scope
+	a := s.Keep(ts.MustOnes([]int64{2}, gotch.Float, gotch.CPU))
+	b := s.Keep(a.MustMulScalar(ts.FloatScalar(3), false))
+	s.Keep(b.MustAdd(a, false))
+	kept := s.Release(b)
+	s.Close()
+	if n := len(ts.ExistingTensors); n != live+1 {
+		t.Errorf("live tensors %d after Close, want %d (only the released one)", n, live+1)
+	}
+	if got := Float64s(kept); len(got) != 2 || got[0] != 3 || got[1] != 3 {
+		t.Errorf("released tensor holds %v", got)
+	}
+	kept.MustDrop()
+	if n := len(ts.ExistingTensors); n != live {
+		t.Errorf("live tensors %d, want %d", n, live)
+	}
+}
+
+func TestMaxAbsDiff(t *testing.T) {
+	if d := MaxAbsDiff([]float64{1, 2, 3}, []float64{1, 2.5, 2}); d != 1 {
+		t.Errorf("got %g, want 1", d)
+	}
+	if d := MaxAbsDiff([]float64{1}, []float64{1, 2}); !math.IsInf(d, 1) {
+		t.Errorf("lengths differ: got %g, want +Inf", d)
+	}
+}
+
+func TestRSSBytes(t *testing.T) {
+	n, err := RSSBytes()
+	if err != nil {
+		t.Skipf("no /proc on this system: %v", err)
+	}
+	if n < 1<<20 {
+		t.Errorf("RSS %d bytes is implausibly small", n)
+	}
+}
