@@ -85,3 +85,14 @@ func RSSBytes() (int64, error) {
 	}
 	return pages * int64(os.Getpagesize()), nil
 }
+
+// Int64s copies an integer tensor's elements to the host.
+func Int64s(x *ts.Tensor) []int64 {
+	var s Scope
+	defer s.Close()
+	d := s.Keep(s.Keep(s.Keep(x.MustDetach(false)).MustTotype(gotch.Int64, false)).MustTo(gotch.CPU, false))
+	n := d.Numel()
+	out := make([]int64, n)
+	d.MustCopyData(out, n)
+	return out
+}

@@ -1,0 +1,229 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// Request is one prompt and how many samples to draw from it.
+type Request struct {
+	PromptIDs []int64
+	Samples   int // G; 0 means 1
+}
+
+// Sample is one generated sequence.
+type Sample struct {
+	Prompt, Index int     // which request, which of its samples
+	IDs           []int64 // generated ids (a stop id that ended it included)
+	Logprobs      []float32
+	FinishReason  string // "stop" or "length"
+}
+
+// GenerateOptions are engine switches.
+type GenerateOptions struct {
+	// NoPrefixSharing prefills every row separately instead of each distinct
+	// prompt once (for tests and measurements).
+	NoPrefixSharing bool
+	// Decode turns generated ids into text for stop strings.
+	Decode func(ids []int64) string
+	// Progress, if set, is called after each decode step with the number
+	// of finished rows.
+	Progress func(step, finished, rows int)
+}
+
+// Generate samples from every request. Each distinct prompt is prefilled
+// once and its KV cache copied into its G rows; decoding runs over a static
+// cache written in place. Every row's randomness comes from (Seed, request
+// index, sample index), so results do not depend on batch composition.
+// Samples come back in request order, then sample order.
+func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) (out []Sample, err error) {
+	defer recoverTorch("generate", &err)
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	if len(p.StopStrings) > 0 && opt.Decode == nil {
+		return nil, errNeedDecoder
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	// Rows: request r's samples occupy consecutive rows.
+	var rowPrompt, rowSample []int
+	var lmax int64
+	for r, q := range reqs {
+		if err := m.CheckIDs(q.PromptIDs); err != nil {
+			return nil, fmt.Errorf("request %d: %w", r, err)
+		}
+		g := max(q.Samples, 1)
+		for i := 0; i < g; i++ {
+			rowPrompt, rowSample = append(rowPrompt, r), append(rowSample, i)
+		}
+		lmax = max(lmax, int64(len(q.PromptIDs)))
+	}
+	if mp := m.Config.MaxPositionEmbeddings; mp > 0 && lmax+int64(p.MaxNewTokens) > mp {
+		return nil, fmt.Errorf("prompt of %d tokens + max_new_tokens %d exceed max_position_embeddings %d", lmax, p.MaxNewTokens, mp)
+	}
+	rows := int64(len(rowPrompt))
+	cache, err := m.NewKVCache(rows, lmax+int64(p.MaxNewTokens))
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Close()
+
+	var s tensor.Scope
+	defer s.Close()
+	logits, err := m.prefill(&s, cache, reqs, rowPrompt, lmax, !opt.NoPrefixSharing)
+	if err != nil {
+		return nil, err
+	}
+	rngs := make([]func() float64, rows)
+	for i := range rngs {
+		g := rowRNG(p.Seed, rowPrompt[i], rowSample[i])
+		rngs[i] = func() float64 { return 1 - g.Float64() } // (0, 1]
+	}
+	out = make([]Sample, rows)
+	for i := range out {
+		out[i] = Sample{Prompt: rowPrompt[i], Index: rowSample[i], FinishReason: "length"}
+	}
+	ownLogits := false // the prefill's logits belong to s; later ones to this loop
+	defer func() {
+		if ownLogits {
+			logits.MustDrop()
+		}
+	}()
+	done := make([]bool, rows)
+	finished := 0
+	next := make([]int64, rows)
+	for step := 0; step < p.MaxNewTokens && finished < int(rows); step++ {
+		var st tensor.Scope
+		u := make([]float64, rows)
+		for i := range u {
+			u[i] = rngs[i]()
+		}
+		toks, lps := sampleStep(&st, logits, p, u)
+		for i := range toks {
+			next[i] = toks[i]
+			if done[i] {
+				continue
+			}
+			smp := &out[i]
+			smp.IDs = append(smp.IDs, toks[i])
+			smp.Logprobs = append(smp.Logprobs, lps[i])
+			if slices.Contains(p.StopIDs, toks[i]) || stopString(opt.Decode, smp.IDs, p.StopStrings) {
+				smp.FinishReason, done[i] = "stop", true
+				finished++
+			}
+		}
+		if opt.Progress != nil {
+			opt.Progress(step+1, finished, int(rows))
+		}
+		if finished == int(rows) || step+1 == p.MaxNewTokens {
+			st.Close()
+			break
+		}
+		// Finished rows keep decoding a harmless token until the batch ends;
+		// their outputs are ignored.
+		pos := make([]int64, rows)
+		for i := range pos {
+			pos[i] = int64(len(reqs[rowPrompt[i]].PromptIDs)) + int64(step)
+		}
+		ones := make([]int64, rows)
+		for i := range ones {
+			ones[i] = 1
+		}
+		col := func(v []int64) *ts.Tensor {
+			return st.Keep(st.Keep(st.Keep(ts.MustOfSlice(v)).MustView([]int64{rows, 1}, false)).MustTo(m.Device, false))
+		}
+		h, err := m.ForwardCached(&st, cache, col(next), col(pos), col(ones))
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		nl := st.Release(m.Logits(&st, st.Keep(h.MustSqueezeDim(1, false))))
+		st.Close()
+		// Only the newest logits are kept: [rows, V] fp32 per step adds up.
+		if ownLogits {
+			logits.MustDrop()
+		}
+		logits, ownLogits = nl, true
+	}
+	return out, nil
+}
+
+// prefill runs the prompts, left-padded to lmax, through the model into the
+// cache and returns the logits [rows, V] of each row's last prompt token.
+// With sharing, each distinct request is prefilled once into a small cache
+// and copied into its rows.
+func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowPrompt []int, lmax int64, share bool) (*ts.Tensor, error) {
+	batch := rowPrompt
+	if share {
+		batch = make([]int, len(reqs))
+		for i := range batch {
+			batch[i] = i
+		}
+	}
+	b := int64(len(batch))
+	ids := make([]int64, b*lmax)
+	pos := make([]int64, b*lmax)
+	mask := make([]int64, b*lmax)
+	for r, q := range batch {
+		prompt := reqs[q].PromptIDs
+		pad := lmax - int64(len(prompt))
+		for j, id := range prompt {
+			k := int64(r)*lmax + pad + int64(j)
+			ids[k], pos[k], mask[k] = id, int64(j), 1
+		}
+	}
+	mk := func(v []int64) *ts.Tensor {
+		return s.Keep(s.Keep(s.Keep(ts.MustOfSlice(v)).MustView([]int64{b, lmax}, false)).MustTo(m.Device, false))
+	}
+	target := cache
+	if share {
+		var err error
+		if target, err = m.NewKVCache(b, lmax); err != nil {
+			return nil, err
+		}
+		defer target.Close()
+	}
+	h, err := m.ForwardCached(s, target, mk(ids), mk(pos), mk(mask))
+	if err != nil {
+		return nil, err
+	}
+	last := s.Keep(s.Keep(h.MustNarrow(1, lmax-1, 1, false)).MustSqueezeDim(1, false)) // [b, H]
+	logits := m.Logits(s, last)
+	if !share {
+		return logits, nil
+	}
+	src := make([]int64, len(rowPrompt))
+	dst := make([]int64, len(rowPrompt))
+	for i, q := range rowPrompt {
+		src[i], dst[i] = int64(q), int64(i)
+	}
+	if err := cache.CopyRows(target, src, dst); err != nil {
+		return nil, err
+	}
+	idx := s.Keep(s.Keep(ts.MustOfSlice(src)).MustTo(m.Device, false))
+	return s.Keep(logits.MustIndexSelect(0, idx, false)), nil
+}
+
+// stopString reports whether the decoded output contains a stop string. It
+// decodes the whole output each step, which is cheap at RL lengths; a
+// stop string that spans token boundaries is found because the text is
+// joined before searching.
+func stopString(decode func([]int64) string, ids []int64, stops []string) bool {
+	if len(stops) == 0 {
+		return false
+	}
+	text := decode(ids)
+	for _, st := range stops {
+		if strings.Contains(text, st) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,272 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+func tinyModel(t *testing.T, name string) *Model {
+	t.Helper()
+	m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+var genPrompts = []Request{
+	{PromptIDs: []int64{5, 9, 2, 7, 1, 3}, Samples: 3},
+	{PromptIDs: []int64{4}, Samples: 2},
+	{PromptIDs: []int64{8, 8, 6}, Samples: 1},
+}
+
+// TestGreedyEqualsArgmaxOfFullForward: greedy decoding with the cache picks,
+// at every step, the argmax of a full forward over prompt + output so far.
+func TestGreedyEqualsArgmaxOfFullForward(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-gqa3")
+	out, err := m.Generate(genPrompts, SamplingParams{MaxNewTokens: 6}, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, smp := range out {
+		seq := append([]int64(nil), genPrompts[smp.Prompt].PromptIDs...)
+		for k, tok := range smp.IDs {
+			var s tensor.Scope
+			n := int64(len(seq))
+			pos := make([]int64, n)
+			mask := make([]int64, n)
+			for i := range pos {
+				pos[i], mask[i] = int64(i), 1
+			}
+			h, err := m.Forward(&s, int64Tensor(&s, [][]int64{seq}), int64Tensor(&s, [][]int64{pos}), int64Tensor(&s, [][]int64{mask}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := s.Keep(h.MustNarrow(1, n-1, 1, false))
+			want := tensor.Int64s(s.Keep(m.Logits(&s, last).MustArgmax([]int64{-1}, false, false)))[0]
+			s.Close()
+			if tok != want {
+				t.Fatalf("prompt %d sample %d step %d: greedy picked %d, full forward argmax %d", smp.Prompt, smp.Index, k, tok, want)
+			}
+			seq = append(seq, tok)
+		}
+		if smp.FinishReason != "length" || len(smp.IDs) != 6 {
+			t.Errorf("finish %q after %d tokens", smp.FinishReason, len(smp.IDs))
+		}
+	}
+}
+
+// TestSampledLogprobsMatchTrainer: the log-probs recorded while sampling
+// equal those the trainer's path (TokenLogProbs through the fused op)
+// computes on prompt + output at the same temperature.
+func TestSampledLogprobsMatchTrainer(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen2-gqa2-tied")
+	for _, p := range []SamplingParams{
+		{Temperature: 1, MaxNewTokens: 8, Seed: 1},
+		{Temperature: 0.7, TopP: 0.9, TopK: 20, MaxNewTokens: 8, Seed: 2},
+		{Temperature: 0, MaxNewTokens: 5},
+	} {
+		out, err := m.Generate(genPrompts, p, GenerateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for _, smp := range out {
+			prompt := genPrompts[smp.Prompt].PromptIDs
+			seq := append(append([]int64(nil), prompt...), smp.IDs...)
+			n := int64(len(seq))
+			pos, mask, targets := make([]int64, n), make([]int64, n), make([]int64, n)
+			tmask := make([]bool, n)
+			for i := range seq {
+				pos[i], mask[i] = int64(i), 1
+				if i+1 < len(seq) {
+					targets[i] = seq[i+1]
+					tmask[i] = i+1 >= len(prompt)
+				}
+			}
+			var s tensor.Scope
+			tm := s.Keep(s.Keep(ts.MustOfSlice(tmask)).MustView([]int64{1, n}, false))
+			temp := p.Temperature
+			if temp == 0 {
+				temp = 1
+			}
+			lp, _, err := m.TokenLogProbs(&s, int64Tensor(&s, [][]int64{seq}), int64Tensor(&s, [][]int64{pos}), int64Tensor(&s, [][]int64{mask}),
+				int64Tensor(&s, [][]int64{targets}), tm, csrc.LogProbOptions{Temperature: temp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := tensor.Float64s(lp)
+			s.Close()
+			for k := range smp.IDs {
+				d := got[len(prompt)-1+k] - float64(smp.Logprobs[k])
+				worst = max(worst, max(d, -d))
+			}
+		}
+		t.Logf("T=%g top_p=%g top_k=%d: max |sampler − trainer| = %.2g", p.Temperature, p.TopP, p.TopK, worst)
+		if worst > 1e-5 {
+			t.Errorf("T=%g: recorded log-probs differ from the trainer's by %g", p.Temperature, worst)
+		}
+	}
+}
+
+// TestSamplingDoesNotDependOnBatch: prefix sharing on or off, and a
+// request sampled alone or with others, give the same tokens for the same
+// seed.
+func TestSamplingDoesNotDependOnBatch(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-mha-untied")
+	p := SamplingParams{Temperature: 1, MinP: 0.05, MaxNewTokens: 7, Seed: 42}
+	key := func(out []Sample) []string {
+		var k []string
+		for _, s := range out {
+			k = append(k, fmt.Sprint(s.Prompt, s.Index, s.IDs))
+		}
+		return k
+	}
+	shared, err := m.Generate(genPrompts, p, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	separate, err := m.Generate(genPrompts, p, GenerateOptions{NoPrefixSharing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := key(shared), key(separate); strings.Join(a, ";") != strings.Join(b, ";") {
+		t.Errorf("prefix sharing changed the samples:\n%v\n%v", a, b)
+	}
+	// Request 2 next to different prompts (other lengths, so other left
+	// padding, and other row counts) at the same request index: same tokens.
+	other := []Request{{PromptIDs: []int64{1, 2}, Samples: 1}, {PromptIDs: []int64{3, 3, 3, 3, 3, 3, 3}, Samples: 4}, genPrompts[2]}
+	mixed, err := m.Generate(other, p, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(mixed[len(mixed)-1].IDs) != fmt.Sprint(shared[len(shared)-1].IDs) {
+		t.Errorf("request 2 sampled %v next to other prompts, %v in the original batch", mixed[len(mixed)-1].IDs, shared[len(shared)-1].IDs)
+	}
+}
+
+func TestStops(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-gqa3")
+	greedy, err := m.Generate(genPrompts[:1], SamplingParams{MaxNewTokens: 6}, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := greedy[0].IDs
+	// A stop id: the third generated token.
+	out, _ := m.Generate(genPrompts[:1], SamplingParams{MaxNewTokens: 6, StopIDs: []int64{ids[2]}}, GenerateOptions{})
+	first := 0
+	for first < len(ids) && ids[first] != ids[2] {
+		first++
+	}
+	if len(out[0].IDs) != first+1 || out[0].FinishReason != "stop" {
+		t.Errorf("stop id %d: got %v (%s), want the first %d tokens of %v", ids[2], out[0].IDs, out[0].FinishReason, first+1, ids)
+	}
+	// A stop string spanning the 2nd and 3rd tokens' text.
+	decode := func(v []int64) string {
+		var b strings.Builder
+		for _, id := range v {
+			fmt.Fprintf(&b, "<%d>", id)
+		}
+		return b.String()
+	}
+	span := fmt.Sprintf("%d><%d", ids[1], ids[2])
+	out, _ = m.Generate(genPrompts[:1], SamplingParams{MaxNewTokens: 6, StopStrings: []string{span}}, GenerateOptions{Decode: decode})
+	if len(out[0].IDs) != 3 || out[0].FinishReason != "stop" {
+		t.Errorf("stop string %q: got %v (%s)", span, out[0].IDs, out[0].FinishReason)
+	}
+	if _, err := m.Generate(genPrompts[:1], SamplingParams{MaxNewTokens: 2, StopStrings: []string{"x"}}, GenerateOptions{}); err == nil {
+		t.Error("stop strings without a decoder were accepted")
+	}
+}
+
+func TestGenerateRejectsBadInput(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-gqa3")
+	for _, c := range []struct {
+		reqs []Request
+		p    SamplingParams
+		want string
+	}{
+		{genPrompts, SamplingParams{Temperature: -1, MaxNewTokens: 1}, "temperature"},
+		{genPrompts, SamplingParams{TopP: 1.5, MaxNewTokens: 1}, "top_p"},
+		{genPrompts, SamplingParams{MinP: 1, MaxNewTokens: 1}, "min_p"},
+		{genPrompts, SamplingParams{}, "max_new_tokens"},
+		{[]Request{{PromptIDs: nil}}, SamplingParams{MaxNewTokens: 1}, "request 0: no token ids"},
+		{[]Request{{PromptIDs: []int64{1}}, {PromptIDs: []int64{1000}}}, SamplingParams{MaxNewTokens: 1}, "request 1: token id 1000"},
+		{[]Request{{PromptIDs: make([]int64, 60)}}, SamplingParams{MaxNewTokens: 10}, "exceed max_position_embeddings 64"},
+	} {
+		if _, err := m.Generate(c.reqs, c.p, GenerateOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error containing %q", err, c.want)
+		}
+	}
+}
+
+// TestSamplerFilters draws from a known distribution with each filter and
+// checks which tokens can appear and how often.
+func TestSamplerFilters(t *testing.T) {
+	lockThread(t)
+	probs := []float64{0.5, 0.3, 0.15, 0.05}
+	const draws = 4000
+	for _, c := range []struct {
+		name    string
+		p       SamplingParams
+		allowed []float64 // renormalized probabilities, 0 = must never appear
+	}{
+		{"plain", SamplingParams{Temperature: 1}, []float64{0.5, 0.3, 0.15, 0.05}},
+		{"top-k 2", SamplingParams{Temperature: 1, TopK: 2}, []float64{0.625, 0.375, 0, 0}},
+		{"top-p 0.7", SamplingParams{Temperature: 1, TopP: 0.7}, []float64{0.625, 0.375, 0, 0}},
+		{"min-p 0.2", SamplingParams{Temperature: 1, MinP: 0.2}, []float64{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var s tensor.Scope
+			defer s.Close()
+			row := make([]float32, 0, draws*len(probs))
+			for i := 0; i < draws; i++ {
+				for _, p := range probs {
+					row = append(row, float32(math.Log(p)))
+				}
+			}
+			logits := s.Keep(s.Keep(ts.MustOfSlice(row)).MustView([]int64{draws, int64(len(probs))}, false))
+			g := rowRNG(7, 0, 0)
+			u := make([]float64, draws)
+			for i := range u {
+				u[i] = 1 - g.Float64()
+			}
+			toks, lps := sampleStep(&s, logits, c.p, u)
+			counts := make([]float64, len(probs))
+			for i, tok := range toks {
+				counts[tok]++
+				if d := math.Abs(float64(lps[i]) - math.Log(probs[tok])); d > 1e-6 {
+					t.Fatalf("recorded log-prob %g for token %d, want the unfiltered %g", lps[i], tok, math.Log(probs[tok]))
+				}
+			}
+			for k, want := range c.allowed {
+				got := counts[k] / draws
+				if want == 0 {
+					if counts[k] != 0 {
+						t.Errorf("token %d drawn %v times; the filter removes it", k, counts[k])
+					}
+					continue
+				}
+				sigma := math.Sqrt(want * (1 - want) / draws)
+				if math.Abs(got-want) > 4*sigma {
+					t.Errorf("token %d: frequency %.3f, want %.3f ± %.3f", k, got, want, 4*sigma)
+				}
+			}
+		})
+	}
+}

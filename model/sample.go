@@ -1,0 +1,126 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// SamplingParams control generation. The zero value of each filter turns it
+// off; Temperature 0 is greedy.
+type SamplingParams struct {
+	Temperature  float64  // 0: greedy (argmax)
+	TopP         float64  // nucleus: keep the smallest set with probability ≥ TopP; 0 or 1: off
+	TopK         int64    // keep the K most likely tokens; 0: off
+	MinP         float64  // drop tokens with p < MinP · p_max; 0: off
+	MaxNewTokens int      // ≥ 1
+	StopIDs      []int64  // finish when one is sampled (it is kept in the output)
+	StopStrings  []string // finish when the decoded output contains one (needs a decoder)
+	Seed         uint64
+}
+
+func (p SamplingParams) validate() error {
+	switch {
+	case p.Temperature < 0 || math.IsNaN(p.Temperature):
+		return fmt.Errorf("temperature must be ≥ 0, got %g", p.Temperature)
+	case p.TopP < 0 || p.TopP > 1:
+		return fmt.Errorf("top_p must lie in [0, 1], got %g", p.TopP)
+	case p.TopK < 0:
+		return fmt.Errorf("top_k must be ≥ 0, got %d", p.TopK)
+	case p.MinP < 0 || p.MinP >= 1:
+		return fmt.Errorf("min_p must lie in [0, 1), got %g", p.MinP)
+	case p.MaxNewTokens < 1:
+		return fmt.Errorf("max_new_tokens must be ≥ 1, got %d", p.MaxNewTokens)
+	}
+	return nil
+}
+
+// rowRNG is one sequence's random stream. It derives from (seed, prompt,
+// sample) only, so a sequence samples the same tokens whatever else is in
+// the batch.
+func rowRNG(seed uint64, prompt, sample int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(prompt)<<32|uint64(uint32(sample))))
+}
+
+// sampleStep picks one token per row from logits [R, V] (fp32) and returns
+// the tokens and their log-probabilities under the full distribution at the
+// sampling temperature (T = 1 when greedy): the values the trainer
+// recomputes for the PPO ratio. Filtering (top-k, min-p, top-p) only
+// narrows what can be drawn; u holds one uniform number in (0, 1] per row.
+func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64) (tokens []int64, logprobs []float32) {
+	r := int64(len(u))
+	t := p.Temperature
+	if t == 0 {
+		t = 1
+	}
+	scaled := logits
+	if t != 1 {
+		scaled = s.Keep(logits.MustDivScalar(ts.FloatScalar(t), false))
+	}
+	lp := s.Keep(scaled.MustLogSoftmax(-1, gotch.Float, false)) // [R, V]
+	var tok *ts.Tensor
+	if p.Temperature == 0 {
+		tok = s.Keep(lp.MustArgmax([]int64{-1}, true, false)) // [R, 1]
+	} else {
+		filtered := filterLogprobs(s, lp, p)
+		probs := s.Keep(filtered.MustSoftmax(-1, gotch.Double, false))
+		cdf := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
+		total := s.Keep(cdf.MustNarrow(1, cdf.MustSize()[1]-1, 1, false))
+		uT := s.Keep(s.Keep(s.Keep(ts.MustOfSlice(u)).MustView([]int64{r, 1}, false)).MustTo(logits.MustDevice(), false))
+		target := s.Keep(uT.MustMul(total, false))
+		// The first index whose cumulative probability reaches u·total is the
+		// count of entries below it. With u in (0, 1] that index always has
+		// probability > 0: a removed token adds nothing to the sum, so the
+		// sum cannot first reach the target on it.
+		below := s.Keep(cdf.MustLtTensor(target, false))
+		tok = s.Keep(s.Keep(below.MustSumDimIntlist([]int64{-1}, true, gotch.Int64, false)).MustClampMax(ts.IntScalar(lp.MustSize()[1]-1), false))
+	}
+	picked := s.Keep(lp.MustGather(1, tok, false, false))
+	tokens = tensor.Int64s(tok) // sync: stop checks need the tokens on the host
+	for _, v := range tensor.Float64s(picked) {
+		logprobs = append(logprobs, float32(v))
+	}
+	return tokens, logprobs
+}
+
+// filterLogprobs sets to −Inf every token top-k, min-p or top-p removes.
+func filterLogprobs(s *tensor.Scope, lp *ts.Tensor, p SamplingParams) *ts.Tensor {
+	out := lp
+	v := lp.MustSize()[1]
+	if p.TopK > 0 && p.TopK < v {
+		vals, idx := lp.MustTopk(p.TopK, -1, true, true, false)
+		s.Keep(vals)
+		s.Keep(idx)
+		kth := s.Keep(vals.MustNarrow(1, p.TopK-1, 1, false))
+		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(kth, false)), ts.FloatScalar(math.Inf(-1)), false))
+	}
+	if p.MinP > 0 {
+		mx, at := lp.MustMaxDim(-1, true, false)
+		s.Keep(mx)
+		s.Keep(at)
+		limit := s.Keep(mx.MustAddScalar(ts.FloatScalar(math.Log(p.MinP)), false))
+		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(limit, false)), ts.FloatScalar(math.Inf(-1)), false))
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		sorted, order := out.MustSort(-1, true, false)
+		s.Keep(sorted)
+		s.Keep(order)
+		probs := s.Keep(sorted.MustSoftmax(-1, gotch.Double, false))
+		cum := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
+		// Drop a token when the tokens before it already reach TopP (the
+		// most likely token is always kept).
+		before := s.Keep(cum.MustSub(probs, false))
+		drop := s.Keep(before.MustGt(ts.FloatScalar(p.TopP), false))
+		dropOrig := s.Keep(s.Keep(drop.MustZerosLike(false)).MustScatter(-1, order, drop, false))
+		out = s.Keep(out.MustMaskedFill(dropOrig, ts.FloatScalar(math.Inf(-1)), false))
+	}
+	return out
+}
+
+var errNeedDecoder = errors.New("stop strings need a decoder (the tokenizer)")
