@@ -41,9 +41,19 @@ type GenerateOptions struct {
 // cache written in place. Every row's randomness comes from (Seed, request
 // index, sample index), so results do not depend on batch composition.
 // Samples come back in request order, then sample order.
-func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) (out []Sample, err error) {
+func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) ([]Sample, error) {
+	return m.GenerateAt(reqs, nil, p, opt)
+}
+
+// GenerateAt is Generate with explicit stream indices: request r draws its
+// randomness as request streams[r] (nil: r), so a caller that splits a
+// long input into batches keeps every sample's stream.
+func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions) (out []Sample, err error) {
 	defer recoverTorch("generate", &err)
-	if err := p.validate(); err != nil {
+	if streams != nil && len(streams) != len(reqs) {
+		return nil, fmt.Errorf("generate: %d stream indices for %d requests", len(streams), len(reqs))
+	}
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	if len(p.StopStrings) > 0 && opt.Decode == nil {
@@ -83,7 +93,11 @@ func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) 
 	}
 	rngs := make([]func() float64, rows)
 	for i := range rngs {
-		g := rowRNG(p.Seed, rowPrompt[i], rowSample[i])
+		stream := rowPrompt[i]
+		if streams != nil {
+			stream = streams[rowPrompt[i]]
+		}
+		g := rowRNG(p.Seed, stream, rowSample[i])
 		rngs[i] = func() float64 { return 1 - g.Float64() } // (0, 1]
 	}
 	out = make([]Sample, rows)

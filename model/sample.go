@@ -25,7 +25,8 @@ type SamplingParams struct {
 	Seed         uint64
 }
 
-func (p SamplingParams) validate() error {
+// Validate names the first out-of-range parameter.
+func (p SamplingParams) Validate() error {
 	switch {
 	case p.Temperature < 0 || math.IsNaN(p.Temperature):
 		return fmt.Errorf("temperature must be ≥ 0, got %g", p.Temperature)

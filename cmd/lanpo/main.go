@@ -47,6 +47,7 @@ func newApp() *cli.App {
 			versionCommand(),
 			benchCommand(),
 			scoreCommand(),
+			generateCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}

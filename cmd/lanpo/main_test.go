@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -126,5 +127,64 @@ func TestScoreNamesBadLines(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("input %q: got %v, want an error containing %q", c.in, err, c.want)
 		}
+	}
+}
+
+func runGenerateCLI(t *testing.T, in string, args ...string) ([]map[string]any, error) {
+	t.Helper()
+	app := newApp()
+	var out bytes.Buffer
+	app.Reader, app.Writer = strings.NewReader(in), &out
+	dir := filepath.Join("..", "..", "model", "testdata", "tiny", "qwen3-gqa3")
+	err := app.Run(append([]string{"lanpo", "generate", "--model", dir}, args...))
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("output line %q: %v", l, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, err
+}
+
+func TestGenerateCLI(t *testing.T) {
+	in := "{\"prompt_ids\":[5,9,2]}\n{\"prompt_ids\":[4]}\n{\"prompt_ids\":[8,8,6,1]}\n"
+	a, err := runGenerateCLI(t, in, "--samples", "2", "--max-new-tokens", "5", "--seed", "3", "--batch-size", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := runGenerateCLI(t, in, "--samples", "2", "--max-new-tokens", "5", "--seed", "3", "--batch-size", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 6 || len(b) != 6 {
+		t.Fatalf("%d and %d lines, want 3 prompts × 2 samples", len(a), len(b))
+	}
+	for i := range a {
+		if fmt.Sprint(a[i]["ids"]) != fmt.Sprint(b[i]["ids"]) || a[i]["prompt_index"] != b[i]["prompt_index"] || a[i]["sample_index"] != b[i]["sample_index"] {
+			t.Errorf("line %d depends on --batch-size: %v vs %v", i+1, a[i], b[i])
+		}
+		if ids, lps := a[i]["ids"].([]any), a[i]["logprobs"].([]any); len(ids) != len(lps) || a[i]["finish_reason"] == nil {
+			t.Errorf("line %d: %v", i+1, a[i])
+		}
+	}
+	if int(a[4]["prompt_index"].(float64)) != 2 || int(a[5]["sample_index"].(float64)) != 1 {
+		t.Errorf("output not in input order: %v", a)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"{\"prompt\":\"2+2=\"}\n", "stdin line 1: \"prompt\"/\"messages\" need the tokenizer"},
+		{"{\"prompt_ids\":[1]}\n{\"prompt_ids\":[]}\n", "stdin line 2: \"prompt_ids\": no token ids"},
+		{"{\"prompt_ids\":[1,2,3]}\n", "exceed the model's context (64)"},
+	} {
+		if _, err := runGenerateCLI(t, c.in, "--max-new-tokens", "62"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("input %q: got %v, want %q", c.in, err, c.want)
+		}
+	}
+	if _, err := runGenerateCLI(t, "", "--min-p", "1"); err == nil || !strings.Contains(err.Error(), "min_p") {
+		t.Errorf("--min-p 1: %v", err)
 	}
 }
