@@ -84,3 +84,62 @@ func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error
 	r.TokensPerS = float64(b*t) / (r.MedianMS / 1000)
 	return r, nil
 }
+
+// GenerateNoCache is the baseline for the rollout engine: the same sampling,
+// but every step runs the full forward over prompt + output so far, with no
+// KV cache. Only for benchmarks.
+func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample, err error) {
+	defer recoverTorch("generate without cache", &err)
+	var rows [][]int64
+	var rowPrompt, rowSample []int
+	for r, q := range reqs {
+		for i := 0; i < max(q.Samples, 1); i++ {
+			rows = append(rows, append([]int64(nil), q.PromptIDs...))
+			rowPrompt, rowSample = append(rowPrompt, r), append(rowSample, i)
+		}
+	}
+	out = make([]Sample, len(rows))
+	rngs := make([]func() float64, len(rows))
+	for i := range rows {
+		g := rowRNG(p.Seed, rowPrompt[i], rowSample[i])
+		rngs[i] = func() float64 { return 1 - g.Float64() }
+		out[i] = Sample{Prompt: rowPrompt[i], Index: rowSample[i], FinishReason: "length"}
+	}
+	for step := 0; step < p.MaxNewTokens; step++ {
+		var s tensor.Scope
+		var tmax int64
+		for _, r := range rows {
+			tmax = max(tmax, int64(len(r)))
+		}
+		n := int64(len(rows))
+		ids, pos, mask := make([]int64, n*tmax), make([]int64, n*tmax), make([]int64, n*tmax)
+		for i, r := range rows {
+			pad := tmax - int64(len(r))
+			for j, id := range r {
+				k := int64(i)*tmax + pad + int64(j)
+				ids[k], pos[k], mask[k] = id, int64(j), 1
+			}
+		}
+		mk := func(v []int64) *ts.Tensor {
+			return s.Keep(s.Keep(s.Keep(ts.MustOfSlice(v)).MustView([]int64{n, tmax}, false)).MustTo(m.Device, false))
+		}
+		h, err := m.Forward(&s, mk(ids), mk(pos), mk(mask))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		last := s.Keep(s.Keep(h.MustNarrow(1, tmax-1, 1, false)).MustSqueezeDim(1, false))
+		u := make([]float64, n)
+		for i := range u {
+			u[i] = rngs[i]()
+		}
+		toks, lps := sampleStep(&s, m.Logits(&s, last), p, u)
+		s.Close()
+		for i := range rows {
+			rows[i] = append(rows[i], toks[i])
+			out[i].IDs = append(out[i].IDs, toks[i])
+			out[i].Logprobs = append(out[i].Logprobs, lps[i])
+		}
+	}
+	return out, nil
+}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
@@ -27,6 +28,7 @@ func benchCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			benchLogprobCommand(),
 			benchForwardCommand(),
+			benchGenerateCommand(),
 		},
 	}
 }
@@ -175,7 +177,7 @@ func runBenchForward(c *cli.Context) error {
 	rep := forwardReport{Shape: fmt.Sprintf("qwen2.5-0.5b (%d layers)", cfg.NumHiddenLayers), Batch: r.Batch, Seq: r.Seq,
 		Threads: info.Threads, LanpoMS: r.MedianMS, LanpoTokPerS: r.TokensPerS, AttentionSDPA: m.UsesSDPA()}
 	if py := c.String("hf-python"); py != "" {
-		out, err := runHFForward(m, ids, py, info.Threads, c.Int("reps"))
+		out, err := runHFScript(m, ids, py, hfForwardScript, "hf_forward_bench.py", fmt.Sprint(info.Threads), fmt.Sprint(c.Int("reps")))
 		if err != nil {
 			rep.HFError = err.Error()
 		} else {
@@ -205,10 +207,10 @@ func runBenchForward(c *cli.Context) error {
 	return nil
 }
 
-// runHFForward saves the model and ids to a temporary directory and runs the
-// embedded transformers timing script on them.
-func runHFForward(m *model.Model, ids [][]int64, python string, threads, reps int) (json.RawMessage, error) {
-	dir, err := os.MkdirTemp("", "lanpo-bench-forward-")
+// runHFScript saves the model and ids to a temporary directory and runs an
+// embedded transformers script on them: script MODEL_DIR IDS_JSON args...
+func runHFScript(m *model.Model, ids [][]int64, python string, script []byte, name string, args ...string) (json.RawMessage, error) {
+	dir, err := os.MkdirTemp("", "lanpo-bench-")
 	if err != nil {
 		return nil, err
 	}
@@ -217,14 +219,14 @@ func runHFForward(m *model.Model, ids [][]int64, python string, threads, reps in
 		return nil, err
 	}
 	idsJSON, _ := json.Marshal(ids)
-	script := filepath.Join(dir, "hf_forward_bench.py")
 	if err := os.WriteFile(filepath.Join(dir, "ids.json"), idsJSON, 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(script, hfForwardScript, 0o644); err != nil {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, script, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(python, script, filepath.Join(dir, "model"), filepath.Join(dir, "ids.json"), fmt.Sprint(threads), fmt.Sprint(reps))
+	cmd := exec.Command(python, append([]string{path, filepath.Join(dir, "model"), filepath.Join(dir, "ids.json")}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -248,4 +250,89 @@ func parseAttention(s string) (model.AttentionImpl, error) {
 		return model.AttentionReference, nil
 	}
 	return 0, usageError{fmt.Errorf("--attention %q: want auto, sdpa or reference", s)}
+}
+
+//go:embed hf_generate_bench.py
+var hfGenerateScript []byte
+
+func benchGenerateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "generate",
+		Usage: "rollout tokens/s of a random Qwen2.5-0.5B-shape model against transformers generate() and a no-cache engine",
+		Description: "Samples --prompts prompts × --samples completions of exactly --new-tokens tokens (EOS disabled)\n" +
+			"from random --prompt-len-token prompts, with lanpo's engine (prefix sharing, static KV cache), with\n" +
+			"the same engine minus the KV cache (timed over --nocache-steps steps: it is slow), and through\n" +
+			"--hf-python with transformers' generate() on the same saved weights and prompts. Prints output\n" +
+			"tokens/s of each, the ratios, and the KV cache size.",
+		Flags: []cli.Flag{
+			&cli.Int64Flag{Name: "prompts", Value: 8},
+			&cli.IntFlag{Name: "samples", Value: 4},
+			&cli.Int64Flag{Name: "prompt-len", Value: 128},
+			&cli.IntFlag{Name: "new-tokens", Value: 128},
+			&cli.IntFlag{Name: "nocache-steps", Value: 2},
+			&cli.Int64Flag{Name: "layers", Value: 24},
+			&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
+		},
+		Action: runBenchGenerate,
+	}
+}
+
+func runBenchGenerate(c *cli.Context) error {
+	cfg := model.Qwen25_05BShape()
+	cfg.NumHiddenLayers = c.Int64("layers")
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU}, 1)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	info, err := csrc.BuildInfo()
+	if err != nil {
+		return err
+	}
+	prompts := model.RandomIDs(c.Int64("prompts"), c.Int64("prompt-len"), cfg.VocabSize, 2)
+	var reqs []model.Request
+	for _, p := range prompts {
+		reqs = append(reqs, model.Request{PromptIDs: p, Samples: c.Int("samples")})
+	}
+	p := model.SamplingParams{Temperature: 1, MaxNewTokens: c.Int("new-tokens"), Seed: 1}
+	rows := len(reqs) * c.Int("samples")
+	w := c.App.Writer
+	fmt.Fprintf(w, "generate: %d prompts × %d samples, %d-token prompts, %d new tokens, fp32, %d threads, %d layers\n",
+		len(reqs), c.Int("samples"), c.Int64("prompt-len"), p.MaxNewTokens, info.Threads, cfg.NumHiddenLayers)
+
+	start := time.Now()
+	if _, err := m.Generate(reqs, p, model.GenerateOptions{}); err != nil {
+		return err
+	}
+	lanpoTPS := float64(rows*p.MaxNewTokens) / time.Since(start).Seconds()
+	cache, err := m.NewKVCache(int64(rows), c.Int64("prompt-len")+int64(p.MaxNewTokens)) // the size Generate allocated
+	if err != nil {
+		return err
+	}
+	kv := cache.Bytes()
+	cache.Close()
+	fmt.Fprintf(w, "  lanpo (KV cache)        %8.1f tokens/s   KV cache %.1f MB\n", lanpoTPS, float64(kv)/(1<<20))
+
+	nc := p
+	nc.MaxNewTokens = c.Int("nocache-steps")
+	start = time.Now()
+	if _, err := m.GenerateNoCache(reqs, nc); err != nil {
+		return err
+	}
+	ncTPS := float64(rows*nc.MaxNewTokens) / time.Since(start).Seconds()
+	fmt.Fprintf(w, "  lanpo without KV cache  %8.1f tokens/s (first %d steps)   lanpo/no-cache %.1fx\n", ncTPS, nc.MaxNewTokens, lanpoTPS/ncTPS)
+
+	if py := c.String("hf-python"); py != "" {
+		out, err := runHFScript(m, prompts, py, hfGenerateScript, "hf_generate_bench.py", fmt.Sprint(info.Threads), fmt.Sprint(c.Int("samples")), fmt.Sprint(p.MaxNewTokens))
+		if err != nil {
+			fmt.Fprintf(w, "  transformers            unavailable: %v\n", err)
+			return nil
+		}
+		var hf struct {
+			TokensPerS float64 `json:"tokens_per_s"`
+		}
+		json.Unmarshal(out, &hf)
+		fmt.Fprintf(w, "  transformers generate() %8.1f tokens/s   lanpo/transformers %.2fx   %s\n", hf.TokensPerS, lanpoTPS/hf.TokensPerS, out)
+	}
+	return nil
 }
