@@ -42,6 +42,7 @@ bench: build
 	bin/lanpo bench logprob
 	bin/lanpo bench logprob --grad --reps 1
 	bin/lanpo bench forward
+	bin/lanpo bench generate
 
 demo: build
 	@echo "make demo: not available yet. The demo needs the SFT/GRPO trainer (issue #8) and the"

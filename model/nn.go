@@ -114,6 +114,25 @@ func attentionReference(s *tensor.Scope, q, k, v, allowed *ts.Tensor) *ts.Tensor
 	return s.Keep(probs.MustMatmul(v, false))
 }
 
+// attentionGrouped is attentionReference for grouped-query attention
+// without copying keys and values G times: query head h uses key/value head
+// h / G, so the G query heads of a group are stacked along the query axis,
+// q [B, Hkv, G·Tq, D], and attend to their shared k, v [B, Hkv, Tk, D].
+// During decoding that saves reading G copies of the whole cache per layer.
+func attentionGrouped(s *tensor.Scope, q, k, v, allowed *ts.Tensor, g int64) *ts.Tensor {
+	if g == 1 {
+		return attentionReference(s, q, k, v, allowed)
+	}
+	qs := q.MustSize()
+	b, hq, tq, d := qs[0], qs[1], qs[2], qs[3]
+	hkv := hq / g
+	tk := allowed.MustSize()[3]
+	qg := s.Keep(q.MustReshape([]int64{b, hkv, g * tq, d}, false))
+	mask := s.Keep(s.Keep(s.Keep(allowed.MustUnsqueeze(2, false)).MustExpand([]int64{b, 1, g, tq, tk}, false, false)).MustReshape([]int64{b, 1, g * tq, tk}, false))
+	o := attentionReference(s, qg, k, v, mask) // [B, Hkv, G·Tq, D]
+	return s.Keep(o.MustReshape([]int64{b, hq, tq, d}, false))
+}
+
 // attentionSDPA is the same through libtorch's scaled_dot_product_attention.
 func attentionSDPA(s *tensor.Scope, q, k, v, allowed *ts.Tensor) *ts.Tensor {
 	return s.Keep(ts.MustScaledDotProductAttention(q, k, v, allowed, 0, false, nil))

@@ -59,15 +59,16 @@ func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.
 	if cache != nil {
 		k, v = cache.update(s, k, v)
 	}
-	if g := c.KVGroups(); g > 1 {
-		k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
-		v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
-	}
 	var o *ts.Tensor
 	if m.useSDPA {
+		// libtorch 2.1's SDPA wants as many key/value heads as query heads.
+		if g := c.KVGroups(); g > 1 {
+			k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
+			v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
+		}
 		o = attentionSDPA(s, q, k, v, allowed)
 	} else {
-		o = attentionReference(s, q, k, v, allowed)
+		o = attentionGrouped(s, q, k, v, allowed, c.KVGroups())
 	}
 	o = s.Keep(s.Keep(o.MustTranspose(1, 2, false)).MustReshape([]int64{b, t, c.NumAttentionHeads * c.HeadDim}, false))
 	return linear(s, o, a.OProj, a.OBias)
