@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/csrc"
@@ -93,29 +92,6 @@ func benchLogprobCommand() *cli.Command {
 	}
 }
 
-func parseDevice(s string) (gotch.Device, error) {
-	switch {
-	case s == "cpu":
-		return gotch.CPU, nil
-	case s == "cuda":
-		return gotch.CudaBuilder(0), nil
-	default:
-		var n uint
-		if _, err := fmt.Sscanf(s, "cuda:%d", &n); err == nil {
-			return gotch.CudaBuilder(n), nil
-		}
-	}
-	return gotch.CPU, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", s)
-}
-
-func parseDTypeFlag(s string) (gotch.DType, error) {
-	d, err := csrc.ParseDType(s)
-	if err != nil {
-		return 0, usageError{fmt.Errorf("--dtype: %w", err)}
-	}
-	return d, nil
-}
-
 func benchForwardCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "forward",
@@ -154,21 +130,16 @@ type forwardReport struct {
 }
 
 func runBenchForward(c *cli.Context) error {
-	cfg := model.Qwen25_05BShape()
-	cfg.NumHiddenLayers = c.Int64("layers")
 	attn, err := parseAttention(c.String("attention"))
 	if err != nil {
 		return err
 	}
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, Attention: attn}, 1)
+	m, info, err := benchModel(c, attn)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	info, err := csrc.BuildInfo()
-	if err != nil {
-		return err
-	}
+	cfg := m.Config
 	ids := model.RandomIDs(c.Int64("batch"), c.Int64("seq"), cfg.VocabSize, 1)
 	r, err := m.BenchForward(ids, c.Int("reps"))
 	if err != nil {
@@ -278,17 +249,12 @@ func benchGenerateCommand() *cli.Command {
 }
 
 func runBenchGenerate(c *cli.Context) error {
-	cfg := model.Qwen25_05BShape()
-	cfg.NumHiddenLayers = c.Int64("layers")
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU}, 1)
+	m, info, err := benchModel(c, model.AttentionAuto)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	info, err := csrc.BuildInfo()
-	if err != nil {
-		return err
-	}
+	cfg := m.Config
 	prompts := model.RandomIDs(c.Int64("prompts"), c.Int64("prompt-len"), cfg.VocabSize, 2)
 	var reqs []model.Request
 	for _, p := range prompts {

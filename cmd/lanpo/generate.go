@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/model"
@@ -26,10 +25,7 @@ func generateCommand() *cli.Command {
 			"results do not depend on --batch-size. Generation stops at the model's eos_token_id (config.json)\n" +
 			"unless --ignore-eos, at any --stop-id, or after --max-new-tokens.\n" +
 			"{\"prompt\": ..} and {\"messages\": ..} lines need the tokenizer, which lanpo does not have yet.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
-			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
+		Flags: append(modelFlags(),
 			&cli.Float64Flag{Name: "temperature", Value: 1, Usage: "0 is greedy"},
 			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling; 1 is off"},
 			&cli.Int64Flag{Name: "top-k", Usage: "keep the K most likely tokens; 0 is off"},
@@ -40,7 +36,7 @@ func generateCommand() *cli.Command {
 			&cli.Int64SliceFlag{Name: "stop-id", Usage: "token ids that end a sample (repeatable)"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the model's eos_token_id"},
 			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "prompts generated together"},
-		},
+		),
 		Action: runGenerate,
 	}
 }
@@ -54,17 +50,7 @@ func runGenerate(c *cli.Context) error {
 	if c.Int("samples") < 1 || c.Int("batch-size") < 1 {
 		return usageError{fmt.Errorf("--samples and --batch-size must be ≥ 1")}
 	}
-	dev, err := parseDevice(c.String("device"))
-	if err != nil {
-		return usageError{err}
-	}
-	var dtype gotch.DType
-	if d := c.String("dtype"); d != "" {
-		if dtype, err = parseDTypeFlag(d); err != nil {
-			return err
-		}
-	}
-	m, err := model.Load(c.String("model"), model.LoadOptions{Device: dev, DType: dtype})
+	m, err := loadModel(c)
 	if err != nil {
 		return err
 	}

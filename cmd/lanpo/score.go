@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/model"
@@ -20,27 +19,14 @@ func scoreCommand() *cli.Command {
 		Description: "Reads one JSON object per line, {\"ids\": [..]}, and writes one line per input line, in order:\n" +
 			"{\"logprobs\": [..]} with logprobs[i-1] = log p(ids[i] | ids[<i]) for i >= 1 (fp32).\n" +
 			"--model is a Hugging Face directory (config.json + model.safetensors or shards).",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
-			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
+		Flags: append(modelFlags(),
 			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "lines scored together (left-padded)"},
-		},
+		),
 		Action: func(c *cli.Context) error {
-			dev, err := parseDevice(c.String("device"))
-			if err != nil {
-				return usageError{err}
-			}
-			var dtype gotch.DType
-			if d := c.String("dtype"); d != "" {
-				if dtype, err = parseDTypeFlag(d); err != nil {
-					return err
-				}
-			}
 			if c.Int("batch-size") < 1 {
 				return usageError{fmt.Errorf("--batch-size must be >= 1")}
 			}
-			m, err := model.Load(c.String("model"), model.LoadOptions{Device: dev, DType: dtype})
+			m, err := loadModel(c)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/sugarme/gotch"
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+// modelFlags are the flags of every command that loads a model directory.
+func modelFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory"},
+		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+		&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
+	}
+}
+
+// loadModel loads --model on --device in --dtype.
+func loadModel(c *cli.Context) (*model.Model, error) {
+	dev, err := parseDevice(c.String("device"))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	var dtype gotch.DType
+	if d := c.String("dtype"); d != "" {
+		if dtype, err = parseDTypeFlag(d); err != nil {
+			return nil, err
+		}
+	}
+	return model.Load(c.String("model"), model.LoadOptions{Device: dev, DType: dtype})
+}
+
+// benchModel builds the random Qwen2.5-0.5B-shape model the benchmarks run,
+// with --layers layers, and reports the libtorch it runs on.
+func benchModel(c *cli.Context, attn model.AttentionImpl) (*model.Model, csrc.Info, error) {
+	cfg := model.Qwen25_05BShape()
+	cfg.NumHiddenLayers = c.Int64("layers")
+	info, err := csrc.BuildInfo()
+	if err != nil {
+		return nil, info, err
+	}
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, Attention: attn}, 1)
+	return m, info, err
+}
+
+func parseDevice(s string) (gotch.Device, error) {
+	switch {
+	case s == "cpu":
+		return gotch.CPU, nil
+	case s == "cuda":
+		return gotch.CudaBuilder(0), nil
+	default:
+		var n uint
+		if _, err := fmt.Sscanf(s, "cuda:%d", &n); err == nil {
+			return gotch.CudaBuilder(n), nil
+		}
+	}
+	return gotch.CPU, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", s)
+}
+
+func parseDTypeFlag(s string) (gotch.DType, error) {
+	d, err := csrc.ParseDType(s)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("--dtype: %w", err)}
+	}
+	return d, nil
+}
