@@ -54,6 +54,7 @@ func rowRNG(seed uint64, prompt, sample int) *rand.Rand {
 // sampling temperature (T = 1 when greedy): the values the trainer
 // recomputes for the PPO ratio. Filtering (top-k, min-p, top-p) only
 // narrows what can be drawn; u holds one uniform number in (0, 1] per row.
+// The draw is an exact inverse-CDF in float64 (drawInverseCDF).
 func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64) (tokens []int64, logprobs []float32) {
 	r := int64(len(u))
 	t := p.Temperature
@@ -70,24 +71,81 @@ func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float6
 		tok = s.Keep(lp.MustArgmax([]int64{-1}, true, false)) // [R, 1]
 	} else {
 		filtered := filterLogprobs(s, lp, p)
-		probs := s.Keep(filtered.MustSoftmax(-1, gotch.Double, false))
-		cdf := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
-		total := s.Keep(cdf.MustNarrow(1, cdf.MustSize()[1]-1, 1, false))
-		uT := s.Keep(s.Keep(s.Keep(ts.MustOfSlice(u)).MustView([]int64{r, 1}, false)).MustTo(logits.MustDevice(), false))
-		target := s.Keep(uT.MustMul(total, false))
-		// The first index whose cumulative probability reaches u·total is the
-		// count of entries below it. With u in (0, 1] that index always has
-		// probability > 0: a removed token adds nothing to the sum, so the
-		// sum cannot first reach the target on it.
-		below := s.Keep(cdf.MustLtTensor(target, false))
-		tok = s.Keep(s.Keep(below.MustSumDimIntlist([]int64{-1}, true, gotch.Int64, false)).MustClampMax(ts.IntScalar(lp.MustSize()[1]-1), false))
+		probs := s.Keep(filtered.MustExp(false)) // removed tokens: exp(−Inf) = 0
+		tokens = drawInverseCDF(s, probs, u)
+		tok = s.Keep(s.Keep(s.Keep(ts.MustOfSlice(tokens)).MustView([]int64{r, 1}, false)).MustTo(logits.MustDevice(), false))
 	}
 	picked := s.Keep(lp.MustGather(1, tok, false, false))
-	tokens = tensor.Int64s(tok) // sync: stop checks need the tokens on the host
+	if tokens == nil {
+		tokens = tensor.Int64s(tok) // sync: stop checks need the tokens on the host
+	}
 	for _, v := range tensor.Float64s(picked) {
 		logprobs = append(logprobs, float32(v))
 	}
 	return tokens, logprobs
+}
+
+// cdfBlock is how many vocabulary entries drawInverseCDF sums per block.
+const cdfBlock = 1024
+
+// drawInverseCDF picks, for each row of unnormalized probabilities probs
+// [R, V] (fp32, 0 for removed tokens), the first index at which the running
+// sum reaches u·total. The device only exponentiates and sums blocks of
+// cdfBlock entries; the host walks the R×(V/cdfBlock) block sums and then
+// the one chosen block per row in float64, so the draw is exact without a
+// full-vocabulary cumulative sum.
+func drawInverseCDF(s *tensor.Scope, probs *ts.Tensor, u []float64) []int64 {
+	size := probs.MustSize()
+	r, v := size[0], size[1]
+	nb := (v + cdfBlock - 1) / cdfBlock
+	padded := probs
+	if nb*cdfBlock != v {
+		padded = s.Keep(probs.MustConstantPadNd([]int64{0, nb*cdfBlock - v}, false))
+	}
+	blocks := s.Keep(padded.MustView([]int64{r, nb, cdfBlock}, false))
+	sums := tensor.Float64s(s.Keep(blocks.MustSumDimIntlist([]int64{-1}, false, gotch.Double, false))) // sync: [R, nb]
+	chosen := make([]int64, r)
+	remain := make([]float64, r)
+	for i := int64(0); i < r; i++ {
+		row := sums[i*nb : (i+1)*nb]
+		total := 0.0
+		for _, x := range row {
+			total += x
+		}
+		target := u[i] * total
+		cum, b := 0.0, int64(-1)
+		for j, x := range row {
+			if x > 0 {
+				b = int64(j) // rounding fallback: the last block with mass
+			}
+			if x > 0 && cum+x >= target {
+				b = int64(j)
+				break
+			}
+			cum += x
+		}
+		chosen[i], remain[i] = b, target-cum
+	}
+	idx := s.Keep(s.Keep(s.Keep(ts.MustOfSlice(chosen)).MustView([]int64{r, 1, 1}, false)).MustTo(probs.MustDevice(), false))
+	idx = s.Keep(idx.MustExpand([]int64{r, 1, cdfBlock}, false, false))
+	within := tensor.Float64s(s.Keep(blocks.MustGather(1, idx, false, false))) // sync: [R, cdfBlock]
+	tokens := make([]int64, r)
+	for i := int64(0); i < r; i++ {
+		row := within[i*cdfBlock : (i+1)*cdfBlock]
+		cum, pick := 0.0, int64(-1)
+		for j, x := range row {
+			if x <= 0 {
+				continue
+			}
+			pick = int64(j)
+			cum += x
+			if cum >= remain[i] {
+				break
+			}
+		}
+		tokens[i] = chosen[i]*cdfBlock + pick
+	}
+	return tokens
 }
 
 // filterLogprobs sets to −Inf every token top-k, min-p or top-p removes.
