@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -264,5 +265,32 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				t.Errorf("generation_config.json not carried over: %v", err)
 			}
 		})
+	}
+}
+
+func TestEOSTokenIDsMergeGenerationConfig(t *testing.T) {
+	lockThread(t)
+	src := filepath.Join("testdata", "tiny", "qwen3-gqa3")
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, _ := os.ReadFile(filepath.Join(src, f))
+		if f == "config.json" {
+			b = bytes.Replace(b, []byte(`"model_type":`), []byte(`"eos_token_id": 7, "model_type":`), 1)
+		}
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": [9, 9]}`), 0o644)
+	m, err := Load(dir, LoadOptions{Device: gotch.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ids, err := m.EOSTokenIDs()
+	if err != nil || fmt.Sprint(ids) != "[7 9]" {
+		t.Errorf("got %v, %v; want [7 9]", ids, err)
+	}
+	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": "x"}`), 0o644)
+	if _, err := m.EOSTokenIDs(); err == nil || !strings.Contains(err.Error(), "generation_config.json") {
+		t.Errorf("bad generation_config.json: %v", err)
 	}
 }

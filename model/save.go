@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/sugarme/gotch"
 
@@ -93,4 +94,28 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// EOSTokenIDs are the ids that end generation by default, as transformers'
+// generate() uses them: generation_config.json's eos_token_id (an id or a
+// list) together with config.json's, sorted, without repeats.
+func (m *Model) EOSTokenIDs() ([]int64, error) {
+	ids, err := m.Config.EOSTokenIDs()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(m.sourceDir, "generation_config.json")
+	if b, err := os.ReadFile(path); err == nil && m.sourceDir != "" {
+		var gen Config // the same eos_token_id field and forms
+		if err := json.Unmarshal(b, &gen); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		more, err := gen.EOSTokenIDs()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		ids = append(ids, more...)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }

@@ -22,8 +22,8 @@ func generateCommand() *cli.Command {
 			"\"prompt_index\": i, \"sample_index\": j}. logprobs are log p(id) under the model at --temperature (1\n" +
 			"when greedy), as the trainer recomputes them. Each prompt is prefilled once and its KV cache shared\n" +
 			"by its samples. With --seed every sample's randomness derives from (seed, prompt line, sample), so\n" +
-			"results do not depend on --batch-size. Generation stops at the model's eos_token_id (config.json)\n" +
-			"unless --ignore-eos, at any --stop-id, or after --max-new-tokens.\n" +
+			"results do not depend on --batch-size. Generation stops at the model's eos_token_id (config.json and\n" +
+			"generation_config.json, as transformers does) unless --ignore-eos, at any --stop-id, or after --max-new-tokens.\n" +
 			"{\"prompt\": ..} and {\"messages\": ..} lines need the tokenizer, which lanpo does not have yet.",
 		Flags: append(modelFlags(),
 			&cli.Float64Flag{Name: "temperature", Value: 1, Usage: "0 is greedy"},
@@ -56,7 +56,10 @@ func runGenerate(c *cli.Context) error {
 	}
 	defer m.Close()
 	if !c.Bool("ignore-eos") {
-		eos, _ := m.Config.EOSTokenIDs()
+		eos, err := m.EOSTokenIDs()
+		if err != nil {
+			return err
+		}
 		p.StopIDs = append(p.StopIDs, eos...)
 	}
 	var progress func(step, finished, rows int)
