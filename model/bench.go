@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -45,19 +44,10 @@ func RandomIDs(batch, seq, vocab, seed int64) [][]int64 {
 // warm-up, then the median of reps.
 func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error) {
 	defer recoverTorch("bench forward", &err)
-	b, t := int64(len(ids)), int64(len(ids[0]))
-	var flat, pos, mask []int64
-	for i := range ids {
-		for j, id := range ids[i] {
-			flat, pos, mask = append(flat, id), append(pos, int64(j)), append(mask, 1)
-		}
-	}
 	var data tensor.Scope
 	defer data.Close()
-	mk := func(v []int64) *ts.Tensor {
-		return data.Keep(data.Keep(data.Keep(ts.MustOfSlice(v)).MustView([]int64{b, t}, false)).MustTo(m.Device, false))
-	}
-	idsT, posT, maskT := mk(flat), mk(pos), mk(mask)
+	l, idsT, posT, maskT := m.leftPad(&data, ids)
+	b, t := l.b, l.t
 	run := func() error {
 		var s tensor.Scope
 		defer s.Close()
@@ -107,23 +97,9 @@ func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample,
 	}
 	for step := 0; step < p.MaxNewTokens; step++ {
 		var s tensor.Scope
-		var tmax int64
-		for _, r := range rows {
-			tmax = max(tmax, int64(len(r)))
-		}
-		n := int64(len(rows))
-		ids, pos, mask := make([]int64, n*tmax), make([]int64, n*tmax), make([]int64, n*tmax)
-		for i, r := range rows {
-			pad := tmax - int64(len(r))
-			for j, id := range r {
-				k := int64(i)*tmax + pad + int64(j)
-				ids[k], pos[k], mask[k] = id, int64(j), 1
-			}
-		}
-		mk := func(v []int64) *ts.Tensor {
-			return s.Keep(s.Keep(s.Keep(ts.MustOfSlice(v)).MustView([]int64{n, tmax}, false)).MustTo(m.Device, false))
-		}
-		h, err := m.Forward(&s, mk(ids), mk(pos), mk(mask))
+		l, ids, pos, mask := m.leftPad(&s, rows)
+		n, tmax := l.b, l.t
+		h, err := m.Forward(&s, ids, pos, mask)
 		if err != nil {
 			s.Close()
 			return nil, err

@@ -87,7 +87,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 
 	var s tensor.Scope
 	defer s.Close()
-	logits, err := m.prefill(&s, cache, reqs, rowPrompt, lmax, !opt.NoPrefixSharing)
+	logits, err := m.prefill(&s, cache, reqs, rowPrompt, !opt.NoPrefixSharing)
 	if err != nil {
 		return nil, err
 	}
@@ -150,9 +150,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		for i := range ones {
 			ones[i] = 1
 		}
-		col := func(v []int64) *ts.Tensor {
-			return st.Keep(st.Keep(st.Keep(ts.MustOfSlice(v)).MustView([]int64{rows, 1}, false)).MustTo(m.Device, false))
-		}
+		col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{rows, 1}, m.Device) }
 		h, err := m.ForwardCached(&st, cache, col(next), col(pos), col(ones))
 		if err != nil {
 			st.Close()
@@ -169,11 +167,11 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	return out, nil
 }
 
-// prefill runs the prompts, left-padded to lmax, through the model into the
+// prefill runs the prompts, left-padded to the longest, through the model into the
 // cache and returns the logits [rows, V] of each row's last prompt token.
 // With sharing, each distinct request is prefilled once into a small cache
 // and copied into its rows.
-func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowPrompt []int, lmax int64, share bool) (*ts.Tensor, error) {
+func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowPrompt []int, share bool) (*ts.Tensor, error) {
 	batch := rowPrompt
 	if share {
 		batch = make([]int, len(reqs))
@@ -181,34 +179,24 @@ func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowProm
 			batch[i] = i
 		}
 	}
-	b := int64(len(batch))
-	ids := make([]int64, b*lmax)
-	pos := make([]int64, b*lmax)
-	mask := make([]int64, b*lmax)
+	prompts := make([][]int64, len(batch))
 	for r, q := range batch {
-		prompt := reqs[q].PromptIDs
-		pad := lmax - int64(len(prompt))
-		for j, id := range prompt {
-			k := int64(r)*lmax + pad + int64(j)
-			ids[k], pos[k], mask[k] = id, int64(j), 1
-		}
+		prompts[r] = reqs[q].PromptIDs
 	}
-	mk := func(v []int64) *ts.Tensor {
-		return s.Keep(s.Keep(s.Keep(ts.MustOfSlice(v)).MustView([]int64{b, lmax}, false)).MustTo(m.Device, false))
-	}
+	l, ids, pos, mask := m.leftPad(s, prompts)
 	target := cache
 	if share {
 		var err error
-		if target, err = m.NewKVCache(b, lmax); err != nil {
+		if target, err = m.NewKVCache(l.b, l.t); err != nil {
 			return nil, err
 		}
 		defer target.Close()
 	}
-	h, err := m.ForwardCached(s, target, mk(ids), mk(pos), mk(mask))
+	h, err := m.ForwardCached(s, target, ids, pos, mask)
 	if err != nil {
 		return nil, err
 	}
-	last := s.Keep(s.Keep(h.MustNarrow(1, lmax-1, 1, false)).MustSqueezeDim(1, false)) // [b, H]
+	last := s.Keep(s.Keep(h.MustNarrow(1, l.t-1, 1, false)).MustSqueezeDim(1, false)) // [b, H]
 	logits := m.Logits(s, last)
 	if !share {
 		return logits, nil
@@ -221,7 +209,7 @@ func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowProm
 	if err := cache.CopyRows(target, src, dst); err != nil {
 		return nil, err
 	}
-	idx := s.Keep(s.Keep(ts.MustOfSlice(src)).MustTo(m.Device, false))
+	idx := tensor.FromSlice(s, src, nil, m.Device)
 	return s.Keep(logits.MustIndexSelect(0, idx, false)), nil
 }
 

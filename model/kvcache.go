@@ -74,8 +74,8 @@ func (c *KVCache) CopyRows(src *KVCache, srcRows, dstRows []int64) (err error) {
 	var s tensor.Scope
 	defer s.Close()
 	dev := c.Mask.MustDevice()
-	from := s.Keep(s.Keep(ts.MustOfSlice(srcRows)).MustTo(dev, false))
-	to := s.Keep(s.Keep(ts.MustOfSlice(dstRows)).MustTo(dev, false))
+	from := tensor.FromSlice(&s, srcRows, nil, dev)
+	to := tensor.FromSlice(&s, dstRows, nil, dev)
 	rows := func(dst, srcT *ts.Tensor, dim int64) {
 		part := s.Keep(s.Keep(srcT.MustNarrow(dim, 0, src.Len, false)).MustIndexSelect(0, from, false))
 		s.Keep(dst.MustNarrow(dim, 0, src.Len, false)).MustIndexCopy_(0, to, part)

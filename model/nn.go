@@ -48,8 +48,8 @@ func newRope(headDim int64, theta float64, maxPos int64, device gotch.Device) *r
 	for i := range pos {
 		pos[i] = float32(i)
 	}
-	invT := s.Keep(s.Keep(ts.MustOfSlice(inv)).MustTo(device, false))
-	posT := s.Keep(s.Keep(ts.MustOfSlice(pos)).MustTo(device, false))
+	invT := tensor.FromSlice(&s, inv, nil, device)
+	posT := tensor.FromSlice(&s, pos, nil, device)
 	freqs := s.Keep(s.Keep(posT.MustUnsqueeze(1, false)).MustMul(s.Keep(invT.MustUnsqueeze(0, false)), false)) // [Tmax, D/2]
 	emb := s.Keep(ts.MustCat([]*ts.Tensor{freqs, freqs}, 1))                                                   // [Tmax, D]
 	return &rope{cos: emb.MustCos(false), sin: emb.MustSin(false)}

@@ -73,7 +73,7 @@ func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float6
 		filtered := filterLogprobs(s, lp, p)
 		probs := s.Keep(filtered.MustExp(false)) // removed tokens: exp(−Inf) = 0
 		tokens = drawInverseCDF(s, probs, u)
-		tok = s.Keep(s.Keep(s.Keep(ts.MustOfSlice(tokens)).MustView([]int64{r, 1}, false)).MustTo(logits.MustDevice(), false))
+		tok = tensor.FromSlice(s, tokens, []int64{r, 1}, logits.MustDevice())
 	}
 	picked := s.Keep(lp.MustGather(1, tok, false, false))
 	if tokens == nil {
@@ -126,7 +126,7 @@ func drawInverseCDF(s *tensor.Scope, probs *ts.Tensor, u []float64) []int64 {
 		}
 		chosen[i], remain[i] = b, target-cum
 	}
-	idx := s.Keep(s.Keep(s.Keep(ts.MustOfSlice(chosen)).MustView([]int64{r, 1, 1}, false)).MustTo(probs.MustDevice(), false))
+	idx := tensor.FromSlice(s, chosen, []int64{r, 1, 1}, probs.MustDevice())
 	idx = s.Keep(idx.MustExpand([]int64{r, 1, cdfBlock}, false, false))
 	within := tensor.Float64s(s.Keep(blocks.MustGather(1, idx, false, false))) // sync: [R, cdfBlock]
 	tokens := make([]int64, r)

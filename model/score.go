@@ -3,8 +3,6 @@ package model
 import (
 	"fmt"
 
-	"github.com/sugarme/gotch/ts"
-
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
@@ -31,45 +29,33 @@ func (m *Model) CheckIDs(ids []int64) error {
 // padding, through the fused log-prob op.
 func (m *Model) Score(seqs [][]int64) (out [][]float32, err error) {
 	defer recoverTorch("score", &err)
-	var tmax int64
 	for i, ids := range seqs {
 		if err := m.CheckIDs(ids); err != nil {
 			return nil, fmt.Errorf("sequence %d: %w", i, err)
 		}
-		tmax = max(tmax, int64(len(ids)))
-	}
-	b := int64(len(seqs))
-	ids := make([]int64, b*tmax)
-	pos := make([]int64, b*tmax)
-	mask := make([]int64, b*tmax)
-	targets := make([]int64, b*tmax)
-	tmask := make([]bool, b*tmax)
-	for r, seq := range seqs {
-		pad := tmax - int64(len(seq))
-		for j, id := range seq {
-			k := int64(r)*tmax + pad + int64(j)
-			ids[k], pos[k], mask[k] = id, int64(j), 1
-			if j+1 < len(seq) {
-				targets[k], tmask[k] = seq[j+1], true
-			}
-		}
 	}
 	var s tensor.Scope
 	defer s.Close()
-	shape := []int64{b, tmax}
-	mk := func(v any) *ts.Tensor {
-		return s.Keep(s.Keep(s.Keep(ts.MustOfSlice(v)).MustView(shape, false)).MustTo(m.Device, false))
+	l, ids, pos, mask := m.leftPad(&s, seqs)
+	targets := make([]int64, l.b*l.t)
+	tmask := make([]bool, l.b*l.t)
+	for r, seq := range seqs {
+		for j := 0; j+1 < len(seq); j++ {
+			k := l.at(r, j)
+			targets[k], tmask[k] = seq[j+1], true
+		}
 	}
-	lp, _, err := m.TokenLogProbs(&s, mk(ids), mk(pos), mk(mask), mk(targets), mk(tmask), csrc.LogProbOptions{})
+	shape := []int64{l.b, l.t}
+	lp, _, err := m.TokenLogProbs(&s, ids, pos, mask, tensor.FromSlice(&s, targets, shape, m.Device),
+		tensor.FromSlice(&s, tmask, shape, m.Device), csrc.LogProbOptions{})
 	if err != nil {
 		return nil, err
 	}
 	vals := tensor.Float64s(lp)
 	for r, seq := range seqs {
-		pad := tmax - int64(len(seq))
 		row := make([]float32, len(seq)-1)
 		for j := range row {
-			row[j] = float32(vals[int64(r)*tmax+pad+int64(j)])
+			row[j] = float32(vals[l.at(r, j)])
 		}
 		out = append(out, row)
 	}

@@ -96,3 +96,13 @@ func Int64s(x *ts.Tensor) []int64 {
 	d.MustCopyData(out, n)
 	return out
 }
+
+// FromSlice copies a Go slice into a tensor of the given shape (nil: 1-D)
+// on device, registered in s.
+func FromSlice(s *Scope, data any, shape []int64, device gotch.Device) *ts.Tensor {
+	t := s.Keep(ts.MustOfSlice(data))
+	if shape != nil {
+		t = s.Keep(t.MustView(shape, false))
+	}
+	return s.Keep(t.MustTo(device, false))
+}
