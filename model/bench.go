@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
@@ -80,20 +79,10 @@ func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error
 // KV cache. Only for benchmarks.
 func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample, err error) {
 	defer recoverTorch("generate without cache", &err)
-	var rows [][]int64
-	var rowPrompt, rowSample []int
-	for r, q := range reqs {
-		for i := 0; i < max(q.Samples, 1); i++ {
-			rows = append(rows, append([]int64(nil), q.PromptIDs...))
-			rowPrompt, rowSample = append(rowPrompt, r), append(rowSample, i)
-		}
-	}
-	out = make([]Sample, len(rows))
-	rngs := make([]func() float64, len(rows))
-	for i := range rows {
-		g := rowRNG(p.Seed, rowPrompt[i], rowSample[i])
-		rngs[i] = func() float64 { return 1 - g.Float64() }
-		out[i] = Sample{Prompt: rowPrompt[i], Index: rowSample[i], FinishReason: "length"}
+	out, rowPrompt, draws := sampleRows(reqs, nil, p.Seed)
+	rows := make([][]int64, len(out))
+	for i, r := range rowPrompt {
+		rows[i] = append([]int64(nil), reqs[r].PromptIDs...)
 	}
 	for step := 0; step < p.MaxNewTokens; step++ {
 		var s tensor.Scope
@@ -107,7 +96,7 @@ func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample,
 		last := s.Keep(s.Keep(h.MustNarrow(1, tmax-1, 1, false)).MustSqueezeDim(1, false))
 		u := make([]float64, n)
 		for i := range u {
-			u[i] = rngs[i]()
+			u[i] = draws[i]()
 		}
 		toks, lps := sampleStep(&s, m.Logits(&s, last), p, u)
 		s.Close()

@@ -62,19 +62,14 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	// Rows: request r's samples occupy consecutive rows.
-	var rowPrompt, rowSample []int
 	var lmax int64
 	for r, q := range reqs {
 		if err := m.CheckIDs(q.PromptIDs); err != nil {
 			return nil, fmt.Errorf("request %d: %w", r, err)
 		}
-		g := max(q.Samples, 1)
-		for i := 0; i < g; i++ {
-			rowPrompt, rowSample = append(rowPrompt, r), append(rowSample, i)
-		}
 		lmax = max(lmax, int64(len(q.PromptIDs)))
 	}
+	out, rowPrompt, draws := sampleRows(reqs, streams, p.Seed)
 	if mp := m.Config.MaxPositionEmbeddings; mp > 0 && lmax+int64(p.MaxNewTokens) > mp {
 		return nil, fmt.Errorf("prompt of %d tokens + max_new_tokens %d exceed max_position_embeddings %d", lmax, p.MaxNewTokens, mp)
 	}
@@ -91,19 +86,6 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if err != nil {
 		return nil, err
 	}
-	rngs := make([]func() float64, rows)
-	for i := range rngs {
-		stream := rowPrompt[i]
-		if streams != nil {
-			stream = streams[rowPrompt[i]]
-		}
-		g := rowRNG(p.Seed, stream, rowSample[i])
-		rngs[i] = func() float64 { return 1 - g.Float64() } // (0, 1]
-	}
-	out = make([]Sample, rows)
-	for i := range out {
-		out[i] = Sample{Prompt: rowPrompt[i], Index: rowSample[i], FinishReason: "length"}
-	}
 	ownLogits := false // the prefill's logits belong to s; later ones to this loop
 	defer func() {
 		if ownLogits {
@@ -117,7 +99,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		var st tensor.Scope
 		u := make([]float64, rows)
 		for i := range u {
-			u[i] = rngs[i]()
+			u[i] = draws[i]()
 		}
 		toks, lps := sampleStep(&st, logits, p, u)
 		for i := range toks {
@@ -165,6 +147,26 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		logits, ownLogits = nl, true
 	}
 	return out, nil
+}
+
+// sampleRows lays out one row per sample, request r's samples on
+// consecutive rows, and gives each row its random stream: request r draws
+// as streams[r] (nil: r). It returns the rows' samples to fill, the request
+// of each row, and each row's draw of a uniform number in (0, 1].
+func sampleRows(reqs []Request, streams []int, seed uint64) (out []Sample, rowPrompt []int, draws []func() float64) {
+	for r, q := range reqs {
+		stream := r
+		if streams != nil {
+			stream = streams[r]
+		}
+		for i := 0; i < max(q.Samples, 1); i++ {
+			g := rowRNG(seed, stream, i)
+			out = append(out, Sample{Prompt: r, Index: i, FinishReason: "length"})
+			rowPrompt = append(rowPrompt, r)
+			draws = append(draws, func() float64 { return 1 - g.Float64() })
+		}
+	}
+	return out, rowPrompt, draws
 }
 
 // prefill runs the prompts, left-padded to the longest, through the model into the
