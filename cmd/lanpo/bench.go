@@ -100,15 +100,13 @@ func benchForwardCommand() *cli.Command {
 			"weights, saves it as a Hugging Face directory, and times the forward pass (hidden states and fp32\n" +
 			"logits) in lanpo and, through --hf-python, in transformers on the same weights, ids and thread\n" +
 			"count, in this one run. Prints both and the ratio (lanpo tokens/s over transformers').",
-		Flags: []cli.Flag{
+		Flags: append(benchModelFlags(),
 			&cli.Int64Flag{Name: "batch", Value: 4},
 			&cli.Int64Flag{Name: "seq", Value: 256},
-			&cli.Int64Flag{Name: "layers", Value: 24, Usage: "fewer layers for a quick run"},
 			&cli.IntFlag{Name: "reps", Value: 3},
 			&cli.StringFlag{Name: "attention", Value: "auto", Usage: "auto, sdpa or reference"},
-			&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			return runBenchForward(c)
 		},
@@ -235,15 +233,13 @@ func benchGenerateCommand() *cli.Command {
 			"the same engine minus the KV cache (timed over --nocache-steps steps: it is slow), and through\n" +
 			"--hf-python with transformers' generate() on the same saved weights and prompts. Prints output\n" +
 			"tokens/s of each, the ratios, and the KV cache size.",
-		Flags: []cli.Flag{
+		Flags: append(benchModelFlags(),
 			&cli.Int64Flag{Name: "prompts", Value: 8},
 			&cli.IntFlag{Name: "samples", Value: 4},
 			&cli.Int64Flag{Name: "prompt-len", Value: 128},
 			&cli.IntFlag{Name: "new-tokens", Value: 128},
 			&cli.IntFlag{Name: "nocache-steps", Value: 2},
-			&cli.Int64Flag{Name: "layers", Value: 24},
-			&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
-		},
+		),
 		Action: runBenchGenerate,
 	}
 }

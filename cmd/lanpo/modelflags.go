@@ -34,6 +34,14 @@ func loadModel(c *cli.Context) (*model.Model, error) {
 	return model.Load(c.String("model"), model.LoadOptions{Device: dev, DType: dtype})
 }
 
+// benchModelFlags are the flags benchModel reads, plus the reference python.
+func benchModelFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.Int64Flag{Name: "layers", Value: 24, Usage: "fewer layers for a quick run"},
+		&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
+	}
+}
+
 // benchModel builds the random Qwen2.5-0.5B-shape model the benchmarks run,
 // with --layers layers, and reports the libtorch it runs on.
 func benchModel(c *cli.Context, attn model.AttentionImpl) (*model.Model, csrc.Info, error) {
