@@ -4,8 +4,6 @@
 //
 // It never imports trainer/ and never calls collectives. Its forward and
 // backward passes run in libtorch; kernels libtorch lacks come from csrc/.
+//
+// The tokenizer and chat templates live in the subpackage model/tokenizer.
 package model
-
-// The tokenizer is built on sugarme/tokenizer (pinned in go.mod); the
-// tokenizer issue adds the code that uses it.
-import _ "github.com/sugarme/tokenizer"

@@ -12,7 +12,7 @@ import (
 func TestChatMatchesJinja(t *testing.T) {
 	type chatCase struct {
 		Messages            []Message
-		AddGenerationPrompt bool `json:"add_generation_prompt"`
+		AddGenerationPrompt bool  `json:"add_generation_prompt"`
 		EnableThinking      *bool `json:"enable_thinking"`
 		Text                string
 	}

@@ -98,7 +98,7 @@ func parse(raw []byte) (*Tokenizer, error) {
 	if err := parseDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
-	t.cache.init()
+	t.cache = newWordCache()
 	return t, nil
 }
 

@@ -26,11 +26,11 @@ type splitter struct {
 type class uint8
 
 const (
-	clsOther  class = iota // not a letter, number or white space
-	clsLetter              // \p{L}
-	clsNumber              // \p{N}
-	clsSpace               // \s other than CR and LF
-	clsNewline             // \r or \n
+	clsOther   class = iota // not a letter, number or white space
+	clsLetter               // \p{L}
+	clsNumber               // \p{N}
+	clsSpace                // \s other than CR and LF
+	clsNewline              // \r or \n
 )
 
 var asciiClass = func() (t [utf8.RuneSelf]class) {

@@ -50,7 +50,7 @@ type Tokenizer struct {
 	templateSource string // where it came from, for errors
 	chatFormat     string // forced renderer (SetChatFormat), "" to recognise
 
-	cache wordCache
+	cache *wordCache
 }
 
 type addedToken struct {
@@ -330,11 +330,12 @@ type wordCache struct {
 
 const cacheShardCap = 4096 // 64 shards: 262,144 pieces at most
 
-func (c *wordCache) init() {
-	c.seed = maphash.MakeSeed()
+func newWordCache() *wordCache {
+	c := &wordCache{seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string][]int)
 	}
+	return c
 }
 
 func (c *wordCache) shard(key string) int { return int(maphash.String(c.seed, key) % 64) }

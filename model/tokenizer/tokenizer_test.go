@@ -11,6 +11,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	smtok "github.com/sugarme/tokenizer"
+	"github.com/sugarme/tokenizer/normalizer"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -155,6 +157,30 @@ func TestStreamNeverBreaksUTF8(t *testing.T) {
 			if want := tk.Decode(ids, skip); sb.String() != want {
 				t.Fatalf("text %d skip=%v: stream %.80q, decode %.80q", i, skip, sb.String(), want)
 			}
+		}
+	}
+}
+
+// The pre-tokenizer plugged into sugarme's pipeline cuts the corpus into the
+// same pieces as Encode's own loop.
+func TestSugarmePreTokenizer(t *testing.T) {
+	tk := load(t, "qwen3")
+	pre := tk.SplitPreTokenizer()
+	for i, text := range corpus(t)[:300] {
+		text = norm.NFC.String(text)
+		var want []string
+		start := 0
+		tk.split.split(text, func(end int) { want = append(want, text[start:end]); start = end })
+		pt, err := pre.PreTokenize(smtok.NewPreTokenizedString(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range pt.GetSplits(normalizer.OriginalTarget, smtok.Byte) {
+			got = append(got, s.Value)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("text %d: sugarme pieces %q, want %q", i, got, want)
 		}
 	}
 }
