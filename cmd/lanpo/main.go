@@ -48,6 +48,7 @@ func newApp() *cli.App {
 			benchCommand(),
 			scoreCommand(),
 			generateCommand(),
+			tokenizeCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}
