@@ -48,6 +48,8 @@ bench: build fixtures
 	bin/lanpo bench logprob --grad --reps 1
 	bin/lanpo bench forward
 	bin/lanpo bench generate
+	bin/lanpo bench tokenize --tokenizer "$${LANPO_TOKENIZERS:-$${XDG_CACHE_HOME:-$$HOME/.cache}/lanpo/tokenizers}/qwen3" \
+		--data ../shared/data/math_train.jsonl
 
 demo: build
 	@echo "make demo: not available yet. The demo needs the SFT/GRPO trainer (issue #8) and the"

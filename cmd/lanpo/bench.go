@@ -28,6 +28,7 @@ func benchCommand() *cli.Command {
 			benchLogprobCommand(),
 			benchForwardCommand(),
 			benchGenerateCommand(),
+			benchTokenizeCommand(),
 		},
 	}
 }
@@ -191,11 +192,17 @@ func runHFScript(m *model.Model, ids [][]int64, python string, script []byte, na
 	if err := os.WriteFile(filepath.Join(dir, "ids.json"), idsJSON, 0o644); err != nil {
 		return nil, err
 	}
+	return runPython(python, script, dir, name, append([]string{filepath.Join(dir, "model"), filepath.Join(dir, "ids.json")}, args...)...)
+}
+
+// runPython writes an embedded script into dir and runs it; it returns the
+// script's stdout (one JSON line) or an error with its last stderr line.
+func runPython(python string, script []byte, dir, name string, args ...string) (json.RawMessage, error) {
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, script, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(python, append([]string{path, filepath.Join(dir, "model"), filepath.Join(dir, "ids.json")}, args...)...)
+	cmd := exec.Command(python, append([]string{path}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
