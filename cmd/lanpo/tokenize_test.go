@@ -133,3 +133,20 @@ func TestTokenizeCLINamesBadLines(t *testing.T) {
 		t.Errorf("--enable-thinking maybe: err = %v, want a usage error", err)
 	}
 }
+
+func TestBenchTokenizeWithoutBaseline(t *testing.T) {
+	out, err := runWithStdin(t, "", "--log-level", "error", "bench", "tokenize", "--tokenizer", qwen3Tokenizer(t),
+		"--data", "../../model/tokenizer/testdata/corpus.jsonl", "--reps", "1", "--hf-python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"corpus: 800 texts", "lanpo: cold ", "single-threaded ", "baseline: unavailable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	_, err = runWithStdin(t, "", "bench", "tokenize", "--tokenizer", qwen3Tokenizer(t), "--data", "../../model/tokenizer/testdata/corpus.jsonl", "--fields", "nope", "--hf-python", "")
+	if err == nil || !strings.Contains(err.Error(), "corpus.jsonl: no string field") {
+		t.Errorf("err = %v", err)
+	}
+}
