@@ -29,8 +29,14 @@ type GenerateOptions struct {
 	// NoPrefixSharing prefills every row separately instead of each distinct
 	// prompt once (for tests and measurements).
 	NoPrefixSharing bool
-	// Decode turns generated ids into text for stop strings.
-	Decode func(ids []int64) string
+	// NoCompaction keeps finished rows in the batch until every row is done
+	// (for tests and measurements); by default they are dropped from the KV
+	// cache and the decode batch once a quarter of the rows are finished.
+	NoCompaction bool
+	// Detokenize starts an incremental decoder for one sample: it is called
+	// with each generated id and returns the text that id completes (a
+	// tokenizer.Stream's Add). Stop strings need it.
+	Detokenize func() func(id int64) string
 	// Progress, if set, is called after each decode step with the number
 	// of finished rows.
 	Progress func(step, finished, rows int)
@@ -56,7 +62,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if len(p.StopStrings) > 0 && opt.Decode == nil {
+	if len(p.StopStrings) > 0 && opt.Detokenize == nil {
 		return nil, errNeedDecoder
 	}
 	if len(reqs) == 0 {
@@ -92,48 +98,70 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 			logits.MustDrop()
 		}
 	}()
+	stops := newStopMatcher(p.StopStrings, opt.Detokenize, int(rows))
+	// active[i] is the sample row that batch row i holds; compaction drops
+	// finished rows from the batch, the cache and the logits.
+	active := make([]int, rows)
+	for i := range active {
+		active[i] = i
+	}
 	done := make([]bool, rows)
 	finished := 0
-	next := make([]int64, rows)
-	for step := 0; step < p.MaxNewTokens && finished < int(rows); step++ {
+	for step := 0; step < p.MaxNewTokens && len(active) > 0; step++ {
 		var st tensor.Scope
-		u := make([]float64, rows)
-		for i := range u {
-			u[i] = draws[i]()
+		u := make([]float64, len(active))
+		for i, r := range active {
+			u[i] = draws[r]()
 		}
 		toks, lps := sampleStep(&st, logits, p, u)
-		for i := range toks {
-			next[i] = toks[i]
-			if done[i] {
+		var keep []int64 // batch rows still running
+		for i, r := range active {
+			if done[r] {
 				continue
 			}
-			smp := &out[i]
+			smp := &out[r]
 			smp.IDs = append(smp.IDs, toks[i])
 			smp.Logprobs = append(smp.Logprobs, lps[i])
-			if slices.Contains(p.StopIDs, toks[i]) || stopString(opt.Decode, smp.IDs, p.StopStrings) {
-				smp.FinishReason, done[i] = "stop", true
+			if slices.Contains(p.StopIDs, toks[i]) || stops.add(r, toks[i]) {
+				smp.FinishReason, done[r] = "stop", true
 				finished++
+				continue
 			}
+			keep = append(keep, int64(i))
 		}
 		if opt.Progress != nil {
 			opt.Progress(step+1, finished, int(rows))
 		}
-		if finished == int(rows) || step+1 == p.MaxNewTokens {
+		if len(keep) == 0 || step+1 == p.MaxNewTokens {
 			st.Close()
 			break
 		}
-		// Finished rows keep decoding a harmless token until the batch ends;
-		// their outputs are ignored.
-		pos := make([]int64, rows)
-		for i := range pos {
-			pos[i] = int64(len(reqs[rowPrompt[i]].PromptIDs)) + int64(step)
+		if !opt.NoCompaction && 4*(len(active)-len(keep)) >= len(active) && len(keep) < len(active) {
+			// Drop the finished rows: later steps cost only the running ones.
+			if err := cache.Keep(keep); err != nil {
+				st.Close()
+				return nil, err
+			}
+			logits = m.keepLogitRows(&st, logits, keep, ownLogits)
+			ownLogits = true
+			next := make([]int, len(keep))
+			nt := make([]int64, len(keep))
+			for j, i := range keep {
+				next[j], nt[j] = active[i], toks[i]
+			}
+			active, toks = next, nt
 		}
-		ones := make([]int64, rows)
-		for i := range ones {
+		// Finished rows still in the batch decode a harmless token until
+		// the next compaction; their outputs are ignored.
+		b := int64(len(active))
+		pos := make([]int64, b)
+		ones := make([]int64, b)
+		for i, r := range active {
+			pos[i] = int64(len(reqs[rowPrompt[r]].PromptIDs)) + int64(step)
 			ones[i] = 1
 		}
-		col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{rows, 1}, m.Device) }
-		h, err := m.ForwardCached(&st, cache, col(next), col(pos), col(ones))
+		col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{b, 1}, m.Device) }
+		h, err := m.ForwardCached(&st, cache, col(toks), col(pos), col(ones))
 		if err != nil {
 			st.Close()
 			return nil, err
@@ -147,6 +175,17 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		logits, ownLogits = nl, true
 	}
 	return out, nil
+}
+
+// keepLogitRows returns rows keep of logits as a tensor the caller owns,
+// freeing logits when the caller owned it.
+func (m *Model) keepLogitRows(s *tensor.Scope, logits *ts.Tensor, keep []int64, owned bool) *ts.Tensor {
+	idx := tensor.FromSlice(s, keep, nil, m.Device)
+	kept := logits.MustIndexSelect(0, idx, false)
+	if owned {
+		logits.MustDrop()
+	}
+	return kept
 }
 
 // sampleRows lays out one row per sample, request r's samples on
@@ -215,19 +254,51 @@ func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowProm
 	return s.Keep(logits.MustIndexSelect(0, idx, false)), nil
 }
 
-// stopString reports whether the decoded output contains a stop string. It
-// decodes the whole output each step, which is cheap at RL lengths; a
-// stop string that spans token boundaries is found because the text is
-// joined before searching.
-func stopString(decode func([]int64) string, ids []int64, stops []string) bool {
+// stopMatcher finds stop strings in each sample's text as it grows. Each
+// sample has an incremental decoder; only the text that could still hold
+// the start of a stop string is kept, so a check costs the new piece plus
+// the longest stop string, however long the sample gets. A stop string
+// that spans token boundaries is found because the kept tail and the new
+// piece are searched together.
+type stopMatcher struct {
+	stops      []string
+	longest    int
+	detokenize func() func(int64) string
+	decoders   []func(int64) string
+	tails      []string
+}
+
+func newStopMatcher(stops []string, detokenize func() func(int64) string, rows int) *stopMatcher {
+	m := &stopMatcher{stops: stops, detokenize: detokenize}
 	if len(stops) == 0 {
+		return m
+	}
+	for _, s := range stops {
+		m.longest = max(m.longest, len(s))
+	}
+	m.decoders = make([]func(int64) string, rows)
+	m.tails = make([]string, rows)
+	return m
+}
+
+// add feeds row's next id and reports whether its text now holds a stop
+// string.
+func (m *stopMatcher) add(row int, id int64) bool {
+	if len(m.stops) == 0 {
 		return false
 	}
-	text := decode(ids)
-	for _, st := range stops {
-		if strings.Contains(text, st) {
+	if m.decoders[row] == nil {
+		m.decoders[row] = m.detokenize()
+	}
+	window := m.tails[row] + m.decoders[row](id)
+	for _, s := range m.stops {
+		if strings.Contains(window, s) {
 			return true
 		}
 	}
+	if keep := m.longest - 1; len(window) > keep {
+		window = window[len(window)-keep:]
+	}
+	m.tails[row] = window
 	return false
 }

@@ -176,15 +176,11 @@ func TestStops(t *testing.T) {
 		t.Errorf("stop id %d: got %v (%s), want the first %d tokens of %v", ids[2], out[0].IDs, out[0].FinishReason, first+1, ids)
 	}
 	// A stop string spanning the 2nd and 3rd tokens' text.
-	decode := func(v []int64) string {
-		var b strings.Builder
-		for _, id := range v {
-			fmt.Fprintf(&b, "<%d>", id)
-		}
-		return b.String()
+	detok := func() func(int64) string {
+		return func(id int64) string { return fmt.Sprintf("<%d>", id) }
 	}
 	span := fmt.Sprintf("%d><%d", ids[1], ids[2])
-	out, _ = m.Generate(genPrompts[:1], SamplingParams{MaxNewTokens: 6, StopStrings: []string{span}}, GenerateOptions{Decode: decode})
+	out, _ = m.Generate(genPrompts[:1], SamplingParams{MaxNewTokens: 6, StopStrings: []string{span}}, GenerateOptions{Detokenize: detok})
 	if len(out[0].IDs) != 3 || out[0].FinishReason != "stop" {
 		t.Errorf("stop string %q: got %v (%s)", span, out[0].IDs, out[0].FinishReason)
 	}
@@ -268,5 +264,43 @@ func TestSamplerFilters(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Dropping finished rows from the batch (compaction) changes neither the
+// samples nor their log-probs, and finished samples end at their stop.
+func TestCompactionKeepsSamples(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen2-gqa2-tied")
+	reqs := []Request{{PromptIDs: []int64{5, 9, 2}, Samples: 6}, {PromptIDs: []int64{4}, Samples: 5}, {PromptIDs: []int64{8, 8, 6, 1, 7}, Samples: 5}}
+	// Stop at a handful of ids so that rows finish at many different steps.
+	p := SamplingParams{Temperature: 1, MaxNewTokens: 24, Seed: 11, StopIDs: []int64{1, 2, 3, 4, 5, 6}}
+	compact, err := m.Generate(reqs, p, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := m.Generate(reqs, p, GenerateOptions{NoCompaction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lengths := map[int]bool{}
+	stopped := 0
+	for i := range full {
+		a, b := compact[i], full[i]
+		if fmt.Sprint(a.IDs) != fmt.Sprint(b.IDs) || a.FinishReason != b.FinishReason {
+			t.Fatalf("sample %d: compacted %v (%s), full batch %v (%s)", i, a.IDs, a.FinishReason, b.IDs, b.FinishReason)
+		}
+		for j := range a.Logprobs {
+			if d := math.Abs(float64(a.Logprobs[j] - b.Logprobs[j])); d > 1e-5 {
+				t.Fatalf("sample %d token %d: logprob differs by %g", i, j, d)
+			}
+		}
+		lengths[len(a.IDs)] = true
+		if a.FinishReason == "stop" {
+			stopped++
+		}
+	}
+	if len(lengths) < 4 || stopped < len(full)/2 {
+		t.Fatalf("the test needs rows finishing at different steps: lengths %v, %d stopped", lengths, stopped)
 	}
 }

@@ -89,6 +89,28 @@ func (c *KVCache) CopyRows(src *KVCache, srcRows, dstRows []int64) (err error) {
 	return nil
 }
 
+// Keep shrinks the cache to rows keep (in that order), freeing the others:
+// generation drops finished samples so later steps cost only the running
+// ones. The kept rows are copied once into new, smaller tensors.
+func (c *KVCache) Keep(keep []int64) (err error) {
+	defer recoverTorch("compact KV cache", &err)
+	var s tensor.Scope
+	defer s.Close()
+	idx := tensor.FromSlice(&s, keep, nil, c.Mask.MustDevice())
+	sel := func(t *ts.Tensor) *ts.Tensor {
+		kept := t.MustIndexSelect(0, idx, false)
+		t.MustDrop()
+		return kept
+	}
+	for l := range c.K {
+		c.K[l] = sel(c.K[l])
+		c.V[l] = sel(c.V[l])
+	}
+	c.Mask = sel(c.Mask)
+	c.B = int64(len(keep))
+	return nil
+}
+
 // ForwardCached runs new tokens ids [B, Tn] at positions [B, Tn] with mask
 // [B, Tn] through the model, attending to everything already in the cache,
 // appends their keys and values, and returns the final hidden states

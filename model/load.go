@@ -18,7 +18,7 @@ import (
 
 // LoadOptions chooses where and in what precision the parameters live.
 type LoadOptions struct {
-	Device gotch.Device
+	Device gotch.Device // zero: the CPU
 	// DType of the parameters; 0 means float32 on CPU and the checkpoint's
 	// torch_dtype (else bfloat16) on CUDA.
 	DType     gotch.DType
@@ -99,6 +99,7 @@ func Load(dir string, opt LoadOptions) (m *Model, err error) {
 		return nil, err
 	}
 	defer set.Close()
+	opt.Device = opt.device()
 	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType, rawConfig: rawConfig, sourceDir: dir}
 	m = model
 	if m.DType == 0 {
@@ -202,6 +203,15 @@ func sdpaAvailable() bool {
 
 func csrcVersion() string { return libtch.LanpoLibtorchVersion }
 
+// device is the device to use: the zero Device means the CPU (gotch's own
+// zero value is not a device and would end the process).
+func (o LoadOptions) device() gotch.Device {
+	if o.Device.Name == "" {
+		return gotch.CPU
+	}
+	return o.Device
+}
+
 // NewRandom builds a model of the given config with random weights (normal,
 // std 0.02; norm weights 1), seeded, for benchmarks, tests and models
 // trained from scratch. cfg is validated first.
@@ -216,6 +226,7 @@ func NewRandom(cfg *Config, opt LoadOptions, seed int64) (m *Model, err error) {
 	if opt.DType == 0 {
 		opt.DType = gotch.Float
 	}
+	opt.Device = opt.device()
 	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType, rawConfig: raw}
 	m = model
 	defer func() {

@@ -2,14 +2,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
 
 func generateCommand() *cli.Command {
@@ -17,15 +21,18 @@ func generateCommand() *cli.Command {
 		Name:      "generate",
 		Usage:     "sample completions with recorded log-probs (JSONL in, JSONL out)",
 		ArgsUsage: "< prompts.jsonl > samples.jsonl",
-		Description: "Reads one prompt per line, {\"prompt_ids\": [..]}, and writes --samples lines per prompt, in input\n" +
-			"order: {\"ids\": [generated ids], \"logprobs\": [one per id], \"finish_reason\": \"stop\"|\"length\",\n" +
-			"\"prompt_index\": i, \"sample_index\": j}. logprobs are log p(id) under the model at --temperature (1\n" +
+		Description: "Reads one prompt per line, {\"prompt\": \"text\"}, {\"messages\": [{\"role\", \"content\"}, ..]} (rendered\n" +
+			"with the chat template, assistant header added) or {\"prompt_ids\": [..]}, and writes --samples lines per\n" +
+			"prompt, in input order: {\"text\": .., \"ids\": [generated ids], \"logprobs\": [one per id], \"finish_reason\":\n" +
+			"\"stop\"|\"length\", \"prompt_index\": i, \"sample_index\": j}. \"text\" is the decoded output (special tokens\n" +
+			"skipped, cut before a --stop string) and needs a tokenizer: --tokenizer, or the --model directory's own.\n" +
+			"logprobs are log p(id) under the model at --temperature (1\n" +
 			"when greedy), as the trainer recomputes them. Each prompt is prefilled once and its KV cache shared\n" +
 			"by its samples. With --seed every sample's randomness derives from (seed, prompt line, sample), so\n" +
 			"results do not depend on --batch-size. Generation stops at the model's eos_token_id (config.json and\n" +
-			"generation_config.json, as transformers does) unless --ignore-eos, at any --stop-id, or after --max-new-tokens.\n" +
-			"{\"prompt\": ..} and {\"messages\": ..} lines need the tokenizer, which lanpo does not have yet.",
-		Flags: append(modelFlags(),
+			"generation_config.json, as transformers does) unless --ignore-eos, at any --stop-id or --stop string,\n" +
+			"or after --max-new-tokens.",
+		Flags: append(append(modelFlags(), tokenizerFlags(false)...),
 			&cli.Float64Flag{Name: "temperature", Value: 1, Usage: "0 is greedy"},
 			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling; 1 is off"},
 			&cli.Int64Flag{Name: "top-k", Usage: "keep the K most likely tokens; 0 is off"},
@@ -34,6 +41,9 @@ func generateCommand() *cli.Command {
 			&cli.IntFlag{Name: "samples", Aliases: []string{"n"}, Value: 1, Usage: "samples per prompt (G)"},
 			&cli.Uint64Flag{Name: "seed", Value: 0},
 			&cli.Int64SliceFlag{Name: "stop-id", Usage: "token ids that end a sample (repeatable)"},
+			&cli.StringSliceFlag{Name: "stop", Usage: "strings that end a sample, found across token boundaries (repeatable; needs the tokenizer)"},
+			&cli.BoolFlag{Name: "add-generation-prompt", Value: true, Usage: "messages: end the prompt with the assistant header"},
+			&cli.BoolFlag{Name: "skip-special-tokens", Value: true, Usage: "leave special tokens out of \"text\""},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the model's eos_token_id"},
 			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "prompts generated together"},
 		),
@@ -43,12 +53,30 @@ func generateCommand() *cli.Command {
 
 func runGenerate(c *cli.Context) error {
 	p := model.SamplingParams{Temperature: c.Float64("temperature"), TopP: c.Float64("top-p"), TopK: c.Int64("top-k"),
-		MinP: c.Float64("min-p"), MaxNewTokens: c.Int("max-new-tokens"), Seed: c.Uint64("seed"), StopIDs: c.Int64Slice("stop-id")}
+		MinP: c.Float64("min-p"), MaxNewTokens: c.Int("max-new-tokens"), Seed: c.Uint64("seed"), StopIDs: c.Int64Slice("stop-id"),
+		StopStrings: c.StringSlice("stop")}
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
 	if c.Int("samples") < 1 || c.Int("batch-size") < 1 {
 		return usageError{fmt.Errorf("--samples and --batch-size must be ≥ 1")}
+	}
+	for _, st := range p.StopStrings {
+		if st == "" {
+			return usageError{fmt.Errorf("--stop: empty string")}
+		}
+	}
+	chatOpt, err := chatOptions(c)
+	if err != nil {
+		return err
+	}
+	chatOpt.AddGenerationPrompt = c.Bool("add-generation-prompt")
+	tk, err := loadTokenizer(c)
+	if err != nil {
+		return err
+	}
+	if tk == nil && len(p.StopStrings) > 0 {
+		return usageError{fmt.Errorf("--stop needs a tokenizer: pass --tokenizer (the --model directory has no %s)", tokenizer.TokenizerFile)}
 	}
 	m, err := loadModel(c)
 	if err != nil {
@@ -62,22 +90,22 @@ func runGenerate(c *cli.Context) error {
 		}
 		p.StopIDs = append(p.StopIDs, eos...)
 	}
-	var progress func(step, finished, rows int)
+	g := generator{m: m, tk: tk, p: p, samples: c.Int("samples"), batch: c.Int("batch-size"),
+		chat: chatOpt, skipSpecial: c.Bool("skip-special-tokens")}
 	if isTerminal(os.Stderr) {
-		progress = func(step, finished, rows int) {
-			fmt.Fprintf(os.Stderr, "\rgenerate: step %d/%d, %d/%d samples finished ", step, p.MaxNewTokens, finished, rows)
-		}
+		g.progress = newProgressBar(os.Stderr, "generate", p.MaxNewTokens)
 	}
-	return generateLines(c.App.Reader, c.App.Writer, m, p, c.Int("samples"), c.Int("batch-size"), progress)
+	return g.run(c.App.Reader, c.App.Writer)
 }
 
 type generateIn struct {
-	PromptIDs *[]int64        `json:"prompt_ids"`
-	Prompt    json.RawMessage `json:"prompt"`
-	Messages  json.RawMessage `json:"messages"`
+	PromptIDs *[]int64             `json:"prompt_ids"`
+	Prompt    *string              `json:"prompt"`
+	Messages  *[]tokenizer.Message `json:"messages"`
 }
 
 type generateOut struct {
+	Text         *string   `json:"text,omitempty"`
 	IDs          []int64   `json:"ids"`
 	Logprobs     []float32 `json:"logprobs"`
 	FinishReason string    `json:"finish_reason"`
@@ -85,12 +113,35 @@ type generateOut struct {
 	SampleIndex  int       `json:"sample_index"`
 }
 
-func generateLines(r io.Reader, w io.Writer, m *model.Model, p model.SamplingParams, samples, batch int, progress func(int, int, int)) error {
+// generator streams JSONL prompts through the rollout engine in batches.
+type generator struct {
+	m           *model.Model
+	tk          *tokenizer.Tokenizer // nil: ids only
+	p           model.SamplingParams
+	samples     int
+	batch       int
+	chat        tokenizer.ChatOptions
+	skipSpecial bool
+	progress    *progressBar
+}
+
+func (g *generator) run(r io.Reader, w io.Writer) error {
 	in := bufio.NewScanner(r)
 	in.Buffer(make([]byte, 1<<20), 1<<30)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
 	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	opt := model.GenerateOptions{}
+	if g.tk != nil {
+		opt.Detokenize = func() func(int64) string {
+			s := g.tk.NewStream(g.skipSpecial)
+			return func(id int64) string { return s.Add(int(id)) }
+		}
+	}
+	if g.progress != nil {
+		opt.Progress = g.progress.update
+	}
 	var reqs []model.Request
 	var lines []int
 	flush := func() error {
@@ -98,15 +149,20 @@ func generateLines(r io.Reader, w io.Writer, m *model.Model, p model.SamplingPar
 			return nil
 		}
 		// Seeds follow the prompt's line, not its place in the batch.
-		res, err := m.GenerateAt(reqs, lines, p, model.GenerateOptions{Progress: progress})
-		if progress != nil {
-			fmt.Fprintln(os.Stderr)
+		res, err := g.m.GenerateAt(reqs, lines, g.p, opt)
+		if g.progress != nil {
+			g.progress.done(fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
 		}
 		if err != nil {
 			return fmt.Errorf("lines %d-%d: %w", lines[0], lines[len(lines)-1], err)
 		}
 		for _, s := range res {
-			if err := enc.Encode(generateOut{s.IDs, s.Logprobs, s.FinishReason, lines[s.Prompt] - 1, s.Index}); err != nil {
+			o := generateOut{IDs: s.IDs, Logprobs: s.Logprobs, FinishReason: s.FinishReason, PromptIndex: lines[s.Prompt] - 1, SampleIndex: s.Index}
+			if g.tk != nil {
+				text := g.text(s.IDs)
+				o.Text = &text
+			}
+			if err := enc.Encode(o); err != nil {
 				return err
 			}
 		}
@@ -114,26 +170,13 @@ func generateLines(r io.Reader, w io.Writer, m *model.Model, p model.SamplingPar
 		return out.Flush()
 	}
 	for n := 1; in.Scan(); n++ {
-		var rec generateIn
-		if err := json.Unmarshal(in.Bytes(), &rec); err != nil {
+		ids, err := g.promptIDs(in.Bytes())
+		if err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
 		}
-		switch {
-		case rec.PromptIDs != nil:
-		case rec.Prompt != nil || rec.Messages != nil:
-			return fmt.Errorf("stdin line %d: \"prompt\"/\"messages\" need the tokenizer, which lanpo does not have yet; send \"prompt_ids\"", n)
-		default:
-			return fmt.Errorf("stdin line %d: no \"prompt_ids\" field", n)
-		}
-		if err := m.CheckIDs(*rec.PromptIDs); err != nil {
-			return fmt.Errorf("stdin line %d: \"prompt_ids\": %w", n, err)
-		}
-		if mp := m.Config.MaxPositionEmbeddings; mp > 0 && int64(len(*rec.PromptIDs)+p.MaxNewTokens) > mp {
-			return fmt.Errorf("stdin line %d: \"prompt_ids\": %d tokens + --max-new-tokens %d exceed the model's context (%d)", n, len(*rec.PromptIDs), p.MaxNewTokens, mp)
-		}
-		reqs = append(reqs, model.Request{PromptIDs: *rec.PromptIDs, Samples: samples})
+		reqs = append(reqs, model.Request{PromptIDs: ids, Samples: g.samples})
 		lines = append(lines, n)
-		if len(reqs) == batch {
+		if len(reqs) == g.batch {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -143,4 +186,69 @@ func generateLines(r io.Reader, w io.Writer, m *model.Model, p model.SamplingPar
 		return fmt.Errorf("stdin: %w", err)
 	}
 	return flush()
+}
+
+// promptIDs reads one input line into prompt ids, checked against the model.
+func (g *generator) promptIDs(line []byte) ([]int64, error) {
+	if !utf8.Valid(line) {
+		return nil, fmt.Errorf("not valid UTF-8 (byte %d)", bytes.IndexRune(line, utf8.RuneError))
+	}
+	var rec generateIn
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return nil, err
+	}
+	field := "prompt_ids"
+	var ids []int64
+	switch {
+	case rec.PromptIDs != nil:
+		ids = *rec.PromptIDs
+	case rec.Prompt != nil || rec.Messages != nil:
+		if g.tk == nil {
+			return nil, fmt.Errorf("\"prompt\"/\"messages\" need a tokenizer: pass --tokenizer (the --model directory has no %s), or send \"prompt_ids\"", tokenizer.TokenizerFile)
+		}
+		var x []int
+		var err error
+		if rec.Prompt != nil {
+			field = "prompt"
+			x, err = g.tk.Encode(*rec.Prompt, true)
+		} else {
+			field = "messages"
+			x, err = g.tk.ChatIDs(*rec.Messages, g.chat)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", field, err)
+		}
+		ids = make([]int64, len(x))
+		for i, id := range x {
+			ids[i] = int64(id)
+		}
+	default:
+		return nil, fmt.Errorf("no \"prompt\", \"messages\" or \"prompt_ids\" field")
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%q: empty prompt", field)
+	}
+	if err := g.m.CheckIDs(ids); err != nil {
+		return nil, fmt.Errorf("%q: %w", field, err)
+	}
+	if mp := g.m.Config.MaxPositionEmbeddings; mp > 0 && int64(len(ids)+g.p.MaxNewTokens) > mp {
+		return nil, fmt.Errorf("%q: %d tokens + --max-new-tokens %d exceed the model's context (%d)", field, len(ids), g.p.MaxNewTokens, mp)
+	}
+	return ids, nil
+}
+
+// text decodes a sample, cut before the first stop string it holds.
+func (g *generator) text(ids []int64) string {
+	x := make([]int, len(ids))
+	for i, id := range ids {
+		x[i] = int(id)
+	}
+	text := g.tk.Decode(x, g.skipSpecial)
+	cut := len(text)
+	for _, st := range g.p.StopStrings {
+		if i := strings.Index(text, st); i >= 0 && i < cut {
+			cut = i
+		}
+	}
+	return text[:cut]
 }

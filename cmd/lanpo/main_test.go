@@ -132,10 +132,14 @@ func TestScoreNamesBadLines(t *testing.T) {
 
 func runGenerateCLI(t *testing.T, in string, args ...string) ([]map[string]any, error) {
 	t.Helper()
+	return runGenerateCLIIn(t, filepath.Join("..", "..", "model", "testdata", "tiny", "qwen3-gqa3"), in, args...)
+}
+
+func runGenerateCLIIn(t *testing.T, dir, in string, args ...string) ([]map[string]any, error) {
+	t.Helper()
 	app := newApp()
 	var out bytes.Buffer
 	app.Reader, app.Writer = strings.NewReader(in), &out
-	dir := filepath.Join("..", "..", "model", "testdata", "tiny", "qwen3-gqa3")
 	err := app.Run(append([]string{"lanpo", "generate", "--model", dir}, args...))
 	var recs []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -176,8 +180,9 @@ func TestGenerateCLI(t *testing.T) {
 		t.Errorf("output not in input order: %v", a)
 	}
 	for _, c := range []struct{ in, want string }{
-		{"{\"prompt\":\"2+2=\"}\n", "stdin line 1: \"prompt\"/\"messages\" need the tokenizer"},
-		{"{\"prompt_ids\":[1]}\n{\"prompt_ids\":[]}\n", "stdin line 2: \"prompt_ids\": no token ids"},
+		{"{\"prompt\":\"2+2=\"}\n", "stdin line 1: \"prompt\"/\"messages\" need a tokenizer"},
+		{"{\"prompt_ids\":[1]}\n{\"prompt_ids\":[]}\n", "stdin line 2: \"prompt_ids\": empty prompt"},
+		{"{\"prompt_ids\":[1]}\n{\"ids\":[1]}\n", "stdin line 2: no \"prompt\", \"messages\" or \"prompt_ids\" field"},
 		{"{\"prompt_ids\":[1,2,3]}\n", "exceed the model's context (64)"},
 	} {
 		if _, err := runGenerateCLI(t, c.in, "--max-new-tokens", "62"); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
@@ -24,7 +26,7 @@ func tokenizeCommand() *cli.Command {
 			"rendered with the model's chat template (Qwen3, Qwen2.5 and its variants, Llama-3) and then encoded\n" +
 			"like apply_chat_template(tokenize=True).\n" +
 			"--tokenizer is a Hugging Face model directory (tokenizer.json, tokenizer_config.json).",
-		Flags: append(tokenizerFlags(),
+		Flags: append(tokenizerFlags(true),
 			&cli.BoolFlag{Name: "chat", Usage: "lines are {\"messages\": [..]} rendered with the chat template"},
 			&cli.BoolFlag{Name: "add-special-tokens", Value: true, Usage: "text mode: add the post-processor's tokens (Llama-3's BOS; none for Qwen)"},
 			&cli.BoolFlag{Name: "add-generation-prompt", Usage: "chat mode: end with the header of an assistant turn"},
@@ -46,17 +48,31 @@ func tokenizeCommand() *cli.Command {
 	}
 }
 
-// tokenizerFlags are shared by every command that reads text.
-func tokenizerFlags() []cli.Flag {
+// tokenizerFlags are shared by every command that reads text. Where the
+// tokenizer is optional it defaults to the --model directory.
+func tokenizerFlags(required bool) []cli.Flag {
+	usage := "Hugging Face tokenizer directory (tokenizer.json ...)"
+	if !required {
+		usage += " (default: --model, when it has tokenizer.json)"
+	}
 	return []cli.Flag{
-		&cli.StringFlag{Name: "tokenizer", Usage: "Hugging Face tokenizer directory (tokenizer.json ...)", Required: true},
+		&cli.StringFlag{Name: "tokenizer", Usage: usage, Required: required},
 		&cli.StringFlag{Name: "chat-format", Usage: "render an unrecognised chat template as this family: " + fmt.Sprint(tokenizer.ChatFormatNames())},
 		&cli.StringFlag{Name: "enable-thinking", Usage: "Qwen3 chat template switch: true or false (default: left undefined, thinking on)"},
 	}
 }
 
+// loadTokenizer loads --tokenizer; without it (where it is optional), the
+// --model directory's tokenizer if there is one, else nil.
 func loadTokenizer(c *cli.Context) (*tokenizer.Tokenizer, error) {
-	tk, err := tokenizer.Load(c.String("tokenizer"))
+	dir := c.String("tokenizer")
+	if dir == "" {
+		dir = c.String("model")
+		if _, err := os.Stat(filepath.Join(dir, tokenizer.TokenizerFile)); dir == "" || err != nil {
+			return nil, nil
+		}
+	}
+	tk, err := tokenizer.Load(dir)
 	if err != nil {
 		return nil, err
 	}
