@@ -167,19 +167,51 @@ func filterLogprobs(s *tensor.Scope, lp *ts.Tensor, p SamplingParams) *ts.Tensor
 		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(limit, false)), ts.FloatScalar(math.Inf(-1)), false))
 	}
 	if p.TopP > 0 && p.TopP < 1 {
-		sorted, order := out.MustSort(-1, true, false)
-		s.Keep(sorted)
-		s.Keep(order)
-		probs := s.Keep(sorted.MustSoftmax(-1, gotch.Double, false))
-		cum := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
-		// Drop a token when the tokens before it already reach TopP (the
-		// most likely token is always kept).
-		before := s.Keep(cum.MustSub(probs, false))
-		drop := s.Keep(before.MustGt(ts.FloatScalar(p.TopP), false))
-		dropOrig := s.Keep(s.Keep(drop.MustZerosLike(false)).MustScatter(-1, order, drop, false))
-		out = s.Keep(out.MustMaskedFill(dropOrig, ts.FloatScalar(math.Inf(-1)), false))
+		out = topP(s, out, p.TopP, topPCandidates)
 	}
 	return out
+}
+
+// topPCandidates is how many of the most likely tokens top-p looks at
+// first. Sorting all 151,936 logits of a row costs ≈ 400 ms a step on CPU
+// for 32 rows; when the top candidates already hold more than top_p of the
+// mass (usual for a trained model) the nucleus lies among them and a top-k
+// selection gives the same mask.
+const topPCandidates = 1024
+
+// topP drops, per row, every token once the more likely tokens before it
+// hold more than topP of the probability (the most likely token is always
+// kept). It looks at the k most likely tokens first and sorts the whole
+// vocabulary only when some row's nucleus is larger than that.
+func topP(s *tensor.Scope, lp *ts.Tensor, topP float64, k int64) *ts.Tensor {
+	v := lp.MustSize()[1]
+	if k < v {
+		vals, idx := lp.MustTopk(k, -1, true, true, false)
+		s.Keep(vals)
+		s.Keep(idx)
+		lse := s.Keep(lp.MustLogsumexp([]int64{-1}, true, false))
+		probs := s.Keep(s.Keep(s.Keep(vals.MustTotype(gotch.Double, false)).MustSub(s.Keep(lse.MustTotype(gotch.Double, false)), false)).MustExp(false))
+		cum := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
+		least := s.Keep(s.Keep(cum.MustNarrow(1, k-1, 1, false)).MustMin(false)).Float64Values()[0]
+		if least > topP {
+			// Every row's nucleus is inside its top k: keep those of its
+			// top k that are needed, drop the rest of the vocabulary.
+			before := s.Keep(cum.MustSub(probs, false))
+			keep := s.Keep(before.MustLe(ts.FloatScalar(topP), false))
+			none := s.Keep(ts.MustZeros(lp.MustSize(), gotch.Bool, lp.MustDevice()))
+			keepOrig := s.Keep(none.MustScatter(-1, idx, keep, false))
+			return s.Keep(lp.MustMaskedFill(s.Keep(keepOrig.MustLogicalNot(false)), ts.FloatScalar(math.Inf(-1)), false))
+		}
+	}
+	sorted, order := lp.MustSort(-1, true, false)
+	s.Keep(sorted)
+	s.Keep(order)
+	probs := s.Keep(sorted.MustSoftmax(-1, gotch.Double, false))
+	cum := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
+	before := s.Keep(cum.MustSub(probs, false))
+	drop := s.Keep(before.MustGt(ts.FloatScalar(topP), false))
+	dropOrig := s.Keep(s.Keep(drop.MustZerosLike(false)).MustScatter(-1, order, drop, false))
+	return s.Keep(lp.MustMaskedFill(dropOrig, ts.FloatScalar(math.Inf(-1)), false))
 }
 
 var errNeedDecoder = errors.New("stop strings need a decoder (the tokenizer)")
