@@ -34,6 +34,9 @@ func parseAnswer(s string, b *budget) *answer {
 	if m := reChoice.FindStringSubmatch(s); m != nil {
 		return &answer{kind: "choice", text: m[1]}
 	}
+	if strings.HasPrefix(s, `\text{`) && strings.HasSuffix(s, "}") {
+		return &answer{kind: "text", text: s[len(`\text{`) : len(s)-1]}
+	}
 	if m := reMatrix.FindStringSubmatch(s); m != nil {
 		return parseMatrix(m[2], b)
 	}
@@ -339,6 +342,9 @@ func nodesEqual(x, y *node, b *budget) bool {
 	if errx == nil && erry == nil {
 		if ex.Cmp(ey) == 0 {
 			return true
+		}
+		if ex.IsInt() && ey.IsInt() {
+			return false // two different integers, however large
 		}
 		fx, _ := ex.Float64()
 		fy, _ := ey.Float64()

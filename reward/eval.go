@@ -94,7 +94,7 @@ func exact(n *node, b *budget) (*big.Rat, error) {
 		if abs < 0 {
 			abs = -abs
 		}
-		if int64(bits(base))*abs > maxExactBits {
+		if abs > maxExactBits || int64(bits(base))*abs > maxExactBits {
 			return nil, errNotExact
 		}
 		num := new(big.Int).Exp(base.Num(), big.NewInt(abs), nil)

@@ -14,6 +14,8 @@ var (
 	reNumberUnit = regexp.MustCompile(`^(-?[\d.,]+(?:\\%)?)\s*(?:\\text\{[^{}]*\}|\\mbox\{[^{}]*\}|\\mathrm\{[^{}]*\}|[a-zA-Z][a-zA-Z\s.]*)$`)
 	reTextCmd    = regexp.MustCompile(`\\(?:text|textbf|textit|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}`)
 	reDegrees    = regexp.MustCompile(`\^\s*\{?\s*\\circ\s*\}?|°`)
+	reWholeText  = regexp.MustCompile(`^\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}$`)
+	reTwoLetters = regexp.MustCompile(`[A-Za-z]{2}`)
 	reThinComma  = regexp.MustCompile(`(\d),\\!\s*(\d)`)
 	reMemberOf   = regexp.MustCompile(`^\s*[a-zA-Z]\s*\\in\s*`)
 )
@@ -25,6 +27,7 @@ var (
 func normalize(s string) string {
 	s = strings.TrimSpace(s)
 	s = stripWrappers(s)
+	s = strings.ReplaceAll(s, `\\`, "\x00") // keep matrix row breaks out of the spacing cuts
 	s = reThinComma.ReplaceAllString(s, "$1,$2") // 10,\!080 is 10080
 	s = strings.ReplaceAll(s, `\!`, "")
 	s = removeDollars(s)
@@ -34,6 +37,10 @@ func normalize(s string) string {
 	s = strings.NewReplacer(`\dfrac`, `\frac`, `\tfrac`, `\frac`, `\dbinom`, `\binom`, `\tbinom`, `\binom`,
 		`\$`, "", `\le `, `\leq `, `\ge `, `\geq `, `\neq`, `\ne`, `\lbrace`, `\{`, `\rbrace`, `\}`,
 		`\lvert`, "|", `\rvert`, "|", `\vert`, "|", `\cdotp`, `\cdot`).Replace(s)
+	s = strings.TrimSpace(s)
+	if m := reWholeText.FindStringSubmatch(s); m != nil && reWords.MatchString(strings.TrimSpace(m[1])) && reTwoLetters.MatchString(m[1]) {
+		return `\text{` + normText(m[1]) + "}" // a word answer: "Monday", "no solution"
+	}
 	s = reDegrees.ReplaceAllString(s, "")
 	s = reMemberOf.ReplaceAllString(s, "")
 	s = strings.TrimSpace(s)
@@ -61,6 +68,7 @@ func normalize(s string) string {
 		return r
 	})
 	s = reSciE.ReplaceAllString(s, `${1}\times10^{$2}`)
+	s = strings.ReplaceAll(s, "\x00", `\\`)
 	return strings.TrimSpace(s)
 }
 
