@@ -29,6 +29,7 @@ func benchCommand() *cli.Command {
 			benchForwardCommand(),
 			benchGenerateCommand(),
 			benchTokenizeCommand(),
+			benchVerifyCommand(),
 		},
 	}
 }

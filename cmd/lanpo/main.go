@@ -49,6 +49,7 @@ func newApp() *cli.App {
 			scoreCommand(),
 			generateCommand(),
 			tokenizeCommand(),
+			verifyCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}
