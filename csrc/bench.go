@@ -236,3 +236,17 @@ func deviceName(d gotch.Device) string {
 
 // ManualSeed seeds libtorch's default generators (CPU and every CUDA device).
 func ManualSeed(seed int64) error { return takeError(C.lanpo_manual_seed(C.int64_t(seed))) }
+
+// SetGradEnabled sets autograd's grad mode on the calling OS thread and
+// returns the previous mode.
+func SetGradEnabled(on bool) bool {
+	var prev C.int
+	en := C.int(0)
+	if on {
+		en = 1
+	}
+	if err := takeError(C.lanpo_set_grad_enabled(en, &prev)); err != nil {
+		panic(err) // cannot fail: GradMode is a thread-local flag
+	}
+	return prev != 0
+}

@@ -1,6 +1,7 @@
 #include "bridge.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -66,6 +67,13 @@ extern "C" char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, in
 
 extern "C" char *lanpo_manual_seed(int64_t seed) {
   LANPO_GUARD("manual_seed", { at::manual_seed(static_cast<uint64_t>(seed)); })
+}
+
+extern "C" char *lanpo_set_grad_enabled(int enabled, int *previous) {
+  LANPO_GUARD("set_grad_enabled", {
+    *previous = at::GradMode::is_enabled() ? 1 : 0;
+    at::GradMode::set_enabled(enabled != 0);
+  })
 }
 
 extern "C" char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype, int dst_dtype,

@@ -60,6 +60,11 @@ char *lanpo_tensor_to_bytes(lanpo_tensor t, void *dst, int64_t nbytes);
 // Seeds libtorch's default generators (CPU and CUDA).
 char *lanpo_manual_seed(int64_t seed);
 
+// Sets autograd's grad mode on the calling thread and reports the previous
+// mode in *previous (gotch's at_grad_set_enabled wrapper reads its int
+// result through a wider Go int, so its answer is unreliable).
+char *lanpo_set_grad_enabled(int enabled, int *previous);
+
 // Waits for all queued work on the current CUDA device (no-op without CUDA),
 // so timings include it.
 char *lanpo_synchronize(void);
