@@ -1,0 +1,160 @@
+package trainer
+
+import (
+	"math"
+	"math/rand"
+	"runtime"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+func lockThread(t testing.TB) {
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+}
+
+func TestAdvantages(t *testing.T) {
+	got := Advantages([][]float64{{1, 0, 1, 0}, {1, 1, 1, 1}, {0, 0, 0, 1}}, false, 0)
+	// group 0: mean 0.5, unbiased std sqrt(1/3).
+	s := math.Sqrt(1.0 / 3)
+	want := [][]float64{{0.5 / s, -0.5 / s, 0.5 / s, -0.5 / s}, {0, 0, 0, 0}, {-0.25 / 0.5, -0.25 / 0.5, -0.25 / 0.5, 0.75 / 0.5}}
+	for g := range want {
+		for i := range want[g] {
+			if math.Abs(got[g][i]-want[g][i]) > 1e-12 {
+				t.Fatalf("group %d sample %d: %v want %v", g, i, got[g][i], want[g][i])
+			}
+		}
+	}
+	noStd := Advantages([][]float64{{1, 0, 1, 0}}, true, 1e-6)
+	if noStd[0][0] != 0.5 || noStd[0][1] != -0.5 {
+		t.Fatalf("no-std: %v", noStd)
+	}
+}
+
+func TestTokenWeights(t *testing.T) {
+	lengths := []int{2, 4, 0, 6}
+	for _, c := range []struct {
+		mode string
+		want []float64
+	}{
+		{AggTokenMean, []float64{1.0 / 12, 1.0 / 12, 1.0 / 12, 1.0 / 12}},
+		{AggSeqMeanTokenMean, []float64{1.0 / 8, 1.0 / 16, 0, 1.0 / 24}},
+		{AggSeqMeanTokenSumNorm, []float64{1.0 / 32, 1.0 / 32, 1.0 / 32, 1.0 / 32}},
+	} {
+		got, err := TokenWeights(lengths, c.mode, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Abs(got[i]-c.want[i]) > 1e-15 {
+				t.Fatalf("%s: %v want %v", c.mode, got, c.want)
+			}
+		}
+	}
+	if _, err := TokenWeights(lengths, "sum", 8); err == nil {
+		t.Fatal("unknown mode accepted")
+	}
+}
+
+// slowTokenLoss is GRPO's per-token objective written out in float64,
+// with its derivative with respect to log π.
+func slowTokenLoss(logp, old, ref, adv float64, cfg PolicyLossConfig) (loss, dLoss float64, clipped bool, kl float64) {
+	ratio := math.Exp(logp - old)
+	lo, hi := 1-cfg.ClipLow, 1+cfg.ClipHigh
+	c := math.Min(math.Max(ratio, lo), hi)
+	l1, l2 := -adv*ratio, -adv*c
+	if l2 > l1 {
+		loss, clipped = l2, true
+		// The clipped branch has zero gradient where the clamp is active.
+		if ratio > lo && ratio < hi {
+			dLoss = -adv * ratio
+		}
+	} else {
+		loss, dLoss = l1, -adv*ratio
+	}
+	if cfg.Beta != 0 {
+		d := logp - ref
+		var dk float64
+		switch cfg.KL {
+		case KLK1:
+			kl, dk = d, 1
+		case KLK2:
+			kl, dk = 0.5*d*d, d
+		case KLK3:
+			kl, dk = math.Exp(-d)+d-1, 1-math.Exp(-d)
+		}
+		loss += cfg.Beta * kl
+		dLoss += cfg.Beta * dk
+	}
+	return loss, dLoss, clipped, kl
+}
+
+func TestPolicyLossMatchesSlowReference(t *testing.T) {
+	lockThread(t)
+	rng := rand.New(rand.NewSource(5))
+	const b, tt = 4, 6
+	n := b * tt
+	logp, old, ref, w := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	adv := []float64{1.3, -0.7, 0.4, -2}
+	for i := range logp {
+		old[i] = -rng.Float64() * 3
+		// Ratios spread over both sides of both clip bounds.
+		logp[i] = old[i] + (rng.Float64()-0.5)*0.8
+		ref[i] = old[i] + (rng.Float64()-0.5)*0.5
+		if rng.Float64() < 0.8 {
+			w[i] = rng.Float64() / float64(n)
+		}
+	}
+	for _, cfg := range []PolicyLossConfig{
+		{ClipLow: 0.2, ClipHigh: 0.2},
+		{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.05, KL: KLK1},
+		{ClipLow: 0.1, ClipHigh: 0.3, Beta: 0.1, KL: KLK2},
+		{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.04, KL: KLK3},
+	} {
+		t.Run(cfg.KL, func(t *testing.T) {
+			var s tensor.Scope
+			defer s.Close()
+			mk := func(v []float64, shape []int64) *ts.Tensor { return tensor.FromSlice(&s, v, shape, gotch.CPU) }
+			lp := s.Keep(mk(logp, []int64{b, tt}).MustSetRequiresGrad(true, false))
+			in := PolicyLossInput{Logp: lp, OldLogp: mk(old, []int64{b, tt}), Adv: mk(adv, []int64{b, 1}), Weight: mk(w, []int64{b, tt})}
+			if cfg.Beta != 0 {
+				in.RefLogp = mk(ref, []int64{b, tt})
+			}
+			loss, st, err := PolicyLoss(&s, in, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loss.MustBackward()
+			grad := tensor.Float64s(s.Keep(lp.MustGrad(false)))
+			var wantLoss, wantClip, wantKL float64
+			sawClip, sawFree := false, false
+			for i := range logp {
+				l, dl, clipped, kl := slowTokenLoss(logp[i], old[i], ref[i], adv[i/tt], cfg)
+				wantLoss += w[i] * l
+				wantKL += w[i] * kl
+				if clipped {
+					wantClip += w[i]
+					sawClip = true
+				} else {
+					sawFree = true
+				}
+				if math.Abs(grad[i]-w[i]*dl) > 1e-12 {
+					t.Fatalf("token %d: grad %v want %v", i, grad[i], w[i]*dl)
+				}
+			}
+			if !sawClip || !sawFree {
+				t.Fatal("the case must exercise both the clipped and the unclipped branch")
+			}
+			if got := tensor.Float64s(loss)[0]; math.Abs(got-wantLoss) > 1e-12 {
+				t.Fatalf("loss %v want %v", got, wantLoss)
+			}
+			if math.Abs(st.ClipFrac-wantClip) > 1e-12 || math.Abs(st.KL-wantKL) > 1e-12 {
+				t.Fatalf("stats %+v want clip %v kl %v", st, wantClip, wantKL)
+			}
+		})
+	}
+}
