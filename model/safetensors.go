@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"syscall"
+
+	"github.com/sugarme/gotch"
 )
 
 // safetensors: an 8-byte little-endian header length N, N bytes of JSON
@@ -263,4 +265,20 @@ func (f *File) Close() error {
 	err := syscall.Munmap(f.mapped)
 	f.mapped, f.data = nil, nil
 	return err
+}
+
+// Gotch returns the libtorch dtype of a floating-point safetensors dtype.
+func (d STDType) Gotch() (gotch.DType, error) {
+	if g, ok := stToGotch[d]; ok {
+		return g, nil
+	}
+	return 0, fmt.Errorf("safetensors dtype %s is not a floating-point type lanpo reads", d)
+}
+
+// STDTypeOf returns the safetensors tag of a floating-point libtorch dtype.
+func STDTypeOf(d gotch.DType) (STDType, error) {
+	if s, ok := gotchToST[d]; ok {
+		return s, nil
+	}
+	return "", fmt.Errorf("dtype %v has no safetensors name", d)
 }

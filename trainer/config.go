@@ -1,0 +1,251 @@
+package trainer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a run's configuration, mapped 1:1 onto the YAML keys (and onto
+// --set key=value overrides with dotted paths, e.g. algo.clip_high=0.28).
+// Validate fills defaults and names the bad key.
+type Config struct {
+	RunDir         string `yaml:"run_dir"`
+	Model          string `yaml:"model"`     // HF model directory, or builtin:tiny
+	Tokenizer      string `yaml:"tokenizer"` // default: the model directory
+	ChatFormat     string `yaml:"chat_format"`
+	Seed           uint64 `yaml:"seed"`
+	TotalSteps     int    `yaml:"total_steps"`      // defines the LR schedule
+	StopAfterSteps int    `yaml:"stop_after_steps"` // checkpoint and exit 0 after this many steps (0: run to total_steps)
+	MaxBadSteps    int    `yaml:"max_bad_steps"`    // NaN/Inf losses in a row before giving up
+
+	Data       DataConfig       `yaml:"data"`
+	Rollout    RolloutConfig    `yaml:"rollout"`
+	Algo       AlgoConfig       `yaml:"algo"`
+	SFT        SFTConfig        `yaml:"sft"`
+	Optim      OptimConfig      `yaml:"optim"`
+	Checkpoint CheckpointConfig `yaml:"checkpoint"`
+}
+
+// DataConfig names the dataset and how problems become prompts.
+type DataConfig struct {
+	Train          string `yaml:"train"`           // JSONL: {"id","problem","answer"} (GRPO) or {"messages"} (SFT)
+	Eval           string `yaml:"eval"`            // SFT: held-out chat JSONL for the eval loss
+	PromptTemplate string `yaml:"prompt_template"` // {problem} is replaced
+	SystemPrompt   string `yaml:"system_prompt"`
+	SkipBadLines   bool   `yaml:"skip_bad_lines"` // count and skip malformed lines instead of failing
+}
+
+// RolloutConfig are the sampling settings of GRPO's rollouts.
+type RolloutConfig struct {
+	PromptsPerStep   int     `yaml:"prompts_per_step"`
+	SamplesPerPrompt int     `yaml:"samples_per_prompt"` // G
+	Temperature      float64 `yaml:"temperature"`
+	TopP             float64 `yaml:"top_p"`
+	TopK             int64   `yaml:"top_k"`
+	MaxNewTokens     int     `yaml:"max_new_tokens"`
+	EnableThinking   *bool   `yaml:"enable_thinking"`
+}
+
+// AlgoConfig are GRPO's loss settings.
+type AlgoConfig struct {
+	AdvNoStd        bool    `yaml:"adv_no_std"`
+	ClipLow         float64 `yaml:"clip_low"`
+	ClipHigh        float64 `yaml:"clip_high"`
+	KLBeta          float64 `yaml:"kl_beta"`
+	KLEstimator     string  `yaml:"kl_estimator"`
+	LossAggMode     string  `yaml:"loss_agg_mode"`
+	Epochs          int     `yaml:"epochs"` // μ: passes over each batch
+	MicroBatchSize  int     `yaml:"micro_batch_size"`
+	DynamicSampling bool    `yaml:"dynamic_sampling"` // drop zero-variance groups and sample more
+	MaxResample     int     `yaml:"max_resample"`     // extra rollout rounds dynamic sampling may take
+	OverlongMask    bool    `yaml:"overlong_mask"`    // truncated responses get no loss
+	FormatReward    float64 `yaml:"format_reward"`    // weight of the \boxed{} format reward (0: off)
+}
+
+// SFTConfig are the supervised fine-tuning settings.
+type SFTConfig struct {
+	MaxLen         int `yaml:"max_len"`
+	MicroBatchSize int `yaml:"micro_batch_size"`
+	GradAccum      int `yaml:"grad_accum"`
+	EvalEvery      int `yaml:"eval_every"`
+}
+
+// OptimConfig are AdamW's and the schedule's settings.
+type OptimConfig struct {
+	LR          float64 `yaml:"lr"`
+	Schedule    string  `yaml:"lr_schedule"` // constant or cosine
+	WarmupSteps int     `yaml:"warmup_steps"`
+	MinLRRatio  float64 `yaml:"min_lr_ratio"`
+	WeightDecay float64 `yaml:"weight_decay"`
+	Beta1       float64 `yaml:"beta1"`
+	Beta2       float64 `yaml:"beta2"`
+	Eps         float64 `yaml:"eps"`
+	GradClip    float64 `yaml:"grad_clip"`
+}
+
+// CheckpointConfig says when to save and how many to keep.
+type CheckpointConfig struct {
+	Every int `yaml:"every"`
+	Keep  int `yaml:"keep"`
+}
+
+// DefaultConfig is what unset keys mean.
+func DefaultConfig() Config {
+	return Config{
+		Seed: 1, MaxBadSteps: 3,
+		Data:    DataConfig{PromptTemplate: "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."},
+		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024},
+		Algo: AlgoConfig{ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1,
+			MicroBatchSize: 8, MaxResample: 2},
+		SFT:        SFTConfig{MaxLen: 2048, MicroBatchSize: 4, GradAccum: 1},
+		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
+		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
+	}
+}
+
+// LoadConfig reads a YAML file onto the defaults, applies --set overrides
+// and validates. Unknown keys are errors naming the file and line (or the
+// override).
+func LoadConfig(path string, sets []string) (Config, error) {
+	cfg := DefaultConfig()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, err
+	}
+	if err := decodeStrict(raw, &cfg); err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(sets) > 0 {
+		// Overrides go through a generic tree, so a key the file does not
+		// mention can still be set; the strict decode then checks names.
+		var tree map[string]any
+		if err := yaml.Unmarshal(raw, &tree); err != nil {
+			return cfg, fmt.Errorf("%s: %w", path, err)
+		}
+		if tree == nil {
+			tree = map[string]any{}
+		}
+		for _, kv := range sets {
+			if err := setPath(tree, kv); err != nil {
+				return cfg, err
+			}
+		}
+		merged, err := yaml.Marshal(tree)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = DefaultConfig()
+		if err := decodeStrict(merged, &cfg); err != nil {
+			return cfg, fmt.Errorf("--set: %w", err)
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+func decodeStrict(raw []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// setPath applies one key=value override (dotted key, YAML value).
+func setPath(tree map[string]any, kv string) error {
+	key, val, ok := strings.Cut(kv, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("--set %q: want key=value", kv)
+	}
+	var v any
+	if err := yaml.Unmarshal([]byte(val), &v); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
+	}
+	parts := strings.Split(key, ".")
+	node := tree
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := node[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			node[p] = next
+		}
+		node = next
+	}
+	node[parts[len(parts)-1]] = v
+	return nil
+}
+
+// Validate checks values and names the first bad key.
+func (c *Config) Validate() error {
+	bad := func(key string, format string, args ...any) error {
+		return fmt.Errorf("config key %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.RunDir == "":
+		return bad("run_dir", "is required")
+	case c.Model == "":
+		return bad("model", "is required (a Hugging Face model directory, or builtin:tiny)")
+	case c.TotalSteps < 1:
+		return bad("total_steps", "must be ≥ 1, got %d", c.TotalSteps)
+	case c.StopAfterSteps < 0:
+		return bad("stop_after_steps", "must be ≥ 0")
+	case c.Rollout.PromptsPerStep < 1:
+		return bad("rollout.prompts_per_step", "must be ≥ 1")
+	case c.Rollout.SamplesPerPrompt < 1:
+		return bad("rollout.samples_per_prompt", "must be ≥ 1")
+	case c.Rollout.MaxNewTokens < 1:
+		return bad("rollout.max_new_tokens", "must be ≥ 1")
+	case c.Rollout.Temperature < 0:
+		return bad("rollout.temperature", "must be ≥ 0")
+	case c.Rollout.TopP <= 0 || c.Rollout.TopP > 1:
+		return bad("rollout.top_p", "must be in (0, 1]")
+	case c.Algo.ClipLow < 0 || c.Algo.ClipLow >= 1:
+		return bad("algo.clip_low", "must be in [0, 1)")
+	case c.Algo.ClipHigh < 0:
+		return bad("algo.clip_high", "must be ≥ 0")
+	case c.Algo.KLBeta < 0:
+		return bad("algo.kl_beta", "must be ≥ 0")
+	case c.Algo.Epochs < 1:
+		return bad("algo.epochs", "must be ≥ 1")
+	case c.Algo.MicroBatchSize < 1:
+		return bad("algo.micro_batch_size", "must be ≥ 1")
+	case c.SFT.MicroBatchSize < 1 || c.SFT.GradAccum < 1 || c.SFT.MaxLen < 2:
+		return bad("sft", "micro_batch_size and grad_accum must be ≥ 1, max_len ≥ 2")
+	case c.Optim.LR <= 0:
+		return bad("optim.lr", "must be > 0")
+	case c.Optim.WarmupSteps < 0:
+		return bad("optim.warmup_steps", "must be ≥ 0")
+	case c.Checkpoint.Every < 0 || c.Checkpoint.Keep < 1:
+		return bad("checkpoint", "every must be ≥ 0 and keep ≥ 1")
+	case c.MaxBadSteps < 1:
+		return bad("max_bad_steps", "must be ≥ 1")
+	}
+	if _, err := TokenWeights([]int{1}, c.Algo.LossAggMode, 1); err != nil {
+		return bad("algo.loss_agg_mode", "%v", err)
+	}
+	switch c.Algo.KLEstimator {
+	case KLK1, KLK2, KLK3:
+	default:
+		return bad("algo.kl_estimator", "%q: want k1, k2 or k3", c.Algo.KLEstimator)
+	}
+	if _, err := LR(0, 1, 0, 1, 0, c.Optim.Schedule); err != nil {
+		return bad("optim.lr_schedule", "%v", err)
+	}
+	if !strings.Contains(c.Data.PromptTemplate, "{problem}") {
+		return bad("data.prompt_template", "must contain {problem}")
+	}
+	return nil
+}
+
+// YAML renders the resolved configuration (written into the run
+// directory and printed by --dry-run).
+func (c Config) YAML() string {
+	b, _ := yaml.Marshal(c)
+	return string(b)
+}

@@ -1,0 +1,27 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+)
+
+// LR returns the learning rate for update number step (0-based) of total:
+// linear warmup over warmup steps from 0 to peak, then constant or cosine
+// decay to minRatio·peak at the last step.
+func LR(step, total, warmup int, peak, minRatio float64, schedule string) (float64, error) {
+	if step < warmup {
+		return peak * float64(step+1) / float64(warmup), nil
+	}
+	switch schedule {
+	case "constant":
+		return peak, nil
+	case "cosine":
+		span := total - warmup
+		if span <= 1 {
+			return peak, nil
+		}
+		progress := float64(step-warmup) / float64(span-1)
+		return peak * (minRatio + (1-minRatio)*0.5*(1+math.Cos(math.Pi*progress))), nil
+	}
+	return 0, fmt.Errorf("lr_schedule %q: want constant or cosine", schedule)
+}
