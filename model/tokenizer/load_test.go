@@ -162,3 +162,29 @@ func TestDecodeLossyLikeRust(t *testing.T) {
 		t.Fatalf("complete rune held back: %d", n)
 	}
 }
+
+func TestWriteByteLevel(t *testing.T) {
+	dir := t.TempDir()
+	merges := [][2]string{{"a", "b"}, {"Ġ", "+"}}
+	if err := WriteByteLevel(dir, merges, []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, "<|im_end|>", "<|endoftext|>"); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.VocabSize() != 256+2+3 {
+		t.Fatalf("vocab %d", tk.VocabSize())
+	}
+	ids, _ := tk.Encode("ab + 3<|im_end|>", false)
+	end, _ := tk.TokenID("<|im_end|>")
+	if want := []int{256, 257, ' ', '3', end}; !slices.Equal(ids, want) {
+		t.Fatalf("ids %v, want %v", ids, want)
+	}
+	if got := tk.Decode(ids, true); got != "ab + 3" {
+		t.Fatalf("decode %q", got)
+	}
+	if err := WriteByteLevel(dir, [][2]string{{"ab", "c"}}, nil, "", ""); err == nil {
+		t.Fatal("a merge of unknown tokens was accepted")
+	}
+}
