@@ -50,6 +50,8 @@ func newApp() *cli.App {
 			generateCommand(),
 			tokenizeCommand(),
 			verifyCommand(),
+			sftCommand(),
+			trainCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}

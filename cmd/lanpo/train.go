@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog/log"
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/trainer"
+)
+
+// runFlags are shared by sft and train.
+func runFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Usage: "run config (YAML)", Required: true},
+		&cli.StringSliceFlag{Name: "set", Usage: "override a config key: --set algo.clip_high=0.28 (repeatable)"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "validate the config, print it resolved, and exit"},
+		&cli.StringFlag{Name: "resume", Usage: "auto (the run's newest complete checkpoint) or a checkpoint directory"},
+	}
+}
+
+func trainCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "train",
+		Usage: "GRPO training from verified math rewards (config file + overrides)",
+		Description: "Runs GRPO as the config says: prompts from data.train ({\"id\",\"problem\",\"answer\"} JSONL) through the\n" +
+			"chat template, rollout.samples_per_prompt samples each, rewards from the math verifier, group-normalized\n" +
+			"advantages, clipped policy loss (clip_low/clip_high), optional KL to the initial policy, AdamW.\n" +
+			"Writes RUN_DIR/metrics.jsonl, config.resolved.yaml and checkpoints/step-NNNNNN/ (a Hugging Face model\n" +
+			"directory plus optimizer and trainer state). SIGINT/SIGTERM: the step finishes, a checkpoint is saved,\n" +
+			"exit 130; continue with --resume auto. Example: lanpo train --config configs/tiny-grpo.yaml",
+		Flags:  runFlags(),
+		Action: func(c *cli.Context) error { return runTraining(c, trainer.RunGRPO) },
+	}
+}
+
+func sftCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sft",
+		Usage: "supervised fine-tuning on chat JSONL (loss on assistant tokens)",
+		Description: "Fine-tunes on data.train ({\"messages\": [...]} JSONL): the loss is the mean negative log-likelihood of\n" +
+			"assistant tokens, sequences up to sft.max_len, sft.micro_batch_size × sft.grad_accum per step, AdamW\n" +
+			"with the optim.* schedule, eval loss on data.eval every sft.eval_every steps. Checkpoints, metrics and\n" +
+			"resume as in `lanpo train`. Example: lanpo sft --config configs/tiny-sft.yaml",
+		Flags:  runFlags(),
+		Action: func(c *cli.Context) error { return runTraining(c, trainer.RunSFT) },
+	}
+}
+
+type runFunc func(context.Context, trainer.Config, string, trainer.RunOptions) error
+
+func runTraining(c *cli.Context, run runFunc) error {
+	cfg, err := trainer.LoadConfig(c.String("config"), c.StringSlice("set"))
+	if err != nil {
+		return usageError{err}
+	}
+	if c.Bool("dry-run") {
+		fmt.Fprint(c.App.Writer, cfg.YAML())
+		return nil
+	}
+	resume := c.String("resume")
+	if resume == "" {
+		if dir, _ := trainer.ResolveResume(cfg.RunDir, "auto"); dir != "" {
+			return usageError{fmt.Errorf("run_dir %s already has checkpoints (newest: %s): pass --resume auto to continue it, or choose another run_dir", cfg.RunDir, dir)}
+		}
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := trainer.RunOptions{}
+	if isTerminal(os.Stderr) {
+		opts.Progress = os.Stderr
+	}
+	err = run(ctx, cfg, resume, opts)
+	if errors.Is(err, trainer.ErrInterrupted) {
+		log.Warn().Str("run_dir", cfg.RunDir).Msg("interrupted: checkpoint saved; continue with --resume auto")
+		return cli.Exit("", 130)
+	}
+	return err
+}

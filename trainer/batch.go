@@ -1,0 +1,83 @@
+package trainer
+
+import (
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// batch is one micro-batch of prompt+response sequences, right-padded to
+// T: row i holds prompt then response; the targets at response positions
+// are the response tokens (position t predicts token t+1).
+type batch struct {
+	ids, pos, mask   *ts.Tensor // [B, T] int64
+	targets, tmask   *ts.Tensor // [B, T] int64, bool
+	tmaskF           *ts.Tensor // [B, T] float64
+	old, ref, weight *ts.Tensor // [B, T] float64 (ref nil without reference log-probs)
+	adv              *ts.Tensor // [B, 1] float64
+	t                int64
+	starts           []int // first target position of each row's response
+}
+
+// buildBatch lays out rolls; weights (one per rollout, per token) may be nil
+// when only log-probs are wanted.
+func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout, weights []float64) *batch {
+	b := &batch{}
+	for _, r := range rolls {
+		b.t = max(b.t, int64(len(r.promptIDs)+len(r.ids)))
+	}
+	n := int64(len(rolls)) * b.t
+	ids, pos, mask, targets := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	tmask := make([]bool, n)
+	tmaskF, old, ref, w := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	adv := make([]float64, len(rolls))
+	hasRef := true
+	for i, r := range rolls {
+		row := int64(i) * b.t
+		seq := append(append([]int64(nil), r.promptIDs...), r.ids...)
+		for j, id := range seq {
+			ids[row+int64(j)], pos[row+int64(j)], mask[row+int64(j)] = id, int64(j), 1
+		}
+		start := len(r.promptIDs) - 1
+		b.starts = append(b.starts, start)
+		for k := range r.ids {
+			at := row + int64(start+k)
+			targets[at], tmask[at], tmaskF[at], old[at] = r.ids[k], true, 1, float64(r.oldLogp[k])
+			if weights != nil {
+				w[at] = weights[i]
+			}
+			if r.refLogp != nil {
+				ref[at] = float64(r.refLogp[k])
+			}
+		}
+		if r.refLogp == nil {
+			hasRef = false
+		}
+		adv[i] = r.adv
+	}
+	shape := []int64{int64(len(rolls)), b.t}
+	b.ids = tensor.FromSlice(s, ids, shape, dev)
+	b.pos = tensor.FromSlice(s, pos, shape, dev)
+	b.mask = tensor.FromSlice(s, mask, shape, dev)
+	b.targets = tensor.FromSlice(s, targets, shape, dev)
+	b.tmask = tensor.FromSlice(s, tmask, shape, dev)
+	b.tmaskF = tensor.FromSlice(s, tmaskF, shape, dev)
+	b.old = tensor.FromSlice(s, old, shape, dev)
+	b.weight = tensor.FromSlice(s, w, shape, dev)
+	b.adv = tensor.FromSlice(s, adv, []int64{int64(len(rolls)), 1}, dev)
+	if hasRef {
+		b.ref = tensor.FromSlice(s, ref, shape, dev)
+	}
+	return b
+}
+
+// gather returns row i's values at its n response positions.
+func (b *batch) gather(vals []float64, i, n int) []float32 {
+	out := make([]float32, n)
+	row := i * int(b.t)
+	for k := range out {
+		out[k] = float32(vals[row+b.starts[i]+k])
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+package trainer
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+// Builtin models are made on the spot from a seed: a tiny Qwen2 with a
+// byte-level vocabulary, small enough that a GRPO step runs in seconds on
+// two CPU cores. `model: builtin:tiny` in a config selects it.
+const builtinPrefix = "builtin:"
+
+// tinyMerges are a few merges that shorten math text in the byte-level
+// vocabulary (the split pattern keeps digits apart, so none join digits).
+var tinyMerges = [][2]string{{"i", "s"}, {"t", "h"}, {"th", "e"}, {"a", "n"}, {"an", "s"}, {"ans", "w"}, {"answ", "e"},
+	{"answe", "r"}, {"b", "o"}, {"bo", "x"}, {"box", "e"}, {"boxe", "d"}, {"W", "h"}, {"Wh", "a"}, {"Wha", "t"},
+	{"Ġ", "+"}, {"Ġ", "="}, {"Ġ", "is"}, {"Ġ", "the"}, {"Ġ", "answer"}, {"\\", "boxed"}, {"Ġ", "What"}}
+
+var tinySpecial = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+
+// TinyConfig is the built-in tiny model's shape for a vocabulary of v.
+func TinyConfig(v int64) *model.Config {
+	return &model.Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: v, HiddenSize: 64,
+		IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 1024, RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu"}
+}
+
+// WriteBuiltin writes the named built-in model (weights from seed) as a
+// Hugging Face directory.
+func WriteBuiltin(name, dir string, seed int64) error {
+	if name != "tiny" {
+		return fmt.Errorf("model %s%s: the built-in models are: tiny", builtinPrefix, name)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := tokenizer.WriteByteLevel(dir, tinyMerges, tinySpecial, "<|im_end|>", "<|endoftext|>"); err != nil {
+		return err
+	}
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		return err
+	}
+	v := int64(tk.VocabSize()+15) / 16 * 16 // padded, as real checkpoints are
+	cfg := TinyConfig(v)
+	eos, _ := tk.TokenID("<|im_end|>")
+	cfg.EOSTokenID = json.RawMessage(fmt.Sprint(eos))
+	m, err := model.NewRandom(cfg, model.LoadOptions{}, seed)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return m.Save(dir)
+}
+
+// resolveModel returns the model directory a config names: a builtin is
+// written once under the run directory.
+func resolveModel(cfg *Config) (string, error) {
+	name, ok := strings.CutPrefix(cfg.Model, builtinPrefix)
+	if !ok {
+		return cfg.Model, nil
+	}
+	dir := filepath.Join(cfg.RunDir, "init-"+name)
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err == nil {
+		return dir, nil
+	}
+	if err := WriteBuiltin(name, dir, int64(cfg.Seed)); err != nil {
+		return "", err
+	}
+	return dir, nil
+}

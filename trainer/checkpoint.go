@@ -1,0 +1,229 @@
+package trainer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+// A checkpoint is RUN_DIR/checkpoints/step-NNNNNN/: a Hugging Face model
+// directory (model.safetensors, config.json, generation_config.json,
+// tokenizer files), the optimizer (optimizer.safetensors + .json), the
+// trainer state (step, data cursor, seeds, counters), the metrics so far,
+// and manifest.json, written last. It is built in a temporary directory,
+// fsynced and renamed into place, so a crash leaves either a complete
+// checkpoint or a temporary directory that resume ignores and removes.
+
+const (
+	checkpointsDir = "checkpoints"
+	manifestFile   = "manifest.json"
+	stateFile      = "trainer_state.json"
+	metricsFile    = "metrics.jsonl"
+	tmpPrefix      = ".tmp-"
+)
+
+// TrainerState is everything besides weights and optimizer that resuming
+// needs to continue exactly: all randomness derives from Seed and Step.
+type TrainerState struct {
+	Kind     string `json:"kind"` // "grpo" or "sft"
+	Step     int    `json:"step"` // completed training steps
+	Seed     uint64 `json:"seed"`
+	Cursor   Cursor `json:"cursor"`
+	BadSteps int    `json:"bad_steps"` // NaN/Inf steps in a row
+	Skipped  int    `json:"skipped_updates"`
+}
+
+// manifest lists a checkpoint's files with their sizes.
+type manifest struct {
+	Step  int              `json:"step"`
+	Files map[string]int64 `json:"files"`
+}
+
+func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
+
+// SaveCheckpoint writes a checkpoint for state.Step and keeps the newest
+// keep checkpoints.
+func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, state TrainerState, keep int) (string, error) {
+	root := filepath.Join(runDir, checkpointsDir)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", err
+	}
+	final := filepath.Join(root, checkpointName(state.Step))
+	tmp, err := os.MkdirTemp(root, tmpPrefix+checkpointName(state.Step)+"-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // after a successful rename there is nothing left to remove
+	if err := m.Save(tmp); err != nil {
+		return "", fmt.Errorf("checkpoint model: %w", err)
+	}
+	for _, f := range []string{tokenizer.TokenizerFile, tokenizer.ConfigFile, tokenizer.TemplateFile} {
+		if err := copyFile(filepath.Join(tokDir, f), filepath.Join(tmp, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("checkpoint tokenizer: %w", err)
+		}
+	}
+	if err := opt.Save(tmp); err != nil {
+		return "", fmt.Errorf("checkpoint optimizer: %w", err)
+	}
+	js, _ := json.MarshalIndent(state, "", "  ")
+	if err := writeFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
+		return "", err
+	}
+	if b, err := os.ReadFile(filepath.Join(runDir, metricsFile)); err == nil {
+		if err := writeFileSync(filepath.Join(tmp, metricsFile), b); err != nil {
+			return "", err
+		}
+	}
+	man := manifest{Step: state.Step, Files: map[string]int64{}}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			return "", err
+		}
+		man.Files[e.Name()] = info.Size()
+	}
+	js, _ = json.MarshalIndent(man, "", "  ")
+	if err := writeFileSync(filepath.Join(tmp, manifestFile), append(js, '\n')); err != nil {
+		return "", err
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", err
+	}
+	if err := os.RemoveAll(final); err != nil { // a stale copy of this step
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", err
+	}
+	if err := syncDir(root); err != nil {
+		return "", err
+	}
+	pruneCheckpoints(root, keep)
+	return final, nil
+}
+
+// completeCheckpoints lists the complete checkpoints under root, oldest
+// first: those whose manifest exists and whose files have the listed sizes.
+func completeCheckpoints(root string) []string {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "step-") {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		if checkManifest(dir) == nil {
+			out = append(out, dir)
+		}
+	}
+	sort.Strings(out) // step-%06d sorts by step
+	return out
+}
+
+func checkManifest(dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		return err
+	}
+	var man manifest
+	if err := json.Unmarshal(raw, &man); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, manifestFile), err)
+	}
+	for name, size := range man.Files {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if info.Size() != size {
+			return fmt.Errorf("%s: %d bytes, the manifest says %d", filepath.Join(dir, name), info.Size(), size)
+		}
+	}
+	return nil
+}
+
+// pruneCheckpoints removes all but the newest keep complete checkpoints and
+// any leftover temporary directories.
+func pruneCheckpoints(root string, keep int) {
+	done := completeCheckpoints(root)
+	for i := 0; i+keep < len(done); i++ {
+		if err := os.RemoveAll(done[i]); err != nil {
+			log.Warn().Err(err).Str("dir", done[i]).Msg("cannot remove old checkpoint")
+		}
+	}
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+}
+
+// ResolveResume turns --resume into a checkpoint directory: "" (start
+// fresh), "auto" (the newest complete checkpoint of the run, or fresh if
+// there is none) or a path, which must be a complete checkpoint.
+func ResolveResume(runDir, resume string) (string, error) {
+	switch resume {
+	case "":
+		return "", nil
+	case "auto":
+		root := filepath.Join(runDir, checkpointsDir)
+		pruneTemps(root)
+		done := completeCheckpoints(root)
+		if len(done) == 0 {
+			return "", nil
+		}
+		return done[len(done)-1], nil
+	}
+	if err := checkManifest(resume); err != nil {
+		return "", fmt.Errorf("--resume %s: not a complete checkpoint: %w", resume, err)
+	}
+	return resume, nil
+}
+
+func pruneTemps(root string) {
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			log.Warn().Str("dir", filepath.Join(root, e.Name())).Msg("removing an incomplete checkpoint (interrupted while saving)")
+			os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+}
+
+// loadState reads a checkpoint's trainer state and puts its metrics back
+// as the run's metrics file, so the run continues the same series.
+func loadState(ckpt, runDir string) (TrainerState, error) {
+	var st TrainerState
+	raw, err := os.ReadFile(filepath.Join(ckpt, stateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", filepath.Join(ckpt, stateFile), err)
+	}
+	b, err := os.ReadFile(filepath.Join(ckpt, metricsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		b, err = nil, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	return st, os.WriteFile(filepath.Join(runDir, metricsFile), b, 0o644)
+}

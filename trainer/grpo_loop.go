@@ -1,0 +1,397 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/reward"
+)
+
+// GRPO as lanpo runs it, one step:
+//
+//  1. rollout: P prompts from the data cursor, each rendered with the chat
+//     template and sampled G times by the rollout engine (no grad); every
+//     sampled token's log-prob is recorded — that is π_old, since sampler
+//     and trainer share the model code and kernels.
+//  2. reward: decode, verify against the gold answer (reward/), plus an
+//     optional format reward. With dynamic sampling, groups whose rewards
+//     are all equal are dropped and more prompts sampled (DAPO).
+//  3. advantages: group-normalized (GRPO) or mean-centred only (Dr. GRPO).
+//  4. reference log-probs when β > 0 (the initial policy, frozen).
+//  5. update: μ epochs; each is one optimizer step over the whole batch,
+//     accumulated over micro-batches with token weights fixed for the
+//     global batch, so the update does not depend on the micro-batch size.
+//
+// Deviations from the GRPO paper: one optimizer step per epoch over the
+// whole batch (no mini-batches), π_old is the sampler's record instead of
+// a second forward pass, and the loss aggregation is configurable.
+//
+// The prompt-building step (buildPrompt) is the seam where LANPO's
+// experience pool will add its context.
+
+// rollout is one sampled response and what the update needs of it.
+type rollout struct {
+	group     int
+	promptIDs []int64
+	ids       []int64   // generated ids
+	oldLogp   []float32 // the sampler's log-probs
+	text      string
+	reward    float64
+	correct   bool
+	adv       float64
+	truncated bool
+	refLogp   []float32
+}
+
+// grpoRun holds a GRPO run's long-lived objects.
+type grpoRun struct {
+	*session
+	ref      *model.Model // nil when β = 0
+	problems []Problem
+	eos      []int64
+	rewards  reward.Func
+}
+
+// RunGRPO runs (or resumes) GRPO training as cfg says. It returns
+// ErrInterrupted after saving a checkpoint when ctx is cancelled.
+func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) error {
+	s, err := openSession(cfg, resume, "grpo", opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	g := &grpoRun{session: s}
+	if g.problems, err = LoadProblems(cfg.Data.Train, cfg.Data.SkipBadLines); err != nil {
+		return err
+	}
+	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
+		return err
+	}
+	if cfg.Algo.KLBeta > 0 {
+		if g.ref, err = model.Load(s.modelDir, model.LoadOptions{}); err != nil {
+			return fmt.Errorf("reference model: %w", err)
+		}
+		defer g.ref.Close()
+	}
+	g.rewards = reward.Correctness{}
+	if cfg.Algo.FormatReward > 0 {
+		g.rewards = reward.Weighted{Funcs: []reward.Func{reward.Correctness{}, reward.Format{}}, Weights: []float64{1, cfg.Algo.FormatReward}}
+	}
+	return s.loop(ctx, g.step)
+}
+
+// buildPrompt renders one problem as the chat the policy sees.
+func (g *grpoRun) buildPrompt(p Problem) ([]tokenizer.Message, error) {
+	var msgs []tokenizer.Message
+	if g.cfg.Data.SystemPrompt != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: g.cfg.Data.SystemPrompt})
+	}
+	user := strings.ReplaceAll(g.cfg.Data.PromptTemplate, "{problem}", p.Problem)
+	return append(msgs, tokenizer.Message{Role: "user", Content: user}), nil
+}
+
+// step runs one GRPO step and returns its metrics (timings included).
+func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
+	var met StepMetrics
+	t.enter("rollout")
+	rolls, groups, resampled, err := g.sample(t)
+	if err != nil {
+		return met, err
+	}
+	met.Resampled = resampled
+	g.fillMetrics(&met, rolls, groups)
+	if len(rolls) == 0 {
+		met.Skipped = true
+		log.Warn().Int("step", g.state.Step+1).Msg("no group with reward variance: update skipped")
+		return met, nil
+	}
+	if g.ref != nil {
+		t.enter("ref_logprobs")
+		if err := g.refLogprobs(rolls); err != nil {
+			return met, err
+		}
+	}
+	t.enter("update")
+	return met, g.update(rolls, &met)
+}
+
+// sample runs rollout rounds until P groups are kept (dynamic sampling
+// drops zero-variance groups) and scores them; it returns the kept
+// rollouts, the number of kept groups and of dropped ones.
+func (g *grpoRun) sample(t *phaseTimer) ([]*rollout, int, int, error) {
+	cfg := g.cfg
+	P, G := cfg.Rollout.PromptsPerStep, cfg.Rollout.SamplesPerPrompt
+	var kept []*rollout
+	groups, dropped := 0, 0
+	for round := 0; groups < P && round <= cfg.Algo.MaxResample; round++ {
+		t.enter("rollout")
+		idx := g.state.Cursor.Next(len(g.problems), P-groups)
+		reqs := make([]model.Request, len(idx))
+		streams := make([]int, len(idx))
+		for i, k := range idx {
+			msgs, err := g.buildPrompt(g.problems[k])
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			ids, err := g.tk.ChatIDs(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: cfg.Rollout.EnableThinking})
+			if err != nil {
+				return nil, 0, 0, fmt.Errorf("problem %s: %w", g.problems[k].ID, err)
+			}
+			reqs[i] = model.Request{PromptIDs: toInt64(ids), Samples: G}
+			streams[i] = round*P + i
+		}
+		p := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
+			MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: stepSeed(cfg.Seed, g.state.Step)}
+		var res []model.Sample
+		err := csrc.NoGrad(func() (err error) {
+			res, err = g.m.GenerateAt(reqs, streams, p, model.GenerateOptions{})
+			return err
+		})
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		t.enter("reward")
+		batch := make([]*rollout, len(res))
+		samples := make([]reward.Sample, len(res))
+		for i, r := range res {
+			batch[i] = &rollout{group: r.Prompt, promptIDs: reqs[r.Prompt].PromptIDs, ids: r.IDs, oldLogp: r.Logprobs,
+				truncated: r.FinishReason == "length", text: g.tk.Decode(toInt(r.IDs), true)}
+			pr := g.problems[idx[r.Prompt]]
+			samples[i] = reward.Sample{Problem: pr.Problem, Response: batch[i].text, Gold: pr.Answer}
+		}
+		scores := scoreParallel(g.rewards, samples)
+		for i, r := range batch {
+			r.reward = scores[i]
+			r.correct = reward.Correctness{}.Score(samples[i]) == 1
+		}
+		for gi := range reqs {
+			grp := batch[gi*G : (gi+1)*G]
+			rs := make([]float64, G)
+			for i, r := range grp {
+				rs[i] = r.reward
+			}
+			if cfg.Algo.DynamicSampling && allEqual(rs) && round < cfg.Algo.MaxResample {
+				dropped++
+				continue
+			}
+			adv := Advantages([][]float64{rs}, cfg.Algo.AdvNoStd, 1e-6)[0]
+			for i, r := range grp {
+				r.adv, r.group = adv[i], groups
+				kept = append(kept, r)
+			}
+			groups++
+		}
+	}
+	return kept, groups, dropped, nil
+}
+
+// scoreParallel scores samples on all cores (verification is pure Go).
+func scoreParallel(f reward.Func, samples []reward.Sample) []float64 {
+	out := make([]float64, len(samples))
+	done := make(chan struct{})
+	sem := make(chan struct{}, 8)
+	for i := range samples {
+		sem <- struct{}{}
+		go func(i int) {
+			out[i] = f.Score(samples[i])
+			<-sem
+			done <- struct{}{}
+		}(i)
+	}
+	for range samples {
+		<-done
+	}
+	return out
+}
+
+func (g *grpoRun) fillMetrics(m *StepMetrics, rolls []*rollout, groups int) {
+	if len(rolls) == 0 {
+		return
+	}
+	var sum, sq, correct, lenSum, trunc float64
+	maxLen := 0
+	for _, r := range rolls {
+		sum += r.reward
+		sq += r.reward * r.reward
+		if r.correct {
+			correct++
+		}
+		lenSum += float64(len(r.ids))
+		maxLen = max(maxLen, len(r.ids))
+		if r.truncated {
+			trunc++
+		}
+		m.Tokens += len(r.ids)
+	}
+	n := float64(len(rolls))
+	m.RewardMean = sum / n
+	m.RewardStd = math.Sqrt(math.Max(0, sq/n-m.RewardMean*m.RewardMean))
+	m.Accuracy = correct / n
+	m.RespLenMean, m.RespLenMax, m.TruncRatio = lenSum/n, maxLen, trunc/n
+	zero := 0
+	G := g.cfg.Rollout.SamplesPerPrompt
+	for gi := 0; gi < groups; gi++ {
+		allZero := true
+		for _, r := range rolls[gi*G : (gi+1)*G] {
+			if r.adv != 0 {
+				allZero = false
+			}
+		}
+		if allZero {
+			zero++
+		}
+	}
+	m.ZeroVarFrac = float64(zero) / float64(max(groups, 1))
+}
+
+// refLogprobs computes log π_ref of every response token (no grad).
+func (g *grpoRun) refLogprobs(rolls []*rollout) error {
+	return csrc.NoGrad(func() error {
+		for start := 0; start < len(rolls); start += g.cfg.Algo.MicroBatchSize {
+			mb := rolls[start:min(start+g.cfg.Algo.MicroBatchSize, len(rolls))]
+			var s tensor.Scope
+			b := buildBatch(&s, g.ref.Device, mb, nil)
+			lp, _, err := g.ref.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.temperature()})
+			if err != nil {
+				s.Close()
+				return fmt.Errorf("reference log-probs: %w", err)
+			}
+			vals := tensor.Float64s(lp) // sync: one read per micro-batch
+			for i, r := range mb {
+				r.refLogp = b.gather(vals, i, len(r.ids))
+			}
+			s.Close()
+		}
+		return nil
+	})
+}
+
+func (g *grpoRun) temperature() float64 {
+	if g.cfg.Rollout.Temperature == 0 {
+		return 1 // greedy rollouts record log-probs at T = 1
+	}
+	return g.cfg.Rollout.Temperature
+}
+
+// update runs the μ epochs of optimizer steps over the batch.
+func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
+	cfg := g.cfg
+	lengths := make([]int, len(rolls))
+	for i, r := range rolls {
+		lengths[i] = len(r.ids)
+		if cfg.Algo.OverlongMask && r.truncated {
+			lengths[i] = 0
+		}
+	}
+	w, err := TokenWeights(lengths, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens)
+	if err != nil {
+		return err
+	}
+	lr, err := LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
+	if err != nil {
+		return err
+	}
+	met.LR = lr
+	lossCfg := PolicyLossConfig{ClipLow: cfg.Algo.ClipLow, ClipHigh: cfg.Algo.ClipHigh, Beta: cfg.Algo.KLBeta, KL: cfg.Algo.KLEstimator}
+	for epoch := 0; epoch < cfg.Algo.Epochs; epoch++ {
+		g.opt.ZeroGrad()
+		var loss, ent float64
+		var st PolicyLossStats
+		for start := 0; start < len(rolls); start += cfg.Algo.MicroBatchSize {
+			mb := rolls[start:min(start+cfg.Algo.MicroBatchSize, len(rolls))]
+			var s tensor.Scope
+			b := buildBatch(&s, g.m.Device, mb, w[start:start+len(mb)])
+			lp, entropy, err := g.m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.temperature(), Entropy: true})
+			if err != nil {
+				s.Close()
+				return err
+			}
+			in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight}
+			l, mst, err := PolicyLoss(&s, in, lossCfg)
+			if err != nil {
+				s.Close()
+				return err
+			}
+			if err := backward(l); err != nil {
+				s.Close()
+				return err
+			}
+			// sync: loss, entropy and the sampler/trainer gap, once per micro-batch.
+			loss += tensor.Float64s(l)[0]
+			ent += tensor.Float64s(s.Keep(s.Keep(entropy.MustMul(b.weight, false)).MustSum(gotch.Double, false)))[0]
+			if epoch == 0 {
+				gap := s.Keep(s.Keep(s.Keep(lp.MustSub(b.old, false)).MustAbs(false)).MustMul(b.tmaskF, false))
+				met.LogpMismatch = math.Max(met.LogpMismatch, tensor.Float64s(s.Keep(gap.MustMax(false)))[0])
+			}
+			st.ClipFrac += mst.ClipFrac
+			st.KL += mst.KL
+			st.Ratio += mst.Ratio
+			s.Close()
+		}
+		norm, err := g.opt.ClipGradNorm(cfg.Optim.GradClip)
+		if err != nil {
+			return err
+		}
+		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio, met.GradNorm = loss, ent, st.ClipFrac, st.KL, st.Ratio, norm
+		if bad := math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0); bad {
+			return errBadLoss
+		}
+		if err := g.opt.Update(lr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var errBadLoss = errors.New("loss or gradient is NaN/Inf")
+
+// backward runs autograd from a scalar loss, errors instead of panics.
+func backward(l *ts.Tensor) (err error) {
+	defer recoverStep("backward", &err)
+	l.MustBackward()
+	return nil
+}
+
+// stepSeed derives a step's sampling seed from the run seed (splitmix64).
+func stepSeed(seed uint64, step int) uint64 {
+	z := seed + uint64(step+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func allEqual(x []float64) bool {
+	for _, v := range x[1:] {
+		if v != x[0] {
+			return false
+		}
+	}
+	return true
+}
+
+func toInt64(x []int) []int64 {
+	out := make([]int64, len(x))
+	for i, v := range x {
+		out[i] = int64(v)
+	}
+	return out
+}
+
+func toInt(x []int64) []int {
+	out := make([]int, len(x))
+	for i, v := range x {
+		out[i] = int(v)
+	}
+	return out
+}

@@ -1,0 +1,126 @@
+package trainer
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// StepMetrics is one line of RUN_DIR/metrics.jsonl.
+type StepMetrics struct {
+	Step int     `json:"step"`
+	Loss float64 `json:"loss"`
+	LR   float64 `json:"lr"`
+
+	// GRPO
+	RewardMean   float64 `json:"reward_mean,omitempty"`
+	RewardStd    float64 `json:"reward_std,omitempty"`
+	Accuracy     float64 `json:"accuracy"`
+	ZeroVarFrac  float64 `json:"zero_variance_group_frac"`
+	RespLenMean  float64 `json:"response_length_mean,omitempty"`
+	RespLenMax   int     `json:"response_length_max,omitempty"`
+	TruncRatio   float64 `json:"truncation_ratio"`
+	Entropy      float64 `json:"entropy,omitempty"`
+	KL           float64 `json:"kl"`
+	ClipFrac     float64 `json:"clip_frac"`
+	Ratio        float64 `json:"ratio_mean,omitempty"`
+	LogpMismatch float64 `json:"sampler_trainer_logp_max_abs_diff"`
+	Resampled    int     `json:"resampled_groups,omitempty"`
+
+	// SFT
+	EvalLoss float64 `json:"eval_loss,omitempty"`
+
+	GradNorm float64 `json:"grad_norm"`
+	Skipped  bool    `json:"update_skipped,omitempty"`
+	Tokens   int     `json:"tokens"`
+
+	// Timings differ between runs; everything above does not.
+	TokensPerS float64            `json:"tokens_per_s"`
+	Seconds    map[string]float64 `json:"seconds"`
+}
+
+// metricsLog appends StepMetrics to RUN_DIR/metrics.jsonl.
+type metricsLog struct{ f *os.File }
+
+func openMetrics(runDir string) (*metricsLog, error) {
+	f, err := os.OpenFile(filepath.Join(runDir, metricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &metricsLog{f}, nil
+}
+
+func (l *metricsLog) write(m StepMetrics) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return l.f.Sync()
+}
+
+func (l *metricsLog) Close() error { return l.f.Close() }
+
+// phaseTimer accumulates wall time per named phase of a step.
+type phaseTimer struct {
+	start time.Time
+	phase string
+	secs  map[string]float64
+}
+
+func newPhaseTimer() *phaseTimer { return &phaseTimer{secs: map[string]float64{}} }
+
+// enter ends the current phase and starts another.
+func (p *phaseTimer) enter(phase string) {
+	now := time.Now()
+	if p.phase != "" {
+		p.secs[p.phase] += now.Sub(p.start).Seconds()
+	}
+	p.phase, p.start = phase, now
+}
+
+func (p *phaseTimer) total() float64 {
+	p.enter("")
+	var t float64
+	for _, s := range p.secs {
+		t += s
+	}
+	return t
+}
+
+// progress draws the step line on a terminal: step, reward, accuracy,
+// tokens/s, ETA.
+type progress struct {
+	w     io.Writer
+	total int
+	start time.Time
+	first int
+}
+
+func (p *progress) update(m StepMetrics) {
+	if p.w == nil {
+		return
+	}
+	done := m.Step - p.first
+	eta := ""
+	if done > 0 {
+		per := time.Since(p.start) / time.Duration(done)
+		eta = (per * time.Duration(p.total-m.Step)).Round(time.Second).String()
+	}
+	const width = 24
+	fill := width * m.Step / max(p.total, 1)
+	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
+	fmt.Fprintf(p.w, "\rstep %d/%d [%s] loss %.4f reward %.3f acc %.3f %.0f tok/s ETA %s\x1b[K", m.Step, p.total, bar, m.Loss, m.RewardMean, m.Accuracy, m.TokensPerS, eta)
+}
+
+func (p *progress) done() {
+	if p.w != nil {
+		fmt.Fprintln(p.w)
+	}
+}

@@ -1,0 +1,212 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+// ErrInterrupted is returned when a run stopped on a signal after saving a
+// checkpoint.
+var ErrInterrupted = errors.New("interrupted")
+
+// RunOptions are the caller's switches that are not part of the config.
+type RunOptions struct {
+	Progress io.Writer // a terminal for the progress line, or nil
+}
+
+// session is what SFT and GRPO share: the policy, tokenizer, optimizer,
+// state, metrics and the step loop with its checkpoints.
+type session struct {
+	cfg      Config
+	kind     string
+	modelDir string // the initial model (reference, tokenizer source)
+	tokDir   string
+	m        *model.Model
+	tk       *tokenizer.Tokenizer
+	opt      *AdamW
+	state    TrainerState
+	metrics  *metricsLog
+	prog     *progress
+	lastSave int
+}
+
+// openSession loads the policy (from the resume checkpoint if any), the
+// tokenizer and the optimizer, and writes the resolved config.
+func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, err error) {
+	runtime.LockOSThread() // all torch work of the run happens on this thread (STYLE rule 7)
+	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1}
+	s = sess
+	defer func() {
+		if err != nil {
+			sess.Close()
+		}
+	}()
+	if s.modelDir, err = resolveModel(&cfg); err != nil {
+		return nil, err
+	}
+	if err := writeFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
+		return nil, err
+	}
+	ckpt, err := ResolveResume(cfg.RunDir, resume)
+	if err != nil {
+		return nil, err
+	}
+	from := s.modelDir
+	s.tokDir = s.modelDir
+	if cfg.Tokenizer != "" {
+		s.tokDir = cfg.Tokenizer
+	}
+	if ckpt != "" {
+		from, s.tokDir = ckpt, ckpt
+	}
+	if s.m, err = model.Load(from, model.LoadOptions{}); err != nil {
+		return nil, err
+	}
+	if s.tk, err = tokenizer.Load(s.tokDir); err != nil {
+		return nil, err
+	}
+	format := cfg.ChatFormat
+	if format == "" && strings.HasPrefix(cfg.Model, builtinPrefix) {
+		format = "qwen2.5" // the built-in tokenizer has no template of its own
+	}
+	if format != "" {
+		if err := s.tk.SetChatFormat(format); err != nil {
+			return nil, fmt.Errorf("config key chat_format: %w", err)
+		}
+	}
+	o := cfg.Optim
+	if s.opt, err = NewAdamW(s.m.Params(), o.Beta1, o.Beta2, o.Eps, o.WeightDecay); err != nil {
+		return nil, err
+	}
+	s.state = TrainerState{Kind: kind, Seed: cfg.Seed, Cursor: Cursor{Seed: cfg.Seed}}
+	if ckpt != "" {
+		if err := s.opt.Load(ckpt); err != nil {
+			return nil, err
+		}
+		if s.state, err = loadState(ckpt, cfg.RunDir); err != nil {
+			return nil, err
+		}
+		if s.state.Kind != kind {
+			return nil, fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, s.state.Kind, kind)
+		}
+		s.lastSave = s.state.Step
+		log.Info().Str("checkpoint", ckpt).Int("step", s.state.Step).Msg("resumed")
+	} else if err := os.Remove(filepath.Join(cfg.RunDir, metricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if s.metrics, err = openMetrics(cfg.RunDir); err != nil {
+		return nil, err
+	}
+	s.prog = &progress{w: opts.Progress, total: cfg.TotalSteps, start: time.Now(), first: s.state.Step}
+	return s, nil
+}
+
+func (s *session) Close() {
+	if s.metrics != nil {
+		s.metrics.Close()
+	}
+	if s.opt != nil {
+		s.opt.Close()
+	}
+	if s.m != nil {
+		s.m.Close()
+	}
+	runtime.UnlockOSThread()
+}
+
+// loop runs steps until total_steps (or stop_after_steps more, or a
+// signal), with checkpoints; step does the algorithm's work.
+func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics, error)) error {
+	cfg := s.cfg
+	ran := 0
+	defer s.prog.done()
+	for s.state.Step < cfg.TotalSteps {
+		if cfg.StopAfterSteps > 0 && ran == cfg.StopAfterSteps {
+			log.Info().Int("step", s.state.Step).Msg("stop_after_steps reached")
+			break
+		}
+		if ctx.Err() != nil {
+			if err := s.save(); err != nil {
+				return err
+			}
+			return ErrInterrupted
+		}
+		t := newPhaseTimer()
+		met, err := s.guardedStep(step, t)
+		if errors.Is(err, errBadLoss) {
+			s.opt.ZeroGrad()
+			s.state.BadSteps++
+			s.state.Skipped++
+			met.Skipped = true
+			log.Warn().Int("step", s.state.Step+1).Int("in_a_row", s.state.BadSteps).Msg("NaN/Inf loss or gradient: update skipped")
+			if s.state.BadSteps >= cfg.MaxBadSteps {
+				return fmt.Errorf("step %d: %d steps in a row with NaN/Inf loss (max_bad_steps %d)", s.state.Step+1, s.state.BadSteps, cfg.MaxBadSteps)
+			}
+		} else if err != nil {
+			return fmt.Errorf("step %d: %w", s.state.Step+1, err)
+		} else if !met.Skipped {
+			s.state.BadSteps = 0
+		}
+		s.state.Step++
+		ran++
+		met.Step = s.state.Step
+		met.Seconds = t.secs
+		total := t.total()
+		if total > 0 {
+			met.TokensPerS = float64(met.Tokens) / total
+		}
+		// Metrics first: the checkpoint keeps the series up to its step.
+		if err := s.metrics.write(met); err != nil {
+			return err
+		}
+		if cfg.Checkpoint.Every > 0 && s.state.Step%cfg.Checkpoint.Every == 0 {
+			if err := s.save(); err != nil {
+				return err
+			}
+		}
+		s.prog.update(met)
+		log.Debug().Int("step", met.Step).Float64("loss", met.Loss).Float64("reward", met.RewardMean).Float64("accuracy", met.Accuracy).Msg("step")
+	}
+	return s.save()
+}
+
+// guardedStep runs one step, turning a panic into an error naming the
+// phase it happened in.
+func (s *session) guardedStep(step func(*phaseTimer) (StepMetrics, error), t *phaseTimer) (met StepMetrics, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("phase %s: %v", t.phase, r)
+		}
+	}()
+	return step(t)
+}
+
+// save writes a checkpoint of the current step unless one exists.
+func (s *session) save() error {
+	if s.lastSave == s.state.Step {
+		return nil
+	}
+	dir, err := SaveCheckpoint(s.cfg.RunDir, s.m, s.tokDir, s.opt, s.state, s.cfg.Checkpoint.Keep)
+	if err != nil {
+		return fmt.Errorf("checkpoint at step %d: %w", s.state.Step, err)
+	}
+	s.lastSave = s.state.Step
+	log.Info().Str("dir", dir).Int("step", s.state.Step).Msg("checkpoint saved")
+	return nil
+}

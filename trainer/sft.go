@@ -1,0 +1,267 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+// example is one tokenized conversation: ids and, per id, whether it is an
+// assistant token the loss is computed on.
+type example struct {
+	ids  []int64
+	loss []bool
+}
+
+// sftRun holds an SFT run's data.
+type sftRun struct {
+	*session
+	train, eval []example
+}
+
+// RunSFT runs (or resumes) supervised fine-tuning as cfg says.
+func RunSFT(ctx context.Context, cfg Config, resume string, opts RunOptions) error {
+	s, err := openSession(cfg, resume, "sft", opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	r := &sftRun{session: s}
+	if r.train, err = r.loadChats(cfg.Data.Train); err != nil {
+		return err
+	}
+	if cfg.Data.Eval != "" {
+		if r.eval, err = r.loadChats(cfg.Data.Eval); err != nil {
+			return err
+		}
+	}
+	return s.loop(ctx, r.step)
+}
+
+// loadChats reads {"messages": [...]} lines and tokenizes them.
+func (r *sftRun) loadChats(path string) ([]example, error) {
+	var out []example
+	skipped := 0
+	err := eachLine(path, func(n int, line []byte) error {
+		var rec struct {
+			Messages []tokenizer.Message `json:"messages"`
+		}
+		err := json.Unmarshal(line, &rec)
+		var ex example
+		if err == nil {
+			ex, err = encodeChat(r.tk, rec.Messages, r.cfg.SFT.MaxLen)
+		}
+		if err != nil {
+			if r.cfg.Data.SkipBadLines {
+				skipped++
+				log.Warn().Str("file", path).Int("line", n).Err(err).Msg("skipping malformed line")
+				return nil
+			}
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		out = append(out, ex)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no conversations (%d malformed lines skipped)", path, skipped)
+	}
+	return out, nil
+}
+
+// encodeChat renders a conversation with the chat template and marks the
+// tokens of every assistant turn (its content and end-of-turn marker) for
+// the loss. Each segment between turn boundaries is encoded separately, so
+// the mask is exact; the template must render every prefix of the
+// conversation as a prefix of the whole.
+func encodeChat(tk *tokenizer.Tokenizer, msgs []tokenizer.Message, maxLen int) (example, error) {
+	var ex example
+	if len(msgs) == 0 {
+		return ex, fmt.Errorf(`"messages" is missing or empty`)
+	}
+	full, err := tk.Chat(msgs, tokenizer.ChatOptions{})
+	if err != nil {
+		return ex, err
+	}
+	add := func(text string, loss bool) error {
+		ids, err := tk.Encode(text, false)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			ex.ids = append(ex.ids, int64(id))
+			ex.loss = append(ex.loss, loss)
+		}
+		return nil
+	}
+	done := 0 // bytes of full already encoded
+	assistant := 0
+	for i, m := range msgs {
+		if m.Role != "assistant" {
+			continue
+		}
+		assistant++
+		before, err := tk.Chat(msgs[:i], tokenizer.ChatOptions{AddGenerationPrompt: true})
+		if i == 0 {
+			before, err = "", nil
+		}
+		if err != nil {
+			return ex, err
+		}
+		after, err := tk.Chat(msgs[:i+1], tokenizer.ChatOptions{})
+		if err != nil {
+			return ex, err
+		}
+		if !strings.HasPrefix(full, after) || !strings.HasPrefix(after, before) || len(before) < done {
+			return ex, fmt.Errorf("messages[%d]: the chat template does not render this conversation's prefixes as prefixes of it; cannot mask assistant turns", i)
+		}
+		if err := add(full[done:len(before)], false); err != nil {
+			return ex, err
+		}
+		if err := add(after[len(before):], true); err != nil {
+			return ex, err
+		}
+		done = len(after)
+	}
+	if assistant == 0 {
+		return ex, fmt.Errorf("no assistant message to learn from")
+	}
+	if err := add(full[done:], false); err != nil {
+		return ex, err
+	}
+	if len(ex.ids) > maxLen {
+		ex.ids, ex.loss = ex.ids[:maxLen], ex.loss[:maxLen]
+	}
+	return ex, nil
+}
+
+// step runs one SFT optimizer step over micro_batch_size × grad_accum
+// conversations, the loss normalized by the step's assistant-token count so
+// the split into micro-batches does not change the update.
+func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
+	cfg := r.cfg
+	var met StepMetrics
+	t.enter("data")
+	n := cfg.SFT.MicroBatchSize * cfg.SFT.GradAccum
+	idx := r.state.Cursor.Next(len(r.train), n)
+	exs := make([]example, n)
+	tokens := 0
+	for i, k := range idx {
+		exs[i] = r.train[k]
+		tokens += countTargets(exs[i])
+	}
+	met.Tokens = tokens
+	lr, err := LR(r.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
+	if err != nil {
+		return met, err
+	}
+	met.LR = lr
+	t.enter("update")
+	r.opt.ZeroGrad()
+	for start := 0; start < n; start += cfg.SFT.MicroBatchSize {
+		l, err := r.nll(exs[start:start+cfg.SFT.MicroBatchSize], float64(max(tokens, 1)), true)
+		if err != nil {
+			return met, err
+		}
+		met.Loss += l
+	}
+	norm, err := r.opt.ClipGradNorm(cfg.Optim.GradClip)
+	if err != nil {
+		return met, err
+	}
+	met.GradNorm = norm
+	if math.IsNaN(met.Loss) || math.IsInf(met.Loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return met, errBadLoss
+	}
+	if err := r.opt.Update(lr); err != nil {
+		return met, err
+	}
+	if len(r.eval) > 0 && cfg.SFT.EvalEvery > 0 && (r.state.Step+1)%cfg.SFT.EvalEvery == 0 {
+		t.enter("eval")
+		if met.EvalLoss, err = r.evalLoss(); err != nil {
+			return met, err
+		}
+	}
+	return met, nil
+}
+
+func countTargets(ex example) int {
+	n := 0
+	for j := 1; j < len(ex.ids); j++ {
+		if ex.loss[j] {
+			n++
+		}
+	}
+	return n
+}
+
+// nll returns Σ −log p over the assistant tokens of exs divided by denom,
+// and with grad on, backpropagates it.
+func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
+	var s tensor.Scope
+	defer s.Close()
+	var T int64
+	for _, ex := range exs {
+		T = max(T, int64(len(ex.ids)))
+	}
+	B := int64(len(exs))
+	ids, pos, mask, targets := make([]int64, B*T), make([]int64, B*T), make([]int64, B*T), make([]int64, B*T)
+	tmask := make([]bool, B*T)
+	w := make([]float64, B*T)
+	for i, ex := range exs {
+		row := int64(i) * T
+		for j, id := range ex.ids {
+			ids[row+int64(j)], pos[row+int64(j)], mask[row+int64(j)] = id, int64(j), 1
+			if j+1 < len(ex.ids) && ex.loss[j+1] {
+				targets[row+int64(j)], tmask[row+int64(j)], w[row+int64(j)] = ex.ids[j+1], true, 1/denom
+			}
+		}
+	}
+	dev := r.m.Device
+	shape := []int64{B, T}
+	lp, _, err := r.m.TokenLogProbs(&s, tensor.FromSlice(&s, ids, shape, dev), tensor.FromSlice(&s, pos, shape, dev),
+		tensor.FromSlice(&s, mask, shape, dev), tensor.FromSlice(&s, targets, shape, dev), tensor.FromSlice(&s, tmask, shape, dev),
+		csrc.LogProbOptions{})
+	if err != nil {
+		return 0, err
+	}
+	weighted := s.Keep(lp.MustMul(tensor.FromSlice(&s, w, shape, dev), false))
+	loss := s.Keep(s.Keep(weighted.MustSum(gotch.Double, false)).MustNeg(false))
+	if grad {
+		if err := backward(loss); err != nil {
+			return 0, err
+		}
+	}
+	return tensor.Float64s(loss)[0], nil // sync: one read per micro-batch
+}
+
+// evalLoss is the mean NLL per assistant token over the eval set.
+func (r *sftRun) evalLoss() (float64, error) {
+	total := 0
+	for _, ex := range r.eval {
+		total += countTargets(ex)
+	}
+	var sum float64
+	err := csrc.NoGrad(func() error {
+		for start := 0; start < len(r.eval); start += r.cfg.SFT.MicroBatchSize {
+			l, err := r.nll(r.eval[start:min(start+r.cfg.SFT.MicroBatchSize, len(r.eval))], float64(max(total, 1)), false)
+			if err != nil {
+				return err
+			}
+			sum += l
+		}
+		return nil
+	})
+	return sum, err
+}
