@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/lanpo-rl/lanpo/csrc"
 )
 
 // Config is a run's configuration, mapped 1:1 onto the YAML keys (and onto
@@ -19,6 +21,7 @@ type Config struct {
 	Model          string `yaml:"model"`     // HF model directory, or builtin:tiny
 	Tokenizer      string `yaml:"tokenizer"` // default: the model directory
 	ChatFormat     string `yaml:"chat_format"`
+	DType          string `yaml:"dtype"` // parameters: float32, bfloat16, float64 ("": float32 on CPU, the checkpoint's on CUDA)
 	Seed           uint64 `yaml:"seed"`
 	TotalSteps     int    `yaml:"total_steps"`      // defines the LR schedule
 	StopAfterSteps int    `yaml:"stop_after_steps"` // checkpoint and exit 0 after this many steps (0: run to total_steps)
@@ -236,6 +239,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := LR(0, 1, 0, 1, 0, c.Optim.Schedule); err != nil {
 		return bad("optim.lr_schedule", "%v", err)
+	}
+	if c.DType != "" {
+		if _, err := csrc.ParseDType(c.DType); err != nil {
+			return bad("dtype", "%v", err)
+		}
 	}
 	if !strings.Contains(c.Data.PromptTemplate, "{problem}") {
 		return bad("data.prompt_template", "must contain {problem}")

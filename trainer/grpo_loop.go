@@ -79,7 +79,7 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		return err
 	}
 	if cfg.Algo.KLBeta > 0 {
-		if g.ref, err = model.Load(s.modelDir, model.LoadOptions{}); err != nil {
+		if g.ref, err = model.Load(s.modelDir, cfg.loadOptions()); err != nil {
 			return fmt.Errorf("reference model: %w", err)
 		}
 		defer g.ref.Close()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -75,7 +76,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if ckpt != "" {
 		from, s.tokDir = ckpt, ckpt
 	}
-	if s.m, err = model.Load(from, model.LoadOptions{}); err != nil {
+	if s.m, err = model.Load(from, cfg.loadOptions()); err != nil {
 		return nil, err
 	}
 	if s.tk, err = tokenizer.Load(s.tokDir); err != nil {
@@ -209,4 +210,13 @@ func (s *session) save() error {
 	s.lastSave = s.state.Step
 	log.Info().Str("dir", dir).Int("step", s.state.Step).Msg("checkpoint saved")
 	return nil
+}
+
+// loadOptions are the model options the config asks for.
+func (c Config) loadOptions() model.LoadOptions {
+	var o model.LoadOptions
+	if c.DType != "" {
+		o.DType, _ = csrc.ParseDType(c.DType) // checked by Validate
+	}
+	return o
 }

@@ -1,0 +1,277 @@
+package trainer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"math"
+	"math/rand"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// tinyConfig is configs/tiny-grpo.yaml with the run in a temporary
+// directory and 4 steps.
+func TestMain(m *testing.M) {
+	zerolog.SetGlobalLevel(zerolog.WarnLevel) // the runs log every checkpoint
+	os.Exit(m.Run())
+}
+
+func tinyConfig(t *testing.T, sets ...string) Config {
+	t.Helper()
+	cfg, err := LoadConfig("../configs/tiny-grpo.yaml", append([]string{
+		"run_dir=" + filepath.Join(t.TempDir(), "run"), "total_steps=4", "checkpoint.every=1", "checkpoint.keep=10",
+		"data.train=../configs/data/tiny-arith.jsonl",
+	}, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// stableMetrics reads metrics.jsonl without the timing fields.
+func stableMetrics(t *testing.T, runDir string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(runDir, metricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "seconds")
+		delete(m, "tokens_per_s")
+		out = append(out, m)
+	}
+	return out
+}
+
+func weights(t *testing.T, ckpt string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ckpt, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestExactResume: 4 steps straight, and 2 steps (stop_after_steps) then
+// --resume auto to 4, give bitwise-identical weights, optimizer state and
+// metrics.
+func TestExactResume(t *testing.T) {
+	straight := tinyConfig(t)
+	if err := RunGRPO(context.Background(), straight, "", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	split := tinyConfig(t, "stop_after_steps=2")
+	if err := RunGRPO(context.Background(), split, "", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := completeCheckpoints(filepath.Join(split.RunDir, checkpointsDir)); len(got) != 2 {
+		t.Fatalf("after stop_after_steps=2: checkpoints %v", got)
+	}
+	if err := RunGRPO(context.Background(), split, "auto", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
+	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
+	for _, f := range []string{"model.safetensors", optimTensorsFile, optimMetaFile, stateFile} {
+		x, _ := os.ReadFile(filepath.Join(a, f))
+		y, _ := os.ReadFile(filepath.Join(b, f))
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Fatalf("%s differs between the straight and the resumed run", f)
+		}
+	}
+	ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
+	if len(ma) != 4 || !reflect.DeepEqual(ma, mb) {
+		t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
+	}
+	// The run learned something: the weights moved.
+	if bytes.Equal(weights(t, a), weights(t, filepath.Join(straight.RunDir, "init-tiny"))) {
+		t.Fatal("4 steps left the weights unchanged")
+	}
+}
+
+// A crash while a checkpoint is written leaves a temporary directory or a
+// checkpoint whose files do not match its manifest; resume ignores both,
+// takes the newest complete one and ends where an uninterrupted run ends.
+func TestResumeSkipsIncompleteCheckpoints(t *testing.T) {
+	straight := tinyConfig(t)
+	if err := RunGRPO(context.Background(), straight, "", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := tinyConfig(t, "stop_after_steps=3")
+	if err := RunGRPO(context.Background(), crashed, "", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(crashed.RunDir, checkpointsDir)
+	// Step 3's checkpoint was being rewritten when the process died: its
+	// weights are cut short. A later temporary directory is half written.
+	step3 := filepath.Join(root, checkpointName(3))
+	w := weights(t, step3)
+	if err := os.WriteFile(filepath.Join(step3, "model.safetensors"), w[:len(w)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(root, tmpPrefix+checkpointName(4)+"-x")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(tmp, "model.safetensors"), []byte("partial"), 0o644)
+	if _, err := ResolveResume(crashed.RunDir, step3); err == nil || !strings.Contains(err.Error(), "not a complete checkpoint") {
+		t.Fatalf("an explicit incomplete checkpoint: %v", err)
+	}
+	got, err := ResolveResume(crashed.RunDir, "auto")
+	if err != nil || got != filepath.Join(root, checkpointName(2)) {
+		t.Fatalf("resume picked %q, %v", got, err)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Fatal("the temporary directory was not removed")
+	}
+	if err := RunGRPO(context.Background(), crashed, "auto", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(weights(t, filepath.Join(root, checkpointName(4))), weights(t, filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4)))) {
+		t.Fatal("the resumed run ended with other weights")
+	}
+}
+
+func TestInterruptSavesAndSaysSo(t *testing.T) {
+	cfg := tinyConfig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := RunGRPO(ctx, cfg, "", RunOptions{}); err != ErrInterrupted {
+		t.Fatalf("err = %v", err)
+	}
+	if got := completeCheckpoints(filepath.Join(cfg.RunDir, checkpointsDir)); len(got) != 1 {
+		t.Fatalf("checkpoints %v", got)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	base := "run_dir: r\nmodel: builtin:tiny\ntotal_steps: 2\ndata:\n  train: x.jsonl\n"
+	for _, c := range []struct {
+		body string
+		sets []string
+		want string
+	}{
+		{base + "algo:\n  clip_hgh: 0.3\n", nil, "line 7: field clip_hgh not found"},
+		{base, []string{"algo.loss_agg_mode=sum"}, "algo.loss_agg_mode"},
+		{base, []string{"rollout.top_p=0"}, "rollout.top_p"},
+		{base, []string{"nope.x=1"}, "--set"},
+		{base, []string{"novalue"}, "want key=value"},
+		{"model: builtin:tiny\n", nil, "run_dir"},
+	} {
+		_, err := LoadConfig(write(c.body), c.sets)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q %v: err = %v, want %q", c.body, c.sets, err, c.want)
+		}
+	}
+	cfg, err := LoadConfig(write(base), []string{"algo.clip_high=0.35", "rollout.max_new_tokens=7"})
+	if err != nil || cfg.Algo.ClipHigh != 0.35 || cfg.Rollout.MaxNewTokens != 7 || cfg.Algo.ClipLow != 0.2 {
+		t.Fatalf("overrides: %+v %v", cfg.Algo, err)
+	}
+}
+
+func TestBadDatasetLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	os.WriteFile(p, []byte("{\"problem\":\"1+1\",\"answer\":\"2\"}\nnot json\n{\"problem\":\"x\"}\n"), 0o644)
+	if _, err := LoadProblems(p, false); err == nil || !strings.Contains(err.Error(), p+":2") {
+		t.Fatalf("err = %v", err)
+	}
+	got, err := LoadProblems(p, true)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("skip: %v %v", got, err)
+	}
+}
+
+// TestMicroBatchesGiveTheSameUpdate: one update over 16 rollouts as 1
+// micro-batch of 16 or 8 micro-batches of 2 gives the same gradient norm,
+// loss and weights (fp64, ≤ 1e-10), for every loss aggregation mode, with
+// the KL term on. The rollouts are made up (random responses, advantages
+// and sampler log-probs) so every token carries gradient.
+func TestMicroBatchesGiveTheSameUpdate(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	rolls := make([]rollout, 16)
+	for i := range rolls {
+		r := &rolls[i]
+		r.promptIDs = []int64{int64(1 + rng.Intn(200)), int64(1 + rng.Intn(200)), int64(1 + rng.Intn(200))}
+		n := 1 + rng.Intn(9)
+		for k := 0; k < n; k++ {
+			r.ids = append(r.ids, int64(1+rng.Intn(250)))
+			r.oldLogp = append(r.oldLogp, float32(-5.6+0.3*rng.NormFloat64()))
+			r.refLogp = append(r.refLogp, float32(-5.6+0.3*rng.NormFloat64()))
+		}
+		r.adv = rng.NormFloat64()
+	}
+	for _, mode := range []string{AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm} {
+		t.Run(mode, func(t *testing.T) {
+			type result struct {
+				met StepMetrics
+				w   []float64
+			}
+			run := func(micro string) result {
+				cfg := tinyConfig(t, "dtype=float64", "algo.micro_batch_size="+micro, "algo.loss_agg_mode="+mode, "algo.kl_beta=0.05")
+				s, err := openSession(cfg, "", "grpo", RunOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				g := &grpoRun{session: s}
+				batch := make([]*rollout, len(rolls))
+				for i := range rolls {
+					r := rolls[i]
+					batch[i] = &r
+				}
+				var met StepMetrics
+				if err := g.update(batch, &met); err != nil {
+					t.Fatal(err)
+				}
+				var w []float64
+				for _, p := range s.m.Params() {
+					w = append(w, tensor.Float64s(p.Tensor)...)
+				}
+				return result{met, w}
+			}
+			whole, split := run("16"), run("2")
+			if whole.met.GradNorm < 1e-3 {
+				t.Fatalf("grad norm %g: the test compares nothing", whole.met.GradNorm)
+			}
+			for _, c := range []struct {
+				name string
+				a, b float64
+			}{{"loss", whole.met.Loss, split.met.Loss}, {"grad_norm", whole.met.GradNorm, split.met.GradNorm},
+				{"kl", whole.met.KL, split.met.KL}, {"clip_frac", whole.met.ClipFrac, split.met.ClipFrac}} {
+				if math.Abs(c.a-c.b) > 1e-10*math.Max(1, math.Abs(c.a)) {
+					t.Fatalf("%s: %v with one micro-batch, %v with eight", c.name, c.a, c.b)
+				}
+			}
+			var worst float64
+			for i := range whole.w {
+				worst = math.Max(worst, math.Abs(whole.w[i]-split.w[i]))
+			}
+			t.Logf("grad norm %.6g vs %.6g, max |Δw| %g", whole.met.GradNorm, split.met.GradNorm, worst)
+			if worst > 1e-10 {
+				t.Fatalf("micro-batching changed the weights by %g", worst)
+			}
+		})
+	}
+}
