@@ -275,3 +275,28 @@ func TestMicroBatchesGiveTheSameUpdate(t *testing.T) {
 		})
 	}
 }
+
+// NaN/Inf steps are skipped with a counter; max_bad_steps in a row abort
+// the run with an error naming the step.
+func TestBadLossStepsAreSkippedThenAbort(t *testing.T) {
+	cfg := tinyConfig(t, "max_bad_steps=3", "total_steps=10")
+	s, err := openSession(cfg, "", "grpo", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	calls := 0
+	err = s.loop(context.Background(), func(*phaseTimer) (StepMetrics, error) {
+		calls++
+		if calls == 2 { // one good step resets the counter
+			return StepMetrics{}, nil
+		}
+		return StepMetrics{}, errBadLoss
+	})
+	if err == nil || !strings.Contains(err.Error(), "step 5: 3 steps in a row with NaN/Inf loss") {
+		t.Fatalf("err = %v", err)
+	}
+	if s.state.Skipped != 4 {
+		t.Fatalf("skipped %d updates, want 4", s.state.Skipped)
+	}
+}

@@ -1,0 +1,110 @@
+package trainer
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+func sftConfig(t *testing.T, sets ...string) Config {
+	t.Helper()
+	cfg, err := LoadConfig("../configs/tiny-sft.yaml", append([]string{
+		"run_dir=" + filepath.Join(t.TempDir(), "run"), "data.train=../configs/data/tiny-arith-sft.jsonl",
+		"data.eval=../configs/data/tiny-arith-sft-eval.jsonl",
+	}, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// The loss mask covers exactly the assistant turns: their content and the
+// end-of-turn marker, nothing of the system or user turns.
+func TestEncodeChatMasksAssistantTurns(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteBuiltin("tiny", dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.SetChatFormat("qwen2.5")
+	msgs := []tokenizer.Message{{Role: "system", Content: "S"}, {Role: "user", Content: "Q1"}, {Role: "assistant", Content: "A1"},
+		{Role: "user", Content: "Q2"}, {Role: "assistant", Content: "\\boxed{7}"}}
+	ex, err := encodeChat(tk, msgs, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := tk.Chat(msgs, tokenizer.ChatOptions{})
+	var all, learned []int
+	for i, id := range ex.ids {
+		all = append(all, int(id))
+		if ex.loss[i] {
+			learned = append(learned, int(id))
+		}
+	}
+	if got := tk.Decode(all, false); got != full {
+		t.Fatalf("ids decode to %q, want %q", got, full)
+	}
+	if got := tk.Decode(learned, false); got != "A1<|im_end|>\n\\boxed{7}<|im_end|>\n" {
+		t.Fatalf("learned tokens decode to %q", got)
+	}
+	if _, err := encodeChat(tk, msgs[:2], 1000); err == nil {
+		t.Fatal("a conversation without an assistant turn was accepted")
+	}
+}
+
+// Gradient accumulation: 1 micro-batch of 8 and 4 of 2 give the same SFT
+// update (fp64, ≤ 1e-10).
+func TestSFTGradAccumulation(t *testing.T) {
+	run := func(micro, accum string) ([]float64, float64) {
+		cfg := sftConfig(t, "dtype=float64", "sft.micro_batch_size="+micro, "sft.grad_accum="+accum, "total_steps=1")
+		s, err := openSession(cfg, "", "sft", RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		r := &sftRun{session: s}
+		if r.train, err = r.loadChats(cfg.Data.Train); err != nil {
+			t.Fatal(err)
+		}
+		met, err := r.step(newPhaseTimer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w []float64
+		for _, p := range s.m.Params() {
+			w = append(w, tensor.Float64s(p.Tensor)...)
+		}
+		return w, met.GradNorm
+	}
+	a, na := run("8", "1")
+	b, nb := run("2", "4")
+	var worst float64
+	for i := range a {
+		worst = math.Max(worst, math.Abs(a[i]-b[i]))
+	}
+	t.Logf("grad norm %.12g vs %.12g, max |Δw| %g", na, nb, worst)
+	if na < 1e-3 || math.Abs(na-nb) > 1e-10*na || worst > 1e-10 {
+		t.Fatalf("1×8 and 4×2 differ: grad norm %v vs %v, weights by %g", na, nb, worst)
+	}
+}
+
+// A short SFT run lowers the eval loss.
+func TestSFTLearns(t *testing.T) {
+	cfg := sftConfig(t, "total_steps=60", "sft.eval_every=10", "checkpoint.every=0")
+	if err := RunSFT(context.Background(), cfg, "", RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := stableMetrics(t, cfg.RunDir)
+	first, last := m[9]["eval_loss"].(float64), m[59]["eval_loss"].(float64)
+	t.Logf("eval loss after 10 steps %.4f, after 60 %.4f", first, last)
+	if !(last < 0.9*first) {
+		t.Fatalf("eval loss %v → %v: not learning", first, last)
+	}
+}
