@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
@@ -38,9 +39,26 @@ func newApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"LANPO_LOG_LEVEL"}},
 			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (console on a terminal, JSON otherwise), console or json"},
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the command to this file (go tool pprof)"},
 		},
 		Before: func(c *cli.Context) error {
-			return setupLogging(c.String("log-level"), c.String("log-format"))
+			if err := setupLogging(c.String("log-level"), c.String("log-format")); err != nil {
+				return err
+			}
+			if path := c.String("cpu-profile"); path != "" {
+				f, err := os.Create(path)
+				if err != nil {
+					return err
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		After: func(c *cli.Context) error {
+			pprof.StopCPUProfile() // no-op without --cpu-profile
+			return nil
 		},
 		Commands: []*cli.Command{
 			envCommand(),

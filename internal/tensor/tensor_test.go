@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"testing"
@@ -47,5 +48,35 @@ func TestRSSBytes(t *testing.T) {
 	}
 	if n < 1<<20 {
 		t.Errorf("RSS %d bytes is implausibly small", n)
+	}
+}
+
+func TestFromSliceTypes(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var s Scope
+	defer s.Close()
+	for _, c := range []struct {
+		data any
+		want []float64
+	}{
+		{[]int64{1, -2, 3, 4}, []float64{1, -2, 3, 4}},
+		{[]float64{0.5, -1.25, 3, 1e-300}, []float64{0.5, -1.25, 3, 1e-300}},
+		{[]float32{0.5, -1.25, 3, 7}, []float64{0.5, -1.25, 3, 7}},
+		{[]int32{9, 8, 7, 6}, []float64{9, 8, 7, 6}},
+		{[]bool{true, false, false, true}, []float64{1, 0, 0, 1}},
+	} {
+		shape := []int64{2, 2}
+		x := FromSlice(&s, c.data, shape, gotch.CPU)
+		got := Float64s(x)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("%T: %v, want %v", c.data, got, c.want)
+		}
+		if fmt.Sprint(x.MustSize()) != "[2 2]" {
+			t.Fatalf("%T: shape %v", c.data, x.MustSize())
+		}
+	}
+	if n := FromSlice(&s, []int64{}, nil, gotch.CPU).Numel(); n != 0 {
+		t.Fatalf("empty slice: %d elements", n)
 	}
 }
