@@ -315,7 +315,8 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			lp, entropy, err := g.m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.temperature(), Entropy: true})
 			if err != nil {
 				s.Close()
-				return err
+				// An out-of-memory error lands here: say which knob to turn.
+				return fmt.Errorf("micro-batch at rollout %d (algo.micro_batch_size %d, %d×%d tokens): %w", start, cfg.Algo.MicroBatchSize, len(mb), b.t, err)
 			}
 			in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight}
 			l, mst, err := PolicyLoss(&s, in, lossCfg)
@@ -325,7 +326,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			}
 			if err := backward(l); err != nil {
 				s.Close()
-				return err
+				return fmt.Errorf("micro-batch at rollout %d (algo.micro_batch_size %d): %w", start, cfg.Algo.MicroBatchSize, err)
 			}
 			// sync: loss, entropy and the sampler/trainer gap, once per micro-batch.
 			loss += tensor.Float64s(l)[0]
