@@ -52,9 +52,7 @@ bench: build fixtures
 		--data ../shared/data/math_train.jsonl
 
 demo: build
-	@echo "make demo: not available yet. The demo needs the SFT/GRPO trainer (issue #8) and the"
-	@echo "embedded math world (issue #9), which have not landed. bin/lanpo is built; try: bin/lanpo env"
-	@exit 2
+	bin/lanpo demo
 
 clean:
 	rm -rf bin go.work go.work.sum csrc/zz_cgo_flags.go

@@ -20,22 +20,35 @@ const builtinPrefix = "builtin:"
 // vocabulary (the split pattern keeps digits apart, so none join digits).
 var tinyMerges = [][2]string{{"i", "s"}, {"t", "h"}, {"th", "e"}, {"a", "n"}, {"an", "s"}, {"ans", "w"}, {"answ", "e"},
 	{"answe", "r"}, {"b", "o"}, {"bo", "x"}, {"box", "e"}, {"boxe", "d"}, {"W", "h"}, {"Wh", "a"}, {"Wha", "t"},
-	{"Ġ", "+"}, {"Ġ", "="}, {"Ġ", "is"}, {"Ġ", "the"}, {"Ġ", "answer"}, {"\\", "boxed"}, {"Ġ", "What"}}
+	{"Ġ", "+"}, {"Ġ", "="}, {"Ġ", "is"}, {"Ġ", "the"}, {"Ġ", "answer"}, {"\\", "boxed"}, {"Ġ", "What"},
+	{"Ġ", "-"}, {"Ġ", "*"}, {"t", "i"}, {"ti", "m"}, {"tim", "e"}, {"time", "s"}, {"\\", "times"}, {"Ġ", "\\times"},
+	{"T", "h"}, {"Th", "e"}, {"}", "."}}
 
 var tinySpecial = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
 
+// builtinShapes are the built-in models: hidden size, layers, heads, KV
+// heads, MLP width. tiny runs a GRPO step in tens of milliseconds; small
+// (≈ 0.8 M parameters) learns the demo's arithmetic in minutes.
+var builtinShapes = map[string][5]int64{
+	"tiny":  {64, 2, 4, 2, 128},
+	"small": {128, 4, 4, 2, 384},
+}
+
 // TinyConfig is the built-in tiny model's shape for a vocabulary of v.
-func TinyConfig(v int64) *model.Config {
-	return &model.Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: v, HiddenSize: 64,
-		IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+func TinyConfig(v int64) *model.Config { return builtinConfig(builtinShapes["tiny"], v) }
+
+func builtinConfig(s [5]int64, v int64) *model.Config {
+	return &model.Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: v, HiddenSize: s[0],
+		IntermediateSize: s[4], NumHiddenLayers: s[1], NumAttentionHeads: s[2], NumKeyValueHeads: s[3],
 		MaxPositionEmbeddings: 1024, RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu"}
 }
 
 // WriteBuiltin writes the named built-in model (weights from seed) as a
 // Hugging Face directory.
 func WriteBuiltin(name, dir string, seed int64) error {
-	if name != "tiny" {
-		return fmt.Errorf("model %s%s: the built-in models are: tiny", builtinPrefix, name)
+	shape, ok := builtinShapes[name]
+	if !ok {
+		return fmt.Errorf("model %s%s: the built-in models are %stiny and %ssmall", builtinPrefix, name, builtinPrefix, builtinPrefix)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -48,7 +61,7 @@ func WriteBuiltin(name, dir string, seed int64) error {
 		return err
 	}
 	v := int64(tk.VocabSize()+15) / 16 * 16 // padded, as real checkpoints are
-	cfg := TinyConfig(v)
+	cfg := builtinConfig(shape, v)
 	eos, _ := tk.TokenID("<|im_end|>")
 	cfg.EOSTokenID = json.RawMessage(fmt.Sprint(eos))
 	m, err := model.NewRandom(cfg, model.LoadOptions{}, seed)

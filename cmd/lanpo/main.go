@@ -70,6 +70,8 @@ func newApp() *cli.App {
 			verifyCommand(),
 			sftCommand(),
 			trainCommand(),
+			demoCommand(),
+			reportCommand(),
 		},
 		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
 			return usageError{err}

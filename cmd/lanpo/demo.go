@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/eval"
+)
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "train a tiny model on an embedded math world: SFT, then GRPO, with a report",
+		Description: "Generates a math world (one- and two-digit addition and subtraction, one-digit multiplication,\n" +
+			"four difficulty levels, train and held-out splits from --seed), builds a small Qwen2 model and\n" +
+			"tokenizer from scratch, runs SFT on worked solutions, then GRPO from the SFT checkpoint on levels\n" +
+			"2-4, through the same code as `lanpo sft` and `lanpo train`, and writes RUN_DIR/report.html:\n" +
+			"held-out greedy accuracy per level after SFT and after GRPO, training curves, sample completions.\n" +
+			"No downloads. About 7 minutes on 2 CPU cores; --fast takes under 2 minutes.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "run-dir", Value: "runs/demo"},
+			&cli.Int64Flag{Name: "seed", Value: 1},
+			&cli.BoolFlag{Name: "fast", Usage: "a short variant (for tests and a first look)"},
+		},
+		Action: func(c *cli.Context) error {
+			o := eval.DemoOptions{RunDir: c.String("run-dir"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Log: c.App.Writer}
+			if isTerminal(os.Stderr) {
+				o.Progress = os.Stderr
+			}
+			return eval.RunDemo(c.Context, o)
+		},
+	}
+}
+
+func reportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "report",
+		Usage:     "write RUN_DIR/report.html from a run's metrics and evaluations",
+		ArgsUsage: "RUN_DIR",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{errMissingRunDir}
+			}
+			return eval.WriteReport(c.Args().First())
+		},
+	}
+}
+
+var errMissingRunDir = cliError("report: want exactly one RUN_DIR argument")
+
+type cliError string
+
+func (e cliError) Error() string { return string(e) }

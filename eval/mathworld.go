@@ -1,0 +1,128 @@
+// Package eval runs held-out evaluations (greedy accuracy per difficulty
+// level), holds the demo's embedded math world, and writes run reports.
+package eval
+
+import (
+	"fmt"
+	"math/rand"
+)
+
+// Item is one problem of the math world, in the dataset format trainers
+// read ({"id","problem","answer"}) plus its level and a worked solution.
+type Item struct {
+	ID       string `json:"id"`
+	Problem  string `json:"problem"`
+	Answer   string `json:"answer"`
+	Solution string `json:"solution"`
+	Level    int    `json:"level"`
+}
+
+// Levels of the math world, easiest first.
+var Levels = []string{
+	1: "one-digit addition and subtraction",
+	2: "two-digit ± one-digit (carries, borrows)",
+	3: "two-digit ± two-digit",
+	4: "one-digit multiplication",
+}
+
+// MaxLevel is the hardest level.
+const MaxLevel = 4
+
+// World generates problems from a seed. Train and held-out problems come
+// from disjoint seeds and are deduplicated against each other by the
+// caller's split (Split).
+type World struct{ rng *rand.Rand }
+
+// NewWorld starts a generator.
+func NewWorld(seed int64) *World { return &World{rand.New(rand.NewSource(seed))} }
+
+// Problem draws one problem of the given level.
+func (w *World) Problem(level int) Item {
+	r := w.rng
+	var a, b int
+	op := "+"
+	switch level {
+	case 1:
+		a, b = r.Intn(10), r.Intn(10)
+	case 2:
+		a, b = 10+r.Intn(90), r.Intn(10)
+	case 3:
+		a, b = 10+r.Intn(90), 10+r.Intn(90)
+	case 4:
+		a, b = 2+r.Intn(8), 2+r.Intn(8)
+		op = "*"
+	default:
+		panic(fmt.Sprintf("math world: no level %d", level))
+	}
+	if op == "+" && r.Intn(2) == 1 {
+		if a < b {
+			a, b = b, a
+		}
+		op = "-"
+	}
+	var c int
+	sym := op
+	switch op {
+	case "+":
+		c = a + b
+	case "-":
+		c = a - b
+	case "*":
+		c = a * b
+		sym = "\\times"
+	}
+	problem := fmt.Sprintf("What is %d %s %d?", a, op, b)
+	solution := fmt.Sprintf("%d %s %d = %d. The answer is \\boxed{%d}.", a, sym, b, c, c)
+	return Item{Problem: problem, Answer: fmt.Sprint(c), Solution: solution, Level: level}
+}
+
+// distinctProblems is how many different problems each level has.
+var distinctProblems = map[int]int{
+	1: 100 + 55,        // a+b, and a−b with a ≥ b, one digit each
+	2: 90*10 + 90*10,   // two-digit ± one-digit
+	3: 90*90 + 90*91/2, // two-digit + two-digit, and − with a ≥ b
+	4: 8 * 8,           // 2..9 × 2..9
+}
+
+// Split draws n problems per level for training and up to m per level held
+// out — never more than a quarter of a level's distinct problems (level 4
+// has 64) — with no held-out problem text in the training set.
+func Split(seed int64, levels []int, n, m int) (train, heldOut []Item) {
+	w := NewWorld(seed)
+	seen := map[string]bool{}
+	for _, lv := range levels {
+		limit := min(m, distinctProblems[lv]/4)
+		got := 0
+		for try := 0; try < 200*m && got < limit; try++ {
+			it := w.Problem(lv)
+			if seen[it.Problem] {
+				continue
+			}
+			seen[it.Problem] = true
+			it.ID = fmt.Sprintf("heldout-L%d-%d", lv, got)
+			heldOut = append(heldOut, it)
+			got++
+		}
+	}
+	for _, lv := range levels {
+		for k, try := 0, 0; k < n && try < 100*n; try++ {
+			it := w.Problem(lv)
+			if seen[it.Problem] {
+				continue
+			}
+			it.ID = fmt.Sprintf("train-L%d-%d", lv, k)
+			train = append(train, it)
+			k++
+		}
+	}
+	return train, heldOut
+}
+
+func indexOf(xs []int, x int) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
