@@ -62,9 +62,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	var sftChats, rlProblems []any
 	for _, it := range train {
 		sftChats = append(sftChats, map[string]any{"messages": append(demoPrompt(it), tokenizer.Message{Role: "assistant", Content: it.Solution})})
-		if it.Level >= 1 { // RL on every level
-			rlProblems = append(rlProblems, it)
-		}
+		rlProblems = append(rlProblems, it) // RL on every level: the SFT model gets few level-3 answers right
 	}
 	heldAny := make([]any, len(heldOut))
 	for i := range heldOut {
@@ -111,7 +109,9 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	rl.Rollout = trainer.RolloutConfig{PromptsPerStep: 16, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 32}
 	rl.Algo.MicroBatchSize = 64
 	rl.Algo.LossAggMode = trainer.AggTokenMean
-	rl.Optim = trainer.OptimConfig{LR: 5e-4, Schedule: "constant", Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
+	// 1e-4: at 5e-4 and 1e-3 the policy drifted and held-out accuracy fell
+	// below the SFT model's (see the closing note of the demo issue).
+	rl.Optim = trainer.OptimConfig{LR: 1e-4, Schedule: "constant", Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
 	fmt.Fprintf(o.Log, "demo: stage 2: GRPO, %d steps\n", rl.TotalSteps)
 	if err := trainer.RunGRPO(ctx, rl, "", trainer.RunOptions{Progress: o.Progress}); err != nil {
 		return fmt.Errorf("demo GRPO: %w", err)

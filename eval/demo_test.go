@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"encoding/json"
+	"image"
 	"io"
 	"os"
 	"path/filepath"
@@ -78,5 +79,14 @@ func TestDemoFast(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "eval_rl.json"))
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Lines in every direction end (a Bresenham step that reused the updated
+// error once looped forever).
+func TestLineEnds(t *testing.T) {
+	img := image.NewRGBA(image.Rect(0, 0, 50, 50))
+	for _, c := range [][4]int{{0, 0, 49, 49}, {49, 0, 0, 49}, {5, 40, 45, 2}, {10, 10, 10, 30}, {3, 7, 48, 9}, {20, 20, 20, 20}} {
+		line(img, c[0], c[1], c[2], c[3], palette[0])
 	}
 }

@@ -83,7 +83,7 @@ func WriteReport(runDir string) error {
 					ss = append(ss, s)
 				}
 			}
-			if len(ss) == 0 || (keys[0] == "kl" && allZero(ss)) {
+			if len(ss) == 0 || allZero(ss) { // e.g. accuracy during SFT, KL without a reference
 				continue
 			}
 			name := strings.ReplaceAll(filepath.Clean(stage), ".", "run") + "_" + strings.Join(keys, "_") + ".png"
@@ -234,11 +234,12 @@ func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
 		if x0 == x1 && y0 == y1 {
 			return
 		}
-		if 2*e >= dy {
+		e2 := 2 * e // both tests use the error before this step's updates
+		if e2 >= dy {
 			e += dy
 			x0 += sx
 		}
-		if 2*e <= dx {
+		if e2 <= dx {
 			e += dx
 			y0 += sy
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -179,11 +180,4 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return fsutil.SyncDir(dir) }

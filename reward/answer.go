@@ -115,8 +115,14 @@ func normText(s string) string {
 	return strings.Trim(s, " .")
 }
 
-// splitTop splits s at sep where no bracket is open.
-func splitTop(s, sep string) []string {
+// splitTop splits s at sep where no bracket is open; an escaped character
+// (\{ \} \,) is skipped.
+func splitTop(s, sep string) []string { return splitOutside(s, sep, true) }
+
+// splitTopCmd splits at a LaTeX command (\cup) where no bracket is open.
+func splitTopCmd(s, cmd string) []string { return splitOutside(s, cmd, false) }
+
+func splitOutside(s, sep string, skipEscapes bool) []string {
 	var parts []string
 	depth, start := 0, 0
 	for i := 0; i < len(s); i++ {
@@ -126,32 +132,15 @@ func splitTop(s, sep string) []string {
 		case ')', ']', '}':
 			depth--
 		case '\\':
-			i++ // skip the escaped character (\{ \} \,)
-			continue
+			if skipEscapes {
+				i++
+				continue
+			}
 		}
 		if depth == 0 && strings.HasPrefix(s[i:], sep) {
 			parts = append(parts, s[start:i])
 			start = i + len(sep)
 			i += len(sep) - 1
-		}
-	}
-	return append(parts, s[start:])
-}
-
-// splitTopCmd splits at a LaTeX command (\cup) where no bracket is open.
-func splitTopCmd(s, cmd string) []string {
-	var parts []string
-	depth, start := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '(', '[', '{':
-			depth++
-		case ')', ']', '}':
-			depth--
-		}
-		if depth == 0 && strings.HasPrefix(s[i:], cmd) {
-			parts = append(parts, s[start:i])
-			start = i + len(cmd)
 		}
 	}
 	return append(parts, s[start:])

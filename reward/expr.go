@@ -385,11 +385,7 @@ func (p *parser) atom() (*node, error) {
 		p.pos++
 		switch t.text {
 		case `\frac`, `\cfrac`:
-			a, err := p.arg()
-			if err != nil {
-				return nil, err
-			}
-			b, err := p.arg()
+			a, b, err := p.twoArgs()
 			if err != nil {
 				return nil, err
 			}
@@ -411,11 +407,7 @@ func (p *parser) atom() (*node, error) {
 			}
 			return &node{op: "^", kids: []*node{x, {op: "^", kids: []*node{index, numInt(-1)}}}}, nil
 		case `\binom`, `\dbinom`, `\tbinom`:
-			a, err := p.arg()
-			if err != nil {
-				return nil, err
-			}
-			b, err := p.arg()
+			a, b, err := p.twoArgs()
 			if err != nil {
 				return nil, err
 			}
@@ -452,6 +444,16 @@ func (p *parser) atom() (*node, error) {
 		return p.subscripted(&node{op: "var", name: t.text})
 	}
 	return nil, fmt.Errorf("unexpected %q", t.text)
+}
+
+// twoArgs reads the two arguments of \frac or \binom.
+func (p *parser) twoArgs() (*node, *node, error) {
+	a, err := p.arg()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := p.arg()
+	return a, b, err
 }
 
 // arg is a command argument: a braced group, or one token (\frac12).

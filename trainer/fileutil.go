@@ -1,34 +1,17 @@
 package trainer
 
-import "os"
+import (
+	"os"
+
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
+)
 
 // writeFileSync writes a file and fsyncs it (the checkpoint's directory is
 // renamed into place afterwards, so the file need not be atomic itself).
-func writeFileSync(path string, data []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
+func writeFileSync(path string, data []byte) error { return fsutil.WriteFileSync(path, data) }
 
 // syncDir fsyncs a directory so a rename inside it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return fsutil.SyncDir(dir) }
 
 // copyFile copies src to dst (tokenizer files into a checkpoint).
 func copyFile(src, dst string) error {

@@ -1,0 +1,33 @@
+// Package fsutil holds the durable-write helpers that model (safetensors,
+// saves) and trainer (checkpoints) share.
+package fsutil
+
+import "os"
+
+// SyncDir fsyncs a directory, so that a rename or create inside it
+// survives a crash.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// WriteFileSync writes a file and fsyncs it.
+func WriteFileSync(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
