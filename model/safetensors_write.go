@@ -6,11 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 )
 
 // TensorSource is one tensor to write: its header entry and a function that
