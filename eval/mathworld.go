@@ -118,6 +118,28 @@ func Split(seed int64, levels []int, n, m int) (train, heldOut []Item) {
 	return train, heldOut
 }
 
+// Fresh draws n problems per level whose text is in none of avoid.
+func Fresh(seed int64, levels []int, n int, avoid []Item) []Item {
+	w := NewWorld(seed)
+	seen := map[string]bool{}
+	for _, it := range avoid {
+		seen[it.Problem] = true
+	}
+	var out []Item
+	for _, lv := range levels {
+		for k, try := 0, 0; k < n && try < 100*n; try++ {
+			it := w.Problem(lv)
+			if seen[it.Problem] {
+				continue
+			}
+			it.ID = fmt.Sprintf("fresh-L%d-%d", lv, k)
+			out = append(out, it)
+			k++
+		}
+	}
+	return out
+}
+
 func indexOf(xs []int, x int) int {
 	for i, v := range xs {
 		if v == x {
