@@ -23,6 +23,11 @@ type DemoOptions struct {
 	Log      io.Writer // where the stage lines go
 }
 
+// demoMaxNew bounds generated tokens: a column-method solution of a
+// level-3 problem is ≈ 70 byte-level tokens (64 cut them before the
+// closing brace of \boxed{}).
+const demoMaxNew = 96
+
 // demoSystem is the system prompt of every demo conversation.
 const demoSystem = "Answer with \\boxed{}."
 
@@ -39,9 +44,9 @@ type demoPlan struct {
 
 func plan(fast bool) demoPlan {
 	if fast {
-		return demoPlan{sftSteps: 150, rlSteps: 15, heldOut: 24, estimate: 45 * time.Second}
+		return demoPlan{sftSteps: 150, rlSteps: 10, heldOut: 24, estimate: 75 * time.Second}
 	}
-	return demoPlan{sftSteps: 1200, rlSteps: 120, heldOut: 100, estimate: 5 * time.Minute}
+	return demoPlan{sftSteps: 1000, rlSteps: 60, heldOut: 100, estimate: 9 * time.Minute}
 }
 
 // RunDemo runs the embedded math world end to end: data, a tiny model from
@@ -92,7 +97,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	sft.RunDir = filepath.Join(o.RunDir, "sft")
 	sft.TotalSteps = p.sftSteps
 	sft.Data.Train = filepath.Join(dataDir, "sft.jsonl")
-	sft.SFT = trainer.SFTConfig{MaxLen: 96, MicroBatchSize: 32, GradAccum: 1}
+	sft.SFT = trainer.SFTConfig{MaxLen: 128, MicroBatchSize: 32, GradAccum: 1}
 	sft.Optim = trainer.OptimConfig{LR: 3e-3, Schedule: "cosine", WarmupSteps: 50, MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
 	fmt.Fprintf(o.Log, "demo: stage 1: SFT, %d steps\n", sft.TotalSteps)
 	if err := trainer.RunSFT(ctx, sft, "", trainer.RunOptions{Progress: o.Progress}); err != nil {
@@ -112,7 +117,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	rl.RunDir = filepath.Join(o.RunDir, "rl")
 	rl.TotalSteps = p.rlSteps
 	rl.Data.Train = filepath.Join(dataDir, "rl.jsonl")
-	rl.Rollout = trainer.RolloutConfig{PromptsPerStep: 16, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 32}
+	rl.Rollout = trainer.RolloutConfig{PromptsPerStep: 16, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: demoMaxNew}
 	rl.Algo.MicroBatchSize = 64
 	rl.Algo.LossAggMode = trainer.AggTokenMean
 	// 1e-4: at 5e-4 and 1e-3 the policy drifted and held-out accuracy fell
@@ -157,7 +162,7 @@ func evaluate(dir string, items []Item) (Result, error) {
 	if err := tk.SetChatFormat("qwen2.5"); err != nil {
 		return Result{}, err
 	}
-	return Greedy(m, tk, items, demoPrompt, 32, 128)
+	return Greedy(m, tk, items, demoPrompt, demoMaxNew, 128)
 }
 
 func writeJSONL(path string, rows []any) error {

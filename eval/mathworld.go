@@ -72,8 +72,28 @@ func (w *World) Problem(level int) Item {
 		sym = "\\times"
 	}
 	problem := fmt.Sprintf("What is %d %s %d?", a, op, b)
-	solution := fmt.Sprintf("%d %s %d = %d. The answer is \\boxed{%d}.", a, sym, b, c, c)
+	solution := columnSteps(a, b, op) + fmt.Sprintf("%d %s %d = %d. The answer is \\boxed{%d}.", a, sym, b, c, c)
 	return Item{Problem: problem, Answer: fmt.Sprint(c), Solution: solution, Level: level}
+}
+
+// columnSteps writes the column method for two-digit addition and
+// subtraction: ones first, with the carry or borrow, then tens. A small
+// model learns the algorithm from these steps instead of memorizing sums.
+func columnSteps(a, b int, op string) string {
+	if a < 10 || op == "*" {
+		return ""
+	}
+	a1, a0, b1, b0 := a/10, a%10, b/10, b%10
+	if op == "+" {
+		s0 := a0 + b0
+		carry := s0 / 10
+		return fmt.Sprintf("Ones: %d + %d = %d, carry %d. Tens: %d + %d + %d = %d. ", a0, b0, s0, carry, a1, b1, carry, a1+b1+carry)
+	}
+	borrow := 0
+	if a0 < b0 {
+		borrow = 1
+	}
+	return fmt.Sprintf("Ones: %d - %d = %d, borrow %d. Tens: %d - %d - %d = %d. ", a0+10*borrow, b0, a0+10*borrow-b0, borrow, a1, b1, borrow, a1-b1-borrow)
 }
 
 // distinctProblems is how many different problems each level has.
