@@ -46,7 +46,7 @@ func plan(fast bool) demoPlan {
 	if fast {
 		return demoPlan{sftSteps: 150, rlSteps: 10, heldOut: 24, estimate: 75 * time.Second}
 	}
-	return demoPlan{sftSteps: 1000, rlSteps: 60, heldOut: 100, estimate: 9 * time.Minute}
+	return demoPlan{sftSteps: 1000, rlSteps: 60, heldOut: 100, estimate: 7 * time.Minute}
 }
 
 // RunDemo runs the embedded math world end to end: data, a tiny model from

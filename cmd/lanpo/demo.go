@@ -17,7 +17,7 @@ func demoCommand() *cli.Command {
 			"tokenizer from scratch, runs SFT on worked solutions, then GRPO from the SFT checkpoint on levels\n" +
 			"2-4, through the same code as `lanpo sft` and `lanpo train`, and writes RUN_DIR/report.html:\n" +
 			"held-out greedy accuracy per level after SFT and after GRPO, training curves, sample completions.\n" +
-			"No downloads. About 9 minutes on 2 CPU cores; --fast takes under 2 minutes.",
+			"No downloads. About 7 minutes on 2 CPU cores; --fast takes under 2 minutes.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "run-dir", Value: "runs/demo"},
 			&cli.Int64Flag{Name: "seed", Value: 1},
