@@ -60,7 +60,6 @@ type grpoRun struct {
 	ref      *model.Model // nil when β = 0
 	problems []Problem
 	eos      []int64
-	rewards  reward.Func
 }
 
 // RunGRPO runs (or resumes) GRPO training as cfg says. It returns
@@ -83,10 +82,6 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 			return fmt.Errorf("reference model: %w", err)
 		}
 		defer g.ref.Close()
-	}
-	g.rewards = reward.Correctness{}
-	if cfg.Algo.FormatReward > 0 {
-		g.rewards = reward.Weighted{Funcs: []reward.Func{reward.Correctness{}, reward.Format{}}, Weights: []float64{1, cfg.Algo.FormatReward}}
 	}
 	return s.loop(ctx, g.step)
 }
@@ -164,16 +159,23 @@ func (g *grpoRun) sample(t *phaseTimer) ([]*rollout, int, int, error) {
 		t.enter("reward")
 		batch := make([]*rollout, len(res))
 		samples := make([]reward.Sample, len(res))
+		pairs := make([]reward.Pair, len(res))
 		for i, r := range res {
 			batch[i] = &rollout{group: r.Prompt, promptIDs: reqs[r.Prompt].PromptIDs, ids: r.IDs, oldLogp: r.Logprobs,
 				truncated: r.FinishReason == "length", text: g.tk.Decode(toInt(r.IDs), true)}
 			pr := g.problems[idx[r.Prompt]]
 			samples[i] = reward.Sample{Problem: pr.Problem, Response: batch[i].text, Gold: pr.Answer}
+			pairs[i] = reward.Pair{Response: batch[i].text, Gold: pr.Answer}
 		}
-		scores := scoreParallel(g.rewards, samples)
+		verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
 		for i, r := range batch {
-			r.reward = scores[i]
-			r.correct = reward.Correctness{}.Score(samples[i]) == 1
+			r.correct = verdicts[i].Correct
+			if r.correct {
+				r.reward = 1
+			}
+			if cfg.Algo.FormatReward > 0 {
+				r.reward += cfg.Algo.FormatReward * reward.Format{}.Score(samples[i])
+			}
 		}
 		for gi := range reqs {
 			grp := batch[gi*G : (gi+1)*G]
@@ -194,25 +196,6 @@ func (g *grpoRun) sample(t *phaseTimer) ([]*rollout, int, int, error) {
 		}
 	}
 	return kept, groups, dropped, nil
-}
-
-// scoreParallel scores samples on all cores (verification is pure Go).
-func scoreParallel(f reward.Func, samples []reward.Sample) []float64 {
-	out := make([]float64, len(samples))
-	done := make(chan struct{})
-	sem := make(chan struct{}, 8)
-	for i := range samples {
-		sem <- struct{}{}
-		go func(i int) {
-			out[i] = f.Score(samples[i])
-			<-sem
-			done <- struct{}{}
-		}(i)
-	}
-	for range samples {
-		<-done
-	}
-	return out
 }
 
 func (g *grpoRun) fillMetrics(m *StepMetrics, rolls []*rollout, groups int) {
