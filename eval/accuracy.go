@@ -50,11 +50,7 @@ func Greedy(m *model.Model, tk *tokenizer.Tokenizer, items []Item, prompt func(I
 			if err != nil {
 				return res, err
 			}
-			p := make([]int64, len(ids))
-			for k, id := range ids {
-				p[k] = int64(id)
-			}
-			reqs[i] = model.Request{PromptIDs: p, Samples: 1}
+			reqs[i] = model.Request{PromptIDs: tokenizer.Int64s(ids), Samples: 1}
 		}
 		var out []model.Sample
 		err := csrc.NoGrad(func() (err error) {
@@ -66,11 +62,7 @@ func Greedy(m *model.Model, tk *tokenizer.Tokenizer, items []Item, prompt func(I
 		}
 		for i, s := range out {
 			it := part[i]
-			ids := make([]int, len(s.IDs))
-			for k, id := range s.IDs {
-				ids[k] = int(id)
-			}
-			text := tk.Decode(ids, true)
+			text := tk.Decode(tokenizer.Ints(s.IDs), true)
 			ok := reward.Verify(text, it.Answer, reward.Options{}).Correct
 			res.Completions = append(res.Completions, Completion{Level: it.Level, Problem: it.Problem, Gold: it.Answer, Output: text, Correct: ok})
 			la := byLevel[it.Level]

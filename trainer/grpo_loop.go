@@ -143,7 +143,7 @@ func (g *grpoRun) sample(t *phaseTimer) ([]*rollout, int, int, error) {
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("problem %s: %w", g.problems[k].ID, err)
 			}
-			reqs[i] = model.Request{PromptIDs: toInt64(ids), Samples: G}
+			reqs[i] = model.Request{PromptIDs: tokenizer.Int64s(ids), Samples: G}
 			streams[i] = round*P + i
 		}
 		p := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
@@ -162,7 +162,7 @@ func (g *grpoRun) sample(t *phaseTimer) ([]*rollout, int, int, error) {
 		pairs := make([]reward.Pair, len(res))
 		for i, r := range res {
 			batch[i] = &rollout{group: r.Prompt, promptIDs: reqs[r.Prompt].PromptIDs, ids: r.IDs, oldLogp: r.Logprobs,
-				truncated: r.FinishReason == "length", text: g.tk.Decode(toInt(r.IDs), true)}
+				truncated: r.FinishReason == "length", text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}
 			pr := g.problems[idx[r.Prompt]]
 			samples[i] = reward.Sample{Problem: pr.Problem, Response: batch[i].text, Gold: pr.Answer}
 			pairs[i] = reward.Pair{Response: batch[i].text, Gold: pr.Answer}
@@ -328,7 +328,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			return err
 		}
 		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio, met.GradNorm = loss, ent, st.ClipFrac, st.KL, st.Ratio, norm
-		if bad := math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0); bad {
+		if !finite(loss, norm) {
 			return errBadLoss
 		}
 		if err := g.opt.Update(lr); err != nil {
@@ -339,6 +339,16 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 }
 
 var errBadLoss = errors.New("loss or gradient is NaN/Inf")
+
+// finite reports whether every value is a finite number.
+func finite(xs ...float64) bool {
+	for _, x := range xs {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // backward runs autograd from a scalar loss, errors instead of panics.
 func backward(l *ts.Tensor) (err error) {
@@ -362,20 +372,4 @@ func allEqual(x []float64) bool {
 		}
 	}
 	return true
-}
-
-func toInt64(x []int) []int64 {
-	out := make([]int64, len(x))
-	for i, v := range x {
-		out[i] = int64(v)
-	}
-	return out
-}
-
-func toInt(x []int64) []int {
-	out := make([]int, len(x))
-	for i, v := range x {
-		out[i] = int(v)
-	}
-	return out
 }

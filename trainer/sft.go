@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -181,7 +180,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		return met, err
 	}
 	met.GradNorm = norm
-	if math.IsNaN(met.Loss) || math.IsInf(met.Loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
+	if !finite(met.Loss, norm) {
 		return met, errBadLoss
 	}
 	if err := r.opt.Update(lr); err != nil {

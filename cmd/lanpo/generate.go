@@ -218,10 +218,7 @@ func (g *generator) promptIDs(line []byte) ([]int64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", field, err)
 		}
-		ids = make([]int64, len(x))
-		for i, id := range x {
-			ids[i] = int64(id)
-		}
+		ids = tokenizer.Int64s(x)
 	default:
 		return nil, fmt.Errorf("no \"prompt\", \"messages\" or \"prompt_ids\" field")
 	}
@@ -239,11 +236,7 @@ func (g *generator) promptIDs(line []byte) ([]int64, error) {
 
 // text decodes a sample, cut before the first stop string it holds.
 func (g *generator) text(ids []int64) string {
-	x := make([]int, len(ids))
-	for i, id := range ids {
-		x[i] = int(id)
-	}
-	text := g.tk.Decode(x, g.skipSpecial)
+	text := g.tk.Decode(tokenizer.Ints(ids), g.skipSpecial)
 	cut := len(text)
 	for _, st := range g.p.StopStrings {
 		if i := strings.Index(text, st); i >= 0 && i < cut {

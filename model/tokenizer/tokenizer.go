@@ -363,3 +363,21 @@ func isWhitespace(r rune) bool { return unicode.IsSpace(r) }
 
 // isLetterOrDigit approximates Rust's char::is_alphanumeric.
 func isLetterOrDigit(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) }
+
+// Int64s converts token ids to the int64 the model's tensors take.
+func Int64s(ids []int) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// Ints converts model token ids (int64) to the ints the tokenizer takes.
+func Ints(ids []int64) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
