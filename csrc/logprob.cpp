@@ -14,6 +14,14 @@
 
 #include "bridge.h"
 
+#ifdef LANPO_CUDA
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "cuda/logprob_cuda.h"
+#endif
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -115,8 +123,125 @@ struct Result {
   at::Tensor logp, lse, entropy;  // [N] in the compute type; masked rows 0
 };
 
+#ifdef LANPO_CUDA
+// On CUDA, fp32/bf16/fp16 inputs of one dtype take csrc/cuda: cuBLAS GEMMs
+// with fp32 outputs into the reused chunk buffer and one kernel per pass
+// over it. Other inputs (fp64, mixed dtypes) take the ATen path below.
+bool use_cuda_kernels(const at::Tensor &hidden, const at::Tensor &weight) {
+  auto t = hidden.scalar_type();
+  return hidden.is_cuda() && weight.scalar_type() == t && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+}
+
+lanpo::cuda::DType cuda_dtype(at::ScalarType t) {
+  if (t == at::kBFloat16) return lanpo::cuda::DType::kBFloat16;
+  if (t == at::kHalf) return lanpo::cuda::DType::kFloat16;
+  return lanpo::cuda::DType::kFloat32;
+}
+
+// CudaChunks walks the chunks of a plan with the inputs made contiguous and
+// the logits of each chunk computed into one [C, V] fp32 buffer.
+struct CudaChunks {
+  const Plan &p;
+  at::Tensor x, w, targets, buf;
+  void *stream;
+  int device;
+  lanpo::cuda::DType dt;
+  bool tf32;
+
+  CudaChunks(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &tgt, const Plan &plan)
+      : p(plan),
+        x(hidden.contiguous()),
+        w(weight.contiguous()),
+        targets(tgt.contiguous()),
+        stream(c10::cuda::getCurrentCUDAStream(hidden.get_device()).stream()),
+        device(hidden.get_device()),
+        dt(cuda_dtype(hidden.scalar_type())),
+        tf32(at::globalContext().allowTF32CuBLAS()) {
+    if (p.m > 0) buf = at::empty({std::min(p.chunk, p.m), p.v}, hidden.options().dtype(at::kFloat));
+  }
+
+  // f(c0, c, xc, tgt) after the chunk's logits are in buf.
+  template <class F>
+  void each(F f) {
+    for (int64_t c0 = 0; c0 < p.m; c0 += p.chunk) {
+      int64_t c = std::min(p.chunk, p.m - c0);
+      auto xc = take_rows(x, p, c0, c).contiguous();
+      auto tgt = take_rows(targets, p, c0, c).contiguous();
+      lanpo::cuda::logits(stream, device, dt, tf32, xc.data_ptr(), w.data_ptr(), c, x.size(1), p.v,
+                          buf.data_ptr<float>(), p.v);
+      f(c0, c, xc, tgt);
+    }
+  }
+};
+
+Result cuda_forward(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p,
+                    bool want_entropy) {
+  c10::cuda::CUDAGuard guard(hidden.device());
+  auto opts = hidden.options().dtype(at::kFloat);
+  int64_t n = hidden.size(0);
+  Result r{at::zeros({n}, opts), at::zeros({n}, opts), want_entropy ? at::zeros({n}, opts) : at::Tensor()};
+  CudaChunks chunks(hidden, weight, targets, p);
+  chunks.each([&](int64_t c0, int64_t c, const at::Tensor &, const at::Tensor &tgt) {
+    // Without a mask the chunk's rows are contiguous in the outputs.
+    auto logp = p.rows.defined() ? at::empty({c}, opts) : r.logp.narrow(0, c0, c);
+    auto lse = p.rows.defined() ? at::empty({c}, opts) : r.lse.narrow(0, c0, c);
+    at::Tensor ent;
+    if (want_entropy) ent = p.rows.defined() ? at::empty({c}, opts) : r.entropy.narrow(0, c0, c);
+    lanpo::cuda::forward_stats(chunks.stream, chunks.buf.data_ptr<float>(), p.v, c, p.v, tgt.data_ptr<int64_t>(),
+                               static_cast<float>(1.0 / p.temperature), logp.data_ptr<float>(), lse.data_ptr<float>(),
+                               want_entropy ? ent.data_ptr<float>() : nullptr);
+    if (p.rows.defined()) {
+      put_rows(r.logp, p, c0, c, logp);
+      put_rows(r.lse, p, c0, c, lse);
+      if (want_entropy) put_rows(r.entropy, p, c0, c, ent);
+    }
+  });
+  return r;
+}
+
+std::pair<at::Tensor, at::Tensor> cuda_backward(const at::Tensor &hidden, const at::Tensor &weight,
+                                                const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
+                                                const at::Tensor &entropy, const at::Tensor &g_logp,
+                                                const at::Tensor &g_ent) {
+  c10::cuda::CUDAGuard guard(hidden.device());
+  auto dhidden = at::zeros_like(hidden);
+  auto dw = at::zeros({p.v, weight.size(1)}, hidden.options().dtype(at::kFloat));
+  CudaChunks chunks(hidden, weight, targets, p);
+  auto rows_f32 = [&](const at::Tensor &t, int64_t c0, int64_t c) {
+    return take_rows(t, p, c0, c).to(at::kFloat).contiguous();
+  };
+  int64_t h = hidden.size(1);
+  // A 16-bit dZ is packed into the first half of each fp32 row of buf.
+  int64_t lddz = chunks.dt == lanpo::cuda::DType::kFloat32 ? p.v : 2 * p.v;
+  chunks.each([&](int64_t c0, int64_t c, const at::Tensor &xc, const at::Tensor &tgt) {
+    at::Tensor gl, ge, ent;
+    if (g_logp.defined()) gl = rows_f32(g_logp, c0, c);
+    if (g_ent.defined()) {
+      ge = rows_f32(g_ent, c0, c);
+      ent = rows_f32(entropy, c0, c);
+    }
+    auto lsec = rows_f32(lse, c0, c);
+    float *z = chunks.buf.data_ptr<float>();
+    lanpo::cuda::logits_grad(chunks.stream, z, p.v, c, p.v, tgt.data_ptr<int64_t>(),
+                             static_cast<float>(1.0 / p.temperature), lsec.data_ptr<float>(),
+                             ent.defined() ? ent.data_ptr<float>() : nullptr, gl.defined() ? gl.data_ptr<float>() : nullptr,
+                             ge.defined() ? ge.data_ptr<float>() : nullptr, chunks.dt);
+    auto dx = at::empty({c, h}, hidden.options());
+    lanpo::cuda::grad_input(chunks.stream, chunks.device, chunks.dt, chunks.tf32, z, lddz, chunks.w.data_ptr(), c, h,
+                            p.v, dx.data_ptr());
+    put_rows(dhidden, p, c0, c, dx);
+    lanpo::cuda::grad_weight_acc(chunks.stream, chunks.device, chunks.dt, chunks.tf32, z, lddz, xc.data_ptr(), c, h,
+                                 p.v, dw.data_ptr<float>());
+  });
+  return {dhidden, dw.to(weight.scalar_type())};
+}
+#endif
+
 Result fused_forward(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p,
                      bool want_entropy) {
+#ifdef LANPO_CUDA
+  if (use_cuda_kernels(hidden, weight)) return cuda_forward(hidden, weight, targets, p, want_entropy);
+#endif
   auto opts = hidden.options().dtype(p.ct);
   int64_t n = hidden.size(0);
   Result r{at::zeros({n}, opts), at::zeros({n}, opts), want_entropy ? at::zeros({n}, opts) : at::Tensor()};
@@ -151,6 +276,11 @@ std::pair<at::Tensor, at::Tensor> fused_backward(const at::Tensor &hidden, const
                                                  const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
                                                  const at::Tensor &entropy, const at::Tensor &g_logp,
                                                  const at::Tensor &g_ent) {
+#ifdef LANPO_CUDA
+  if (use_cuda_kernels(hidden, weight)) {
+    return cuda_backward(hidden, weight, targets, p, lse, entropy, g_logp, g_ent);
+  }
+#endif
   auto opts = hidden.options().dtype(p.ct);
   auto dhidden = at::zeros_like(hidden);
   auto dw = at::zeros({p.v, weight.size(1)}, opts);

@@ -29,13 +29,24 @@ var gotchSources = []string{"gotch.go", "patch.go", "stubs.go"}
 func main() {
 	repo := flag.String("repo", ".", "the lanpo checkout to write go.work and csrc flags into")
 	quiet := flag.Bool("q", false, "print only the summary line")
+	check := flag.Bool("cuda-check", false, "compile-check lanpo's CUDA code with nvcc from PyPI (no GPU needed) and exit")
 	flag.Parse()
 	logf := func(format string, args ...any) {
 		if !*quiet {
 			fmt.Fprintf(os.Stderr, "prepare: "+format+"\n", args...)
 		}
 	}
-	if err := run(*repo, logf); err != nil {
+	do := run
+	if *check {
+		do = func(repo string, logf func(string, ...any)) error {
+			cache, err := cacheRoot()
+			if err != nil {
+				return err
+			}
+			return cudaCheck(repo, cache, logf)
+		}
+	}
+	if err := do(*repo, logf); err != nil {
 		fmt.Fprintf(os.Stderr, "prepare: %v\n", err)
 		os.Exit(1)
 	}
@@ -71,6 +82,11 @@ func run(repo string, logf func(string, ...any)) error {
 	}
 	if err := prepareGotch(b, cache, logf); err != nil {
 		return err
+	}
+	if cuda {
+		if err := buildCUDAKernels(b, repo, cache, logf); err != nil {
+			return err
+		}
 	}
 	goLine, err := goDirective(filepath.Join(repo, "go.mod"))
 	if err != nil {

@@ -1,0 +1,280 @@
+// CUDA kernels and cuBLAS GEMMs of the fused log-prob op; see
+// logprob_cuda.h for the contract and csrc/logprob.cpp for the chunk loop.
+//
+// Per row of a chunk, with y = z/T:
+//   forward:  one read of the row keeps a running (max m, S = Σ e^(y−m),
+//             A = Σ e^(y−m)·(y−m)); lse = m + log S and entropy
+//             H = log S − A/S. A is kept relative to the running max, so H
+//             does not lose digits to cancellation when logits are large.
+//   backward: one read and one write of the row turn logits into dZ.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "logprob_cuda.h"
+
+namespace lanpo {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerThread = 4;  // elements per thread per tile of the backward pass
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void check(cublasStatus_t s, const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string(what) + ": " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
+  }
+}
+
+int as_int(int64_t x, const char *name) {
+  if (x < 0 || x > INT_MAX) throw std::runtime_error(std::string("fused logprob: ") + name + " = " + std::to_string(x) + " does not fit cuBLAS's int");
+  return static_cast<int>(x);
+}
+
+// Running softmax statistics of a set of values y: m = max, s = Σ e^(y−m),
+// a = Σ e^(y−m)·(y−m). The empty set is m = −inf, s = a = 0.
+struct Stats {
+  float m, s, a;
+};
+
+__device__ __forceinline__ void add_value(Stats &st, float y) {
+  if (y > st.m) {
+    if (st.m == -INFINITY) {
+      st.s = 0.f;
+      st.a = 0.f;
+    } else {
+      float d = st.m - y;  // < 0
+      float e = expf(d);
+      st.a = e * (st.a + d * st.s);
+      st.s *= e;
+    }
+    st.m = y;
+  }
+  float d = y - st.m;
+  float e = expf(d);
+  st.s += e;
+  st.a += e * d;
+}
+
+__device__ __forceinline__ Stats merge(Stats x, Stats y) {
+  if (y.m == -INFINITY) return x;
+  if (x.m == -INFINITY) return y;
+  float m = fmaxf(x.m, y.m);
+  float dx = x.m - m, dy = y.m - m;
+  float ex = expf(dx), ey = expf(dy);
+  return Stats{m, ex * x.s + ey * y.s, ex * (x.a + dx * x.s) + ey * (y.a + dy * y.s)};
+}
+
+__device__ __forceinline__ Stats warp_merge(Stats st) {
+  for (int off = 16; off > 0; off >>= 1) {
+    Stats o{__shfl_xor_sync(0xffffffffu, st.m, off), __shfl_xor_sync(0xffffffffu, st.s, off),
+            __shfl_xor_sync(0xffffffffu, st.a, off)};
+    st = merge(st, o);
+  }
+  return st;
+}
+
+// One block per row. The merge order is fixed by the thread layout, so the
+// result does not depend on scheduling (deterministic).
+__global__ void __launch_bounds__(kThreads) forward_stats_kernel(const float *__restrict__ z, int64_t ldz, int64_t v,
+                                                                  const int64_t *__restrict__ tgt, float inv_t,
+                                                                  float *__restrict__ logp, float *__restrict__ lse,
+                                                                  float *__restrict__ entropy) {
+  __shared__ Stats part[kWarps];
+  const int64_t r = blockIdx.x;
+  const float *row = z + r * ldz;
+  Stats st{-INFINITY, 0.f, 0.f};
+  for (int64_t j = threadIdx.x; j < v; j += kThreads) add_value(st, row[j] * inv_t);
+  st = warp_merge(st);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) part[warp] = st;
+  __syncthreads();
+  if (warp == 0) {
+    st = lane < kWarps ? part[lane] : Stats{-INFINITY, 0.f, 0.f};
+    st = warp_merge(st);
+    if (lane == 0) {
+      float logs = logf(st.s);
+      float l = st.m + logs;
+      lse[r] = l;
+      logp[r] = row[tgt[r]] * inv_t - l;
+      if (entropy != nullptr) entropy[r] = logs - st.a / st.s;
+    }
+  }
+}
+
+template <typename Out>
+__device__ __forceinline__ Out convert(float x);
+template <>
+__device__ __forceinline__ float convert<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 convert<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half convert<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+// One block per row; tiles of kThreads·kPerThread columns. For a 16-bit
+// output the row is rewritten packed into the first half of its own bytes:
+// a tile's writes only touch bytes of this tile and earlier ones, so one
+// barrier between a tile's reads and its writes keeps every read ahead of
+// the write that overlaps it.
+template <typename Out>
+__global__ void __launch_bounds__(kThreads) logits_grad_kernel(float *__restrict__ z, int64_t ldz, int64_t v,
+                                                                const int64_t *__restrict__ tgt, float inv_t,
+                                                                const float *__restrict__ lse,
+                                                                const float *__restrict__ entropy,
+                                                                const float *__restrict__ g_logp,
+                                                                const float *__restrict__ g_ent) {
+  const int64_t r = blockIdx.x;
+  float *row = z + r * ldz;
+  Out *out = reinterpret_cast<Out *>(row);
+  const float l = lse[r];
+  const float gl = g_logp != nullptr ? g_logp[r] : 0.f;
+  const float ge = g_ent != nullptr ? g_ent[r] : 0.f;
+  const float h = g_ent != nullptr ? entropy[r] : 0.f;
+  const int64_t t = tgt[r];
+  constexpr bool in_place = sizeof(Out) == sizeof(float);
+  for (int64_t v0 = 0; v0 < v; v0 += kThreads * kPerThread) {
+    float d[kPerThread];
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      int64_t j = v0 + k * kThreads + threadIdx.x;
+      if (j < v) {
+        float lp = row[j] * inv_t - l;  // log p
+        float p = expf(lp);
+        float g = -p * (gl + ge * (lp + h));
+        if (j == t) g += gl;
+        d[k] = g * inv_t;
+      }
+    }
+    if (!in_place) __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      int64_t j = v0 + k * kThreads + threadIdx.x;
+      if (j < v) out[j] = convert<Out>(d[k]);
+    }
+  }
+}
+
+cudaDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+  }
+  throw std::runtime_error("fused logprob: unknown dtype");
+}
+
+// One cuBLAS handle per (thread, device): torch work in lanpo runs on one
+// locked OS thread, and a handle must not be shared by threads that set
+// different streams on it.
+cublasHandle_t handle(int device, void *stream) {
+  thread_local std::unordered_map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t h;
+    check(cublasCreate(&h), "cublasCreate");
+    // fp32 accumulation without reduced-precision split-K reductions.
+    check(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+          "cublasSetMathMode");
+    it = handles.emplace(device, h).first;
+  }
+  check(cublasSetStream(it->second, static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  return it->second;
+}
+
+cublasComputeType_t compute_type(DType dt, bool allow_tf32) {
+  return dt == DType::kFloat32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+// Column-major C[m, n] = alpha·op(A)·op(B) + beta·C with fp32 scalars.
+void gemm(void *stream, int device, DType dt, bool allow_tf32, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+          int64_t n, int64_t k, const void *a, int64_t lda, cudaDataType_t at, const void *b, int64_t ldb,
+          cudaDataType_t bt, float beta, void *c, int64_t ldc, cudaDataType_t ct, const char *what) {
+  if (m == 0 || n == 0) return;
+  const float alpha = 1.f;
+  check(cublasGemmEx(handle(device, stream), ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &alpha, a, at,
+                     as_int(lda, "lda"), b, bt, as_int(ldb, "ldb"), &beta, c, ct, as_int(ldc, "ldc"),
+                     compute_type(dt, allow_tf32), CUBLAS_GEMM_DEFAULT),
+        what);
+}
+
+}  // namespace
+
+// Row-major z[c, V] is column-major zᵀ[V, c] = W (col-major [H, V])ᵀ · xᵀ
+// (col-major [H, c]).
+void logits(void *stream, int device, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
+            int64_t v, float *z, int64_t ldz) {
+  auto t = data_type(dt);
+  gemm(stream, device, dt, allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, v, c, h, w, h, t, x, h, t, 0.f, z, ldz, CUDA_R_32F,
+       "fused logprob: logits GEMM");
+}
+
+void forward_stats(void *stream, const float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t,
+                   float *logp, float *lse, float *entropy) {
+  if (c == 0) return;
+  forward_stats_kernel<<<static_cast<unsigned>(c), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      z, ldz, v, tgt, inv_t, logp, lse, entropy);
+  check(cudaGetLastError(), "fused logprob: forward kernel launch");
+}
+
+void logits_grad(void *stream, float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t,
+                 const float *lse, const float *entropy, const float *g_logp, const float *g_ent, DType out) {
+  if (c == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  auto blocks = static_cast<unsigned>(c);
+  switch (out) {
+    case DType::kFloat32:
+      logits_grad_kernel<float><<<blocks, kThreads, 0, s>>>(z, ldz, v, tgt, inv_t, lse, entropy, g_logp, g_ent);
+      break;
+    case DType::kBFloat16:
+      logits_grad_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(z, ldz, v, tgt, inv_t, lse, entropy, g_logp, g_ent);
+      break;
+    case DType::kFloat16:
+      logits_grad_kernel<__half><<<blocks, kThreads, 0, s>>>(z, ldz, v, tgt, inv_t, lse, entropy, g_logp, g_ent);
+      break;
+  }
+  check(cudaGetLastError(), "fused logprob: backward kernel launch");
+}
+
+// Row-major dx[c, H] = dz[c, V] · W[V, H] is column-major dxᵀ[H, c] =
+// Wᵀ (col-major [H, V]) · dzᵀ (col-major [V, c], ld lddz).
+void grad_input(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
+                int64_t c, int64_t h, int64_t v, void *dx) {
+  auto t = data_type(dt);
+  gemm(stream, device, dt, allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, h, c, v, w, h, t, dz, lddz, t, 0.f, dx, h, t,
+       "fused logprob: dX GEMM");
+}
+
+// Row-major dW[V, H] += dzᵀ · x is column-major dWᵀ[H, V] += xᵀ (col-major
+// [H, c]) · dz (col-major dzᵀ[V, c] transposed).
+void grad_weight_acc(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
+                     int64_t c, int64_t h, int64_t v, float *dw) {
+  auto t = data_type(dt);
+  gemm(stream, device, dt, allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, h, v, c, x, h, t, dz, lddz, t, 1.f, dw, h, CUDA_R_32F,
+       "fused logprob: dW GEMM");
+}
+
+}  // namespace cuda
+}  // namespace lanpo
