@@ -39,8 +39,9 @@ char *lanpo_rms_norm(lanpo_tensor x, lanpo_tensor weight, double eps, lanpo_tens
 // inputs). Rows are processed chunk at a time (chunk <= 0: the default for
 // the device); when grad mode is on and hidden or weight requires grad, the
 // outputs take part in autograd and masked rows get exactly zero gradient.
+// emulate_cuda (tests) runs the CUDA path's algorithm on CPU tensors.
 char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor targets, lanpo_tensor mask,
-                          double temperature, int64_t chunk, int want_entropy, lanpo_tensor *logp,
+                          double temperature, int64_t chunk, int want_entropy, int emulate_cuda, lanpo_tensor *logp,
                           lanpo_tensor *entropy);
 
 // The chunk size lanpo_fused_logprob uses when given chunk <= 0.

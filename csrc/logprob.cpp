@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "bridge.h"
 
@@ -19,8 +20,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "cuda/logprob_cuda.h"
 #endif
+#include "logprob_cuda.h"
+#include "logprob_math.h"
 
 namespace {
 
@@ -37,6 +39,7 @@ struct Plan {
   int64_t wblock = 0;  // rows of W converted to the compute type at a time (bf16/fp16 weights)
   double temperature = 1;
   at::ScalarType ct = at::kFloat;  // fp32, or fp64 for fp64 inputs
+  bool emulate_cuda = false;       // run the CUDA path's algorithm on the CPU (tests)
 };
 
 // finish_plan fills what follows from the tensors: compute type, V, and how
@@ -52,10 +55,11 @@ void finish_plan(Plan &p, const at::Tensor &hidden, const at::Tensor &weight) {
 }
 
 Plan make_plan(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &mask, double temperature,
-               int64_t chunk) {
+               int64_t chunk, bool emulate_cuda) {
   Plan p;
   p.temperature = temperature;
   p.chunk = chunk;
+  p.emulate_cuda = emulate_cuda;
   if (mask.defined()) p.rows = mask.to(at::kBool).nonzero().squeeze(1);  // sync: row count decides the loop
   finish_plan(p, hidden, weight);
   return p;
@@ -123,73 +127,204 @@ struct Result {
   at::Tensor logp, lse, entropy;  // [N] in the compute type; masked rows 0
 };
 
-#ifdef LANPO_CUDA
-// On CUDA, fp32/bf16/fp16 inputs of one dtype take csrc/cuda: cuBLAS GEMMs
-// with fp32 outputs into the reused chunk buffer and one kernel per pass
-// over it. Other inputs (fp64, mixed dtypes) take the ATen path below.
-bool use_cuda_kernels(const at::Tensor &hidden, const at::Tensor &weight) {
+// The CUDA path: fp32/bf16/fp16 inputs of one dtype on a GPU take
+// csrc/cuda (cuBLAS GEMMs with fp32 outputs into the reused chunk buffer, one
+// kernel per pass over it); other inputs (fp64, mixed dtypes) take the ATen
+// path further down. The chunk loop is written once over a backend: the
+// GPU's (CUDA builds), or an emulation on the CPU that runs the kernels'
+// arithmetic from cuda/logprob_math.h sequentially, thread by simulated
+// thread, so the loop, the GEMM argument mapping and the packed 16-bit dZ
+// layout are tested on machines without a GPU.
+using lanpo::cuda::DType;
+
+bool kernel_dtypes(const at::Tensor &hidden, const at::Tensor &weight) {
   auto t = hidden.scalar_type();
-  return hidden.is_cuda() && weight.scalar_type() == t && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+  return weight.scalar_type() == t && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
 }
 
-lanpo::cuda::DType cuda_dtype(at::ScalarType t) {
-  if (t == at::kBFloat16) return lanpo::cuda::DType::kBFloat16;
-  if (t == at::kHalf) return lanpo::cuda::DType::kFloat16;
-  return lanpo::cuda::DType::kFloat32;
+DType cuda_dtype(at::ScalarType t) {
+  if (t == at::kBFloat16) return DType::kBFloat16;
+  if (t == at::kHalf) return DType::kFloat16;
+  return DType::kFloat32;
 }
 
-// CudaChunks walks the chunks of a plan with the inputs made contiguous and
-// the logits of each chunk computed into one [C, V] fp32 buffer.
-struct CudaChunks {
-  const Plan &p;
-  at::Tensor x, w, targets, buf;
+#ifdef LANPO_CUDA
+bool use_cuda_kernels(const at::Tensor &hidden, const at::Tensor &weight) {
+  return hidden.is_cuda() && kernel_dtypes(hidden, weight);
+}
+
+struct GpuBackend {
   void *stream;
   int device;
-  lanpo::cuda::DType dt;
+  DType dt;
   bool tf32;
+  c10::cuda::CUDAGuard guard;
 
-  CudaChunks(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &tgt, const Plan &plan)
-      : p(plan),
-        x(hidden.contiguous()),
-        w(weight.contiguous()),
-        targets(tgt.contiguous()),
-        stream(c10::cuda::getCurrentCUDAStream(hidden.get_device()).stream()),
+  explicit GpuBackend(const at::Tensor &hidden)
+      : stream(c10::cuda::getCurrentCUDAStream(hidden.get_device()).stream()),
         device(hidden.get_device()),
         dt(cuda_dtype(hidden.scalar_type())),
-        tf32(at::globalContext().allowTF32CuBLAS()) {
-    if (p.m > 0) buf = at::empty({std::min(p.chunk, p.m), p.v}, hidden.options().dtype(at::kFloat));
+        tf32(at::globalContext().allowTF32CuBLAS()),
+        guard(hidden.device()) {}
+  void logits(const void *x, const void *w, int64_t c, int64_t h, int64_t v, float *z, int64_t ldz) {
+    lanpo::cuda::logits(stream, device, dt, tf32, x, w, c, h, v, z, ldz);
+  }
+  void forward_stats(const float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t, float *logp,
+                     float *lse, float *entropy) {
+    lanpo::cuda::forward_stats(stream, z, ldz, c, v, tgt, inv_t, logp, lse, entropy);
+  }
+  void logits_grad(float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t, const float *lse,
+                   const float *entropy, const float *g_logp, const float *g_ent) {
+    lanpo::cuda::logits_grad(stream, z, ldz, c, v, tgt, inv_t, lse, entropy, g_logp, g_ent, dt);
+  }
+  void grad_input(const void *dz, int64_t lddz, const void *w, int64_t c, int64_t h, int64_t v, void *dx) {
+    lanpo::cuda::grad_input(stream, device, dt, tf32, dz, lddz, w, c, h, v, dx);
+  }
+  void grad_weight_acc(const void *dz, int64_t lddz, const void *x, int64_t c, int64_t h, int64_t v, float *dw) {
+    lanpo::cuda::grad_weight_acc(stream, device, dt, tf32, dz, lddz, x, c, h, v, dw);
+  }
+};
+#endif
+
+// EmulatedBackend runs the GPU backend's steps on CPU memory.
+struct EmulatedBackend {
+  DType dt;
+  explicit EmulatedBackend(const at::Tensor &hidden) : dt(cuda_dtype(hidden.scalar_type())) {}
+
+  static float load(const void *p, int64_t i, DType t) {
+    switch (t) {
+      case DType::kBFloat16:
+        return static_cast<float>(static_cast<const c10::BFloat16 *>(p)[i]);
+      case DType::kFloat16:
+        return static_cast<float>(static_cast<const c10::Half *>(p)[i]);
+      default:
+        return static_cast<const float *>(p)[i];
+    }
+  }
+  static void store(void *p, int64_t i, DType t, float x) {
+    switch (t) {
+      case DType::kBFloat16:
+        static_cast<c10::BFloat16 *>(p)[i] = c10::BFloat16(x);
+        break;
+      case DType::kFloat16:
+        static_cast<c10::Half *>(p)[i] = c10::Half(x);
+        break;
+      default:
+        static_cast<float *>(p)[i] = x;
+    }
   }
 
-  // f(c0, c, xc, tgt) after the chunk's logits are in buf.
-  template <class F>
-  void each(F f) {
-    for (int64_t c0 = 0; c0 < p.m; c0 += p.chunk) {
-      int64_t c = std::min(p.chunk, p.m - c0);
-      auto xc = take_rows(x, p, c0, c).contiguous();
-      auto tgt = take_rows(targets, p, c0, c).contiguous();
-      lanpo::cuda::logits(stream, device, dt, tf32, xc.data_ptr(), w.data_ptr(), c, x.size(1), p.v,
-                          buf.data_ptr<float>(), p.v);
-      f(c0, c, xc, tgt);
+  // What cublasGemmEx computes for a GemmSpec: column-major, fp32
+  // accumulation. x, w and dz are the operands by role; a16/b16 say whether
+  // each is stored in the 16-bit input type (dz is fp32 for fp32 inputs).
+  void gemm(const lanpo::cuda::GemmSpec &g, const void *x, const void *w, const void *dz, void *c, DType ct) {
+    auto pick = [&](lanpo::cuda::Operand o) {
+      return o == lanpo::cuda::Operand::kX ? x : o == lanpo::cuda::Operand::kW ? w : dz;
+    };
+    const void *a = pick(g.a), *b = pick(g.b);
+    for (int64_t j = 0; j < g.n; ++j) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        float acc = 0;
+        for (int64_t k = 0; k < g.k; ++k) {
+          float av = load(a, g.trans_a ? k + i * g.lda : i + k * g.lda, dt);
+          float bv = load(b, g.trans_b ? j + k * g.ldb : k + j * g.ldb, dt);
+          acc += av * bv;
+        }
+        if (g.accumulate) acc += load(c, i + j * g.ldc, ct);
+        store(c, i + j * g.ldc, ct, acc);
+      }
     }
+  }
+
+  void logits(const void *x, const void *w, int64_t c, int64_t h, int64_t v, float *z, int64_t ldz) {
+    gemm(lanpo::cuda::logits_gemm(c, h, v, ldz), x, w, nullptr, z, DType::kFloat32);
+  }
+
+  // The forward kernel: thread t of a row's block folds elements t,
+  // t + kThreads, …; warps merge by xor butterfly; warp 0 merges the warps.
+  void forward_stats(const float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t, float *logp,
+                     float *lse, float *entropy) {
+    using namespace lanpo::cuda;
+    auto butterfly = [](Stats *lanes) {
+      for (int off = 16; off > 0; off >>= 1) {
+        Stats next[32];
+        for (int l = 0; l < 32; ++l) next[l] = merge(lanes[l], lanes[l ^ off]);
+        std::copy(next, next + 32, lanes);
+      }
+      return lanes[0];
+    };
+    for (int64_t r = 0; r < c; ++r) {
+      const float *row = z + r * ldz;
+      Stats th[kThreads];
+      for (auto &s : th) s = empty_stats();
+      for (int64_t j = 0; j < v; ++j) add_value(th[j % kThreads], row[j] * inv_t);
+      Stats part[32];
+      for (int l = 0; l < 32; ++l) part[l] = l < kWarps ? butterfly(th + 32 * l) : empty_stats();
+      row_results(butterfly(part), row[tgt[r]] * inv_t, logp + r, lse + r, entropy != nullptr ? entropy + r : nullptr);
+    }
+  }
+
+  // The backward kernel: per tile, every simulated thread computes its
+  // values before any writes them (the kernel's barrier), and 16-bit
+  // results are packed into the start of the row's own bytes.
+  void logits_grad(float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t, const float *lse,
+                   const float *entropy, const float *g_logp, const float *g_ent) {
+    using namespace lanpo::cuda;
+    constexpr int64_t tile = kThreads * kPerThread;
+    std::vector<float> d(tile);
+    for (int64_t r = 0; r < c; ++r) {
+      float *row = z + r * ldz;
+      float gl = g_logp != nullptr ? g_logp[r] : 0.f, ge = g_ent != nullptr ? g_ent[r] : 0.f;
+      float h = g_ent != nullptr ? entropy[r] : 0.f;
+      for (int64_t v0 = 0; v0 < v; v0 += tile) {
+        int64_t n = std::min(tile, v - v0);
+        for (int64_t j = 0; j < n; ++j) d[j] = logit_grad(row[v0 + j], inv_t, lse[r], gl, ge, h, v0 + j == tgt[r]);
+        for (int64_t j = 0; j < n; ++j) store(row, v0 + j, dt, d[j]);
+      }
+    }
+  }
+  void grad_input(const void *dz, int64_t lddz, const void *w, int64_t c, int64_t h, int64_t v, void *dx) {
+    gemm(lanpo::cuda::grad_input_gemm(c, h, v, lddz), nullptr, w, dz, dx, dt);
+  }
+  void grad_weight_acc(const void *dz, int64_t lddz, const void *x, int64_t c, int64_t h, int64_t v, float *dw) {
+    gemm(lanpo::cuda::grad_weight_gemm(c, h, v, lddz), x, nullptr, dz, dw, DType::kFloat32);
   }
 };
 
-Result cuda_forward(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p,
-                    bool want_entropy) {
-  c10::cuda::CUDAGuard guard(hidden.device());
+// kernel_chunks walks the chunks of a plan with the inputs made contiguous,
+// computing each chunk's logits into one [C, V] fp32 buffer, then calls
+// f(c0, c, xc, tgt).
+template <class Backend, class F>
+void kernel_chunks(Backend &be, const at::Tensor &x, const at::Tensor &w, const at::Tensor &targets, const Plan &p,
+                   at::Tensor &buf, F f) {
+  if (p.m == 0) return;
+  buf = at::empty({std::min(p.chunk, p.m), p.v}, x.options().dtype(at::kFloat));
+  for (int64_t c0 = 0; c0 < p.m; c0 += p.chunk) {
+    int64_t c = std::min(p.chunk, p.m - c0);
+    auto xc = take_rows(x, p, c0, c).contiguous();
+    auto tgt = take_rows(targets, p, c0, c).contiguous();
+    be.logits(xc.data_ptr(), w.data_ptr(), c, x.size(1), p.v, buf.data_ptr<float>(), p.v);
+    f(c0, c, xc, tgt);
+  }
+}
+
+template <class Backend>
+Result kernel_forward(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p,
+                      bool want_entropy) {
+  Backend be(hidden);
   auto opts = hidden.options().dtype(at::kFloat);
   int64_t n = hidden.size(0);
   Result r{at::zeros({n}, opts), at::zeros({n}, opts), want_entropy ? at::zeros({n}, opts) : at::Tensor()};
-  CudaChunks chunks(hidden, weight, targets, p);
-  chunks.each([&](int64_t c0, int64_t c, const at::Tensor &, const at::Tensor &tgt) {
+  at::Tensor buf;
+  auto x = hidden.contiguous(), w = weight.contiguous();
+  kernel_chunks(be, x, w, targets.contiguous(), p, buf, [&](int64_t c0, int64_t c, const at::Tensor &, const at::Tensor &tgt) {
     // Without a mask the chunk's rows are contiguous in the outputs.
     auto logp = p.rows.defined() ? at::empty({c}, opts) : r.logp.narrow(0, c0, c);
     auto lse = p.rows.defined() ? at::empty({c}, opts) : r.lse.narrow(0, c0, c);
     at::Tensor ent;
     if (want_entropy) ent = p.rows.defined() ? at::empty({c}, opts) : r.entropy.narrow(0, c0, c);
-    lanpo::cuda::forward_stats(chunks.stream, chunks.buf.data_ptr<float>(), p.v, c, p.v, tgt.data_ptr<int64_t>(),
-                               static_cast<float>(1.0 / p.temperature), logp.data_ptr<float>(), lse.data_ptr<float>(),
-                               want_entropy ? ent.data_ptr<float>() : nullptr);
+    be.forward_stats(buf.data_ptr<float>(), p.v, c, p.v, tgt.data_ptr<int64_t>(), static_cast<float>(1.0 / p.temperature),
+                     logp.data_ptr<float>(), lse.data_ptr<float>(), want_entropy ? ent.data_ptr<float>() : nullptr);
     if (p.rows.defined()) {
       put_rows(r.logp, p, c0, c, logp);
       put_rows(r.lse, p, c0, c, lse);
@@ -199,48 +334,47 @@ Result cuda_forward(const at::Tensor &hidden, const at::Tensor &weight, const at
   return r;
 }
 
-std::pair<at::Tensor, at::Tensor> cuda_backward(const at::Tensor &hidden, const at::Tensor &weight,
-                                                const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
-                                                const at::Tensor &entropy, const at::Tensor &g_logp,
-                                                const at::Tensor &g_ent) {
-  c10::cuda::CUDAGuard guard(hidden.device());
+template <class Backend>
+std::pair<at::Tensor, at::Tensor> kernel_backward(const at::Tensor &hidden, const at::Tensor &weight,
+                                                  const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
+                                                  const at::Tensor &entropy, const at::Tensor &g_logp,
+                                                  const at::Tensor &g_ent) {
+  Backend be(hidden);
   auto dhidden = at::zeros_like(hidden);
   auto dw = at::zeros({p.v, weight.size(1)}, hidden.options().dtype(at::kFloat));
-  CudaChunks chunks(hidden, weight, targets, p);
   auto rows_f32 = [&](const at::Tensor &t, int64_t c0, int64_t c) {
     return take_rows(t, p, c0, c).to(at::kFloat).contiguous();
   };
   int64_t h = hidden.size(1);
   // A 16-bit dZ is packed into the first half of each fp32 row of buf.
-  int64_t lddz = chunks.dt == lanpo::cuda::DType::kFloat32 ? p.v : 2 * p.v;
-  chunks.each([&](int64_t c0, int64_t c, const at::Tensor &xc, const at::Tensor &tgt) {
+  int64_t lddz = be.dt == DType::kFloat32 ? p.v : 2 * p.v;
+  at::Tensor buf;
+  auto x = hidden.contiguous(), w = weight.contiguous();
+  kernel_chunks(be, x, w, targets.contiguous(), p, buf, [&](int64_t c0, int64_t c, const at::Tensor &xc, const at::Tensor &tgt) {
     at::Tensor gl, ge, ent;
     if (g_logp.defined()) gl = rows_f32(g_logp, c0, c);
     if (g_ent.defined()) {
       ge = rows_f32(g_ent, c0, c);
       ent = rows_f32(entropy, c0, c);
     }
-    auto lsec = rows_f32(lse, c0, c);
-    float *z = chunks.buf.data_ptr<float>();
-    lanpo::cuda::logits_grad(chunks.stream, z, p.v, c, p.v, tgt.data_ptr<int64_t>(),
-                             static_cast<float>(1.0 / p.temperature), lsec.data_ptr<float>(),
-                             ent.defined() ? ent.data_ptr<float>() : nullptr, gl.defined() ? gl.data_ptr<float>() : nullptr,
-                             ge.defined() ? ge.data_ptr<float>() : nullptr, chunks.dt);
+    at::Tensor lsec = rows_f32(lse, c0, c);
+    float *z = buf.data_ptr<float>();
+    be.logits_grad(z, p.v, c, p.v, tgt.data_ptr<int64_t>(), static_cast<float>(1.0 / p.temperature),
+                   lsec.data_ptr<float>(), ent.defined() ? ent.data_ptr<float>() : nullptr,
+                   gl.defined() ? gl.data_ptr<float>() : nullptr, ge.defined() ? ge.data_ptr<float>() : nullptr);
     auto dx = at::empty({c, h}, hidden.options());
-    lanpo::cuda::grad_input(chunks.stream, chunks.device, chunks.dt, chunks.tf32, z, lddz, chunks.w.data_ptr(), c, h,
-                            p.v, dx.data_ptr());
+    be.grad_input(z, lddz, w.data_ptr(), c, h, p.v, dx.data_ptr());
     put_rows(dhidden, p, c0, c, dx);
-    lanpo::cuda::grad_weight_acc(chunks.stream, chunks.device, chunks.dt, chunks.tf32, z, lddz, xc.data_ptr(), c, h,
-                                 p.v, dw.data_ptr<float>());
+    be.grad_weight_acc(z, lddz, xc.data_ptr(), c, h, p.v, dw.data_ptr<float>());
   });
   return {dhidden, dw.to(weight.scalar_type())};
 }
-#endif
 
 Result fused_forward(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p,
                      bool want_entropy) {
+  if (p.emulate_cuda) return kernel_forward<EmulatedBackend>(hidden, weight, targets, p, want_entropy);
 #ifdef LANPO_CUDA
-  if (use_cuda_kernels(hidden, weight)) return cuda_forward(hidden, weight, targets, p, want_entropy);
+  if (use_cuda_kernels(hidden, weight)) return kernel_forward<GpuBackend>(hidden, weight, targets, p, want_entropy);
 #endif
   auto opts = hidden.options().dtype(p.ct);
   int64_t n = hidden.size(0);
@@ -276,9 +410,10 @@ std::pair<at::Tensor, at::Tensor> fused_backward(const at::Tensor &hidden, const
                                                  const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
                                                  const at::Tensor &entropy, const at::Tensor &g_logp,
                                                  const at::Tensor &g_ent) {
+  if (p.emulate_cuda) return kernel_backward<EmulatedBackend>(hidden, weight, targets, p, lse, entropy, g_logp, g_ent);
 #ifdef LANPO_CUDA
   if (use_cuda_kernels(hidden, weight)) {
-    return cuda_backward(hidden, weight, targets, p, lse, entropy, g_logp, g_ent);
+    return kernel_backward<GpuBackend>(hidden, weight, targets, p, lse, entropy, g_logp, g_ent);
   }
 #endif
   auto opts = hidden.options().dtype(p.ct);
@@ -316,14 +451,15 @@ struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
   // tensor plus has_mask = false.
   static variable_list forward(AutogradContext *ctx, const at::Tensor &hidden, const at::Tensor &weight,
                                const at::Tensor &targets, const at::Tensor &mask_or_empty, bool has_mask,
-                               double temperature, int64_t chunk, bool want_entropy) {
+                               double temperature, int64_t chunk, bool want_entropy, bool emulate_cuda) {
     at::Tensor mask = has_mask ? mask_or_empty : at::Tensor();
-    auto p = make_plan(hidden, weight, mask, temperature, chunk);
+    auto p = make_plan(hidden, weight, mask, temperature, chunk, emulate_cuda);
     auto r = fused_forward(hidden, weight, targets, p, want_entropy);
     ctx->save_for_backward({hidden, weight, targets, p.rows, r.lse, want_entropy ? r.entropy : at::Tensor()});
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["all_rows"] = !mask.defined();
+    ctx->saved_data["emulate_cuda"] = emulate_cuda;
     if (want_entropy) return {r.logp, r.entropy};
     return {r.logp};
   }
@@ -335,10 +471,11 @@ struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
     p.temperature = ctx->saved_data["temperature"].toDouble();
     p.chunk = ctx->saved_data["chunk"].toInt();
     if (!ctx->saved_data["all_rows"].toBool()) p.rows = saved[3];
+    p.emulate_cuda = ctx->saved_data["emulate_cuda"].toBool();
     finish_plan(p, hidden, weight);
     at::Tensor g_ent = grads.size() > 1 ? grads[1] : at::Tensor();
     auto [dh, dw] = fused_backward(hidden, weight, targets, p, saved[4], saved[5], grads[0], g_ent);
-    return {dh, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dh, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -374,22 +511,28 @@ void check_inputs(const at::Tensor &hidden, const at::Tensor &weight, const at::
 }  // namespace
 
 extern "C" char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor targets, lanpo_tensor mask,
-                                     double temperature, int64_t chunk, int want_entropy, lanpo_tensor *logp,
-                                     lanpo_tensor *entropy) {
+                                     double temperature, int64_t chunk, int want_entropy, int emulate_cuda,
+                                     lanpo_tensor *logp, lanpo_tensor *entropy) {
   LANPO_GUARD("fused_logprob", {
     const auto &h = lanpo::tensor_ref(hidden);
     const auto &w = lanpo::tensor_ref(weight);
     const auto &t = lanpo::tensor_ref(targets);
     at::Tensor m = mask != nullptr ? lanpo::tensor_ref(mask) : at::Tensor();
     check_inputs(h, w, t, m, temperature);
+    if (emulate_cuda) {
+      TORCH_CHECK(!h.is_cuda() && kernel_dtypes(h, w),
+                  "emulating the CUDA path needs CPU tensors of one dtype among fp32, bf16, fp16; got ", h.scalar_type(),
+                  " and ", w.scalar_type(), " on ", h.device());
+    }
     if (chunk <= 0) chunk = lanpo_default_logprob_chunk(h.is_cuda());
     bool track = at::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad());
     variable_list out;
     if (track) {
       auto mask_or_empty = m.defined() ? m : at::empty({0}, t.options().dtype(at::kBool));
-      out = FusedLogProbFn::apply(h, w, t, mask_or_empty, m.defined(), temperature, chunk, want_entropy != 0);
+      out = FusedLogProbFn::apply(h, w, t, mask_or_empty, m.defined(), temperature, chunk, want_entropy != 0,
+                                  emulate_cuda != 0);
     } else {
-      auto r = fused_forward(h, w, t, make_plan(h, w, m, temperature, chunk), want_entropy != 0);
+      auto r = fused_forward(h, w, t, make_plan(h, w, m, temperature, chunk, emulate_cuda != 0), want_entropy != 0);
       out = {r.logp};
       if (want_entropy) out.push_back(r.entropy);
     }

@@ -25,6 +25,10 @@ type LogProbOptions struct {
 	Mask *ts.Tensor
 	// Entropy also returns the entropy of each row's distribution.
 	Entropy bool
+
+	// emulateCUDA runs the CUDA path's algorithm (csrc/cuda) on CPU
+	// tensors: for tests on machines without a GPU.
+	emulateCUDA bool
 }
 
 // DefaultLogProbChunk is the chunk FusedLogProb uses when none is given:
@@ -58,9 +62,13 @@ func FusedLogProb(hidden, weight, targets *ts.Tensor, opt LogProbOptions) (logp,
 	if opt.Entropy {
 		want = 1
 	}
+	emulate := C.int(0)
+	if opt.emulateCUDA {
+		emulate = 1
+	}
 	var lp, ent C.lanpo_tensor
 	if err := takeError(C.lanpo_fused_logprob(handle(hidden), handle(weight), handle(targets), mask,
-		C.double(t), C.int64_t(opt.Chunk), want, &lp, &ent)); err != nil {
+		C.double(t), C.int64_t(opt.Chunk), want, emulate, &lp, &ent)); err != nil {
 		return nil, nil, err
 	}
 	logp = ts.FromCtensor(unsafe.Pointer(lp))

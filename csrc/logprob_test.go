@@ -36,6 +36,7 @@ type lpCase struct {
 	temperature float64
 	mask        []bool
 	entropy     bool
+	emulateCUDA bool // fused through the CUDA path's algorithm, emulated on the CPU
 }
 
 type lpResult struct{ logp, ent, dh, dw []float64 }
@@ -68,7 +69,7 @@ func runLogProb(t *testing.T, s *tensor.Scope, c lpCase, dtype gotch.DType, fuse
 	var logp, ent *ts.Tensor
 	if fused {
 		var err error
-		logp, ent, err = FusedLogProb(hidden, weight, targets, LogProbOptions{Temperature: c.temperature, Chunk: c.chunk, Mask: mask, Entropy: c.entropy})
+		logp, ent, err = FusedLogProb(hidden, weight, targets, LogProbOptions{Temperature: c.temperature, Chunk: c.chunk, Mask: mask, Entropy: c.entropy, emulateCUDA: c.emulateCUDA})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,6 +183,45 @@ func TestFusedLogProbLowPrecision(t *testing.T) {
 		got := runLogProb(t, s, c, tc.dtype, true)
 		t.Run(tc.dtype.String(), func(t *testing.T) { compareLogProb(t, got, want, tc.tolVal, tc.tolGrad) })
 		s.Close()
+	}
+}
+
+// TestCUDAPathEmulated runs the CUDA path's chunk loop, GEMM argument
+// mapping (column-major cuBLAS calls), kernel arithmetic and reduction
+// order, and the 16-bit dZ packed into the logits buffer's own rows, on the
+// CPU (csrc/cuda/logprob_math.h is shared with the kernels). What it cannot
+// check is the GPU itself: launches, warp shuffles, the barrier.
+func TestCUDAPathEmulated(t *testing.T) {
+	lockThread(t)
+	cases := []lpCase{
+		{name: "one chunk", n: 5, h: 7, v: 37, chunk: 8, temperature: 1, entropy: true},
+		{name: "chunks, mask, temperature", n: 9, h: 6, v: 53, chunk: 4, temperature: 0.7, entropy: true,
+			mask: []bool{true, false, true, true, true, false, true, true, true}},
+		// V over two backward tiles (2,048 columns each) and the forward's
+		// 512 simulated threads; no entropy term.
+		{name: "V spans tiles", n: 3, h: 5, v: 4500, chunk: 2, temperature: 1.3},
+	}
+	for _, tc := range []struct {
+		dtype           gotch.DType
+		tolVal, tolGrad float64
+	}{{gotch.Float, 2e-5, 1e-4}, {gotch.BFloat16, 2e-4, 0.15}, {gotch.Half, 2e-4, 0.02}} {
+		for _, c := range cases {
+			t.Run(tc.dtype.String()+"/"+c.name, func(t *testing.T) {
+				s := newScope(t)
+				want := runLogProb(t, s, c, tc.dtype, false)
+				c.emulateCUDA = true
+				got := runLogProb(t, s, c, tc.dtype, true)
+				if !c.entropy {
+					want.ent = nil
+				}
+				compareLogProb(t, got, want, tc.tolVal, tc.tolGrad)
+				for i, m := range c.mask {
+					if !m && (got.logp[i] != 0 || got.dh[int64(i)*c.h] != 0) {
+						t.Errorf("masked row %d: logp %g, dhidden %g; want 0", i, got.logp[i], got.dh[int64(i)*c.h])
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -14,20 +14,16 @@
 
 #include <climits>
 #include <cmath>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 
 #include "logprob_cuda.h"
+#include "logprob_math.h"
 
 namespace lanpo {
 namespace cuda {
 namespace {
-
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
-constexpr int kPerThread = 4;  // elements per thread per tile of the backward pass
 
 void check(cudaError_t e, const char *what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -42,40 +38,6 @@ void check(cublasStatus_t s, const char *what) {
 int as_int(int64_t x, const char *name) {
   if (x < 0 || x > INT_MAX) throw std::runtime_error(std::string("fused logprob: ") + name + " = " + std::to_string(x) + " does not fit cuBLAS's int");
   return static_cast<int>(x);
-}
-
-// Running softmax statistics of a set of values y: m = max, s = Σ e^(y−m),
-// a = Σ e^(y−m)·(y−m). The empty set is m = −inf, s = a = 0.
-struct Stats {
-  float m, s, a;
-};
-
-__device__ __forceinline__ void add_value(Stats &st, float y) {
-  if (y > st.m) {
-    if (st.m == -INFINITY) {
-      st.s = 0.f;
-      st.a = 0.f;
-    } else {
-      float d = st.m - y;  // < 0
-      float e = expf(d);
-      st.a = e * (st.a + d * st.s);
-      st.s *= e;
-    }
-    st.m = y;
-  }
-  float d = y - st.m;
-  float e = expf(d);
-  st.s += e;
-  st.a += e * d;
-}
-
-__device__ __forceinline__ Stats merge(Stats x, Stats y) {
-  if (y.m == -INFINITY) return x;
-  if (x.m == -INFINITY) return y;
-  float m = fmaxf(x.m, y.m);
-  float dx = x.m - m, dy = y.m - m;
-  float ex = expf(dx), ey = expf(dy);
-  return Stats{m, ex * x.s + ey * y.s, ex * (x.a + dx * x.s) + ey * (y.a + dy * y.s)};
 }
 
 __device__ __forceinline__ Stats warp_merge(Stats st) {
@@ -96,22 +58,16 @@ __global__ void __launch_bounds__(kThreads) forward_stats_kernel(const float *__
   __shared__ Stats part[kWarps];
   const int64_t r = blockIdx.x;
   const float *row = z + r * ldz;
-  Stats st{-INFINITY, 0.f, 0.f};
+  Stats st = empty_stats();
   for (int64_t j = threadIdx.x; j < v; j += kThreads) add_value(st, row[j] * inv_t);
   st = warp_merge(st);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) part[warp] = st;
   __syncthreads();
   if (warp == 0) {
-    st = lane < kWarps ? part[lane] : Stats{-INFINITY, 0.f, 0.f};
+    st = lane < kWarps ? part[lane] : empty_stats();
     st = warp_merge(st);
-    if (lane == 0) {
-      float logs = logf(st.s);
-      float l = st.m + logs;
-      lse[r] = l;
-      logp[r] = row[tgt[r]] * inv_t - l;
-      if (entropy != nullptr) entropy[r] = logs - st.a / st.s;
-    }
+    if (lane == 0) row_results(st, row[tgt[r]] * inv_t, logp + r, lse + r, entropy != nullptr ? entropy + r : nullptr);
   }
 }
 
@@ -156,13 +112,7 @@ __global__ void __launch_bounds__(kThreads) logits_grad_kernel(float *__restrict
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       int64_t j = v0 + k * kThreads + threadIdx.x;
-      if (j < v) {
-        float lp = row[j] * inv_t - l;  // log p
-        float p = expf(lp);
-        float g = -p * (gl + ge * (lp + h));
-        if (j == t) g += gl;
-        d[k] = g * inv_t;
-      }
+      d[k] = j < v ? logit_grad(row[j], inv_t, l, gl, ge, h, j == t) : 0.f;
     }
     if (!in_place) __syncthreads();
 #pragma unroll
@@ -208,27 +158,24 @@ cublasComputeType_t compute_type(DType dt, bool allow_tf32) {
   return dt == DType::kFloat32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-// Column-major C[m, n] = alpha·op(A)·op(B) + beta·C with fp32 scalars.
-void gemm(void *stream, int device, DType dt, bool allow_tf32, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
-          int64_t n, int64_t k, const void *a, int64_t lda, cudaDataType_t at, const void *b, int64_t ldb,
-          cudaDataType_t bt, float beta, void *c, int64_t ldc, cudaDataType_t ct, const char *what) {
-  if (m == 0 || n == 0) return;
-  const float alpha = 1.f;
-  check(cublasGemmEx(handle(device, stream), ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &alpha, a, at,
-                     as_int(lda, "lda"), b, bt, as_int(ldb, "ldb"), &beta, c, ct, as_int(ldc, "ldc"),
-                     compute_type(dt, allow_tf32), CUBLAS_GEMM_DEFAULT),
+// Runs a GemmSpec with cuBLAS: fp32 scalars, fp32 accumulation.
+void gemm(void *stream, int device, DType dt, bool allow_tf32, const GemmSpec &g, const void *a, const void *b,
+          void *c, cudaDataType_t ct, const char *what) {
+  if (g.m == 0 || g.n == 0) return;
+  const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
+  auto t = data_type(dt);
+  check(cublasGemmEx(handle(device, stream), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     as_int(g.m, "m"), as_int(g.n, "n"), as_int(g.k, "k"), &alpha, a, t, as_int(g.lda, "lda"), b, t,
+                     as_int(g.ldb, "ldb"), &beta, c, ct, as_int(g.ldc, "ldc"), compute_type(dt, allow_tf32),
+                     CUBLAS_GEMM_DEFAULT),
         what);
 }
 
 }  // namespace
 
-// Row-major z[c, V] is column-major zᵀ[V, c] = W (col-major [H, V])ᵀ · xᵀ
-// (col-major [H, c]).
 void logits(void *stream, int device, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
             int64_t v, float *z, int64_t ldz) {
-  auto t = data_type(dt);
-  gemm(stream, device, dt, allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, v, c, h, w, h, t, x, h, t, 0.f, z, ldz, CUDA_R_32F,
-       "fused logprob: logits GEMM");
+  gemm(stream, device, dt, allow_tf32, logits_gemm(c, h, v, ldz), w, x, z, CUDA_R_32F, "fused logprob: logits GEMM");
 }
 
 void forward_stats(void *stream, const float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t,
@@ -258,21 +205,15 @@ void logits_grad(void *stream, float *z, int64_t ldz, int64_t c, int64_t v, cons
   check(cudaGetLastError(), "fused logprob: backward kernel launch");
 }
 
-// Row-major dx[c, H] = dz[c, V] · W[V, H] is column-major dxᵀ[H, c] =
-// Wᵀ (col-major [H, V]) · dzᵀ (col-major [V, c], ld lddz).
 void grad_input(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
                 int64_t c, int64_t h, int64_t v, void *dx) {
-  auto t = data_type(dt);
-  gemm(stream, device, dt, allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, h, c, v, w, h, t, dz, lddz, t, 0.f, dx, h, t,
+  gemm(stream, device, dt, allow_tf32, grad_input_gemm(c, h, v, lddz), w, dz, dx, data_type(dt),
        "fused logprob: dX GEMM");
 }
 
-// Row-major dW[V, H] += dzᵀ · x is column-major dWᵀ[H, V] += xᵀ (col-major
-// [H, c]) · dz (col-major dzᵀ[V, c] transposed).
 void grad_weight_acc(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
                      int64_t c, int64_t h, int64_t v, float *dw) {
-  auto t = data_type(dt);
-  gemm(stream, device, dt, allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, h, v, c, x, h, t, dz, lddz, t, 1.f, dw, h, CUDA_R_32F,
+  gemm(stream, device, dt, allow_tf32, grad_weight_gemm(c, h, v, lddz), x, dz, dw, CUDA_R_32F,
        "fused logprob: dW GEMM");
 }
 

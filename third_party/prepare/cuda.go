@@ -319,10 +319,11 @@ func cudaSources(repo string) ([]string, error) {
 	return m, nil
 }
 
-// nvccArgs compiles one kernel file to an object.
+// nvccArgs compiles one kernel file (csrc/cuda/x.cu) to an object. Its
+// headers live in csrc/, where Go tracks them for csrc's own rebuilds.
 func nvccArgs(src, obj string, abi int, extra ...string) []string {
 	args := []string{"-c", "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
-		fmt.Sprintf("-D_GLIBCXX_USE_CXX11_ABI=%d", abi), "-I" + filepath.Dir(src)}
+		fmt.Sprintf("-D_GLIBCXX_USE_CXX11_ABI=%d", abi), "-I" + filepath.Dir(filepath.Dir(src))}
 	args = append(args, cudaArchs...)
 	args = append(args, extra...)
 	return append(args, src, "-o", obj)
@@ -349,7 +350,11 @@ func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any)) e
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%v %d %s\n", cudaArchs, b.Libtorch.ABI, b.CUDAHome)
-	for _, s := range append(srcs, filepath.Join(repo, "csrc", "cuda", "logprob_cuda.h")) {
+	headers, err := filepath.Glob(filepath.Join(repo, "csrc", "*.h"))
+	if err != nil {
+		return err
+	}
+	for _, s := range append(srcs, headers...) {
 		data, err := os.ReadFile(s)
 		if err != nil {
 			return err
