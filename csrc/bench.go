@@ -79,7 +79,7 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 		return res, err
 	}
 	hidden := s.Keep(ts.MustRandn([]int64{cfg.N, cfg.H}, cfg.DType, cfg.Device))
-	weight := s.Keep(s.Keep(ts.MustRandn([]int64{cfg.V, cfg.H}, cfg.DType, cfg.Device)).MustDivScalar(ts.FloatScalar(math.Sqrt(float64(cfg.H))), false))
+	weight := s.Keep(s.Keep(ts.MustRandn([]int64{cfg.V, cfg.H}, cfg.DType, cfg.Device)).MustDivScalar(s.Float(math.Sqrt(float64(cfg.H))), false))
 	targets := s.Keep(ts.MustRandint(cfg.V, []int64{cfg.N}, gotch.Int64, cfg.Device))
 	if cfg.Grad {
 		hidden = s.Keep(hidden.MustSetRequiresGrad(true, false))

@@ -14,9 +14,9 @@ import (
 // rmsNormComposed is the readable reference: HF's Qwen2RMSNorm written with
 // gotch ops (statistics in x's dtype here, which is fp64 in the test).
 func rmsNormComposed(s *tensor.Scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
-	sq := s.Keep(x.MustPowTensorScalar(ts.FloatScalar(2), false))
+	sq := s.Keep(x.MustPowTensorScalar(s.Float(2), false))
 	ms := s.Keep(sq.MustMeanDim([]int64{-1}, true, x.DType(), false))
-	r := s.Keep(ms.MustAddScalar(ts.FloatScalar(eps), false).MustRsqrt(true))
+	r := s.Keep(ms.MustAddScalar(s.Float(eps), false).MustRsqrt(true))
 	n := s.Keep(x.MustMul(r, false))
 	return s.Keep(n.MustMul(w, false))
 }

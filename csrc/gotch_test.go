@@ -184,8 +184,9 @@ func TestInPlaceOpsFreeStorage(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)
 	x := s.Keep(ts.MustOnes([]int64{1 << 20}, gotch.Float, gotch.CPU))
+	two := s.Float(2)
 	step := func() {
-		y := x.MustMulScalar(ts.FloatScalar(2), false)
+		y := x.MustMulScalar(two, false)
 		y.MustAdd_(x)
 		y.MustZero_()
 		y.MustDrop()

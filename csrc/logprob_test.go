@@ -16,7 +16,7 @@ import (
 func naiveLogProb(s *tensor.Scope, hidden, weight, targets, maskF *ts.Tensor, temperature float64) (logp, ent *ts.Tensor) {
 	n := hidden.MustSize()[0]
 	logits := s.Keep(hidden.MustMatmul(s.Keep(weight.MustT(false)), false))
-	logits = s.Keep(logits.MustDivScalar(ts.FloatScalar(temperature), false))
+	logits = s.Keep(logits.MustDivScalar(s.Float(temperature), false))
 	lsm := s.Keep(logits.MustLogSoftmax(-1, logits.DType(), false))
 	idx := s.Keep(targets.MustView([]int64{n, 1}, false))
 	logp = s.Keep(s.Keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{n}, false))

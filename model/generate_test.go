@@ -318,7 +318,7 @@ func TestTopPCandidatesMatchFullSort(t *testing.T) {
 		scale float64
 		k     int64
 	}{{8, 16}, {8, 4}, {0.5, 16}} {
-		lp := s.Keep(s.Keep(s.Keep(ts.MustRandn([]int64{6, 300}, gotch.Float, gotch.CPU)).MustMulScalar(ts.FloatScalar(c.scale), false)).MustLogSoftmax(-1, gotch.Float, false))
+		lp := s.Keep(s.Keep(s.Keep(ts.MustRandn([]int64{6, 300}, gotch.Float, gotch.CPU)).MustMulScalar(s.Float(c.scale), false)).MustLogSoftmax(-1, gotch.Float, false))
 		for _, p := range []float64{0.3, 0.8, 0.95} {
 			fast := topP(&s, lp, p, c.k)
 			full := topP(&s, lp, p, 300)
@@ -351,7 +351,7 @@ func BenchmarkTopP(b *testing.B) {
 	csrc.ManualSeed(1)
 	// Logits N(0, 10²): entropy ≈ 0.86 nats a row, top-1024 mass > 0.9999
 	// (N(0, 4²) would give 4.9 nats and 0.90, and fall back to the sort).
-	lp := s.Keep(s.Keep(s.Keep(ts.MustRandn([]int64{32, 151936}, gotch.Float, gotch.CPU)).MustMulScalar(ts.FloatScalar(10), false)).MustLogSoftmax(-1, gotch.Float, false))
+	lp := s.Keep(s.Keep(s.Keep(ts.MustRandn([]int64{32, 151936}, gotch.Float, gotch.CPU)).MustMulScalar(s.Float(10), false)).MustLogSoftmax(-1, gotch.Float, false))
 	run := func(k int64) time.Duration {
 		start := time.Now()
 		for i := 0; i < b.N; i++ {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -245,7 +246,9 @@ func NewRandom(cfg *Config, opt LoadOptions, seed int64) (m *Model, err error) {
 			t = ts.MustOnes(sp.shape, opt.DType, opt.Device)
 		} else {
 			r := ts.MustRandn(sp.shape, gotch.Float, opt.Device)
-			t = r.MustMulScalar(ts.FloatScalar(0.02), true).MustTotype(opt.DType, true)
+			std := ts.FloatScalar(0.02)
+			t = r.MustMulScalar(std, true).MustTotype(opt.DType, true)
+			runtime.KeepAlive(std) // see tensor.Scope.Float
 		}
 		model.params = append(model.params, NamedParam{Name: sp.name, Tensor: t})
 		sp.set(t)

@@ -107,9 +107,9 @@ func attentionMask(s *tensor.Scope, keyMask *ts.Tensor, tq int64) *ts.Tensor {
 func attentionReference(s *tensor.Scope, q, k, v, allowed *ts.Tensor) *ts.Tensor {
 	d := q.MustSize()[3]
 	kt := s.Keep(k.MustTranspose(2, 3, false))
-	scores := s.Keep(s.Keep(q.MustMatmul(kt, false)).MustMulScalar(ts.FloatScalar(1/math.Sqrt(float64(d))), false))
+	scores := s.Keep(s.Keep(q.MustMatmul(kt, false)).MustMulScalar(s.Float(1/math.Sqrt(float64(d))), false))
 	blocked := s.Keep(allowed.MustLogicalNot(false))
-	scores = s.Keep(scores.MustMaskedFill(blocked, ts.FloatScalar(math.Inf(-1)), false))
+	scores = s.Keep(scores.MustMaskedFill(blocked, s.Float(math.Inf(-1)), false))
 	probs := s.Keep(s.Keep(scores.MustSoftmax(-1, gotch.Float, false)).MustTotype(q.DType(), false))
 	return s.Keep(probs.MustMatmul(v, false))
 }

@@ -63,7 +63,7 @@ func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float6
 	}
 	scaled := logits
 	if t != 1 {
-		scaled = s.Keep(logits.MustDivScalar(ts.FloatScalar(t), false))
+		scaled = s.Keep(logits.MustDivScalar(s.Float(t), false))
 	}
 	lp := s.Keep(scaled.MustLogSoftmax(-1, gotch.Float, false)) // [R, V]
 	var tok *ts.Tensor
@@ -157,14 +157,14 @@ func filterLogprobs(s *tensor.Scope, lp *ts.Tensor, p SamplingParams) *ts.Tensor
 		s.Keep(vals)
 		s.Keep(idx)
 		kth := s.Keep(vals.MustNarrow(1, p.TopK-1, 1, false))
-		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(kth, false)), ts.FloatScalar(math.Inf(-1)), false))
+		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(kth, false)), s.Float(math.Inf(-1)), false))
 	}
 	if p.MinP > 0 {
 		mx, at := lp.MustMaxDim(-1, true, false)
 		s.Keep(mx)
 		s.Keep(at)
-		limit := s.Keep(mx.MustAddScalar(ts.FloatScalar(math.Log(p.MinP)), false))
-		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(limit, false)), ts.FloatScalar(math.Inf(-1)), false))
+		limit := s.Keep(mx.MustAddScalar(s.Float(math.Log(p.MinP)), false))
+		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(limit, false)), s.Float(math.Inf(-1)), false))
 	}
 	if p.TopP > 0 && p.TopP < 1 {
 		out = topP(s, out, p.TopP, topPCandidates)
@@ -197,10 +197,10 @@ func topP(s *tensor.Scope, lp *ts.Tensor, topP float64, k int64) *ts.Tensor {
 			// Every row's nucleus is inside its top k: keep those of its
 			// top k that are needed, drop the rest of the vocabulary.
 			before := s.Keep(cum.MustSub(probs, false))
-			keep := s.Keep(before.MustLe(ts.FloatScalar(topP), false))
+			keep := s.Keep(before.MustLe(s.Float(topP), false))
 			none := s.Keep(ts.MustZeros(lp.MustSize(), gotch.Bool, lp.MustDevice()))
 			keepOrig := s.Keep(none.MustScatter(-1, idx, keep, false))
-			return s.Keep(lp.MustMaskedFill(s.Keep(keepOrig.MustLogicalNot(false)), ts.FloatScalar(math.Inf(-1)), false))
+			return s.Keep(lp.MustMaskedFill(s.Keep(keepOrig.MustLogicalNot(false)), s.Float(math.Inf(-1)), false))
 		}
 	}
 	sorted, order := lp.MustSort(-1, true, false)
@@ -209,9 +209,9 @@ func topP(s *tensor.Scope, lp *ts.Tensor, topP float64, k int64) *ts.Tensor {
 	probs := s.Keep(sorted.MustSoftmax(-1, gotch.Double, false))
 	cum := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
 	before := s.Keep(cum.MustSub(probs, false))
-	drop := s.Keep(before.MustGt(ts.FloatScalar(topP), false))
+	drop := s.Keep(before.MustGt(s.Float(topP), false))
 	dropOrig := s.Keep(s.Keep(drop.MustZerosLike(false)).MustScatter(-1, order, drop, false))
-	return s.Keep(lp.MustMaskedFill(dropOrig, ts.FloatScalar(math.Inf(-1)), false))
+	return s.Keep(lp.MustMaskedFill(dropOrig, s.Float(math.Inf(-1)), false))
 }
 
 var errNeedDecoder = errors.New("stop strings need a decoder (the tokenizer)")

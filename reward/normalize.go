@@ -27,7 +27,7 @@ var (
 func normalize(s string) string {
 	s = strings.TrimSpace(s)
 	s = stripWrappers(s)
-	s = strings.ReplaceAll(s, `\\`, "\x00") // keep matrix row breaks out of the spacing cuts
+	s = strings.ReplaceAll(s, `\\`, "\x00")      // keep matrix row breaks out of the spacing cuts
 	s = reThinComma.ReplaceAllString(s, "$1,$2") // 10,\!080 is 10080
 	s = strings.ReplaceAll(s, `\!`, "")
 	s = removeDollars(s)

@@ -125,11 +125,11 @@ func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.
 	logRatio := s.Keep(in.Logp.MustSub(in.OldLogp, false))
 	// Clamp log-ratios before exp: a token whose probability moved by e^20
 	// would overflow and its gradient is clipped anyway.
-	logRatio = s.Keep(logRatio.MustClamp(ts.FloatScalar(-20), ts.FloatScalar(20), false))
+	logRatio = s.Keep(logRatio.MustClamp(s.Float(-20), s.Float(20), false))
 	ratio := s.Keep(logRatio.MustExp(false))
 	negAdv := s.Keep(in.Adv.MustNeg(false))
 	pgLoss1 := s.Keep(negAdv.MustMul(ratio, false))
-	clipped := s.Keep(ratio.MustClamp(ts.FloatScalar(1-cfg.ClipLow), ts.FloatScalar(1+cfg.ClipHigh), false))
+	clipped := s.Keep(ratio.MustClamp(s.Float(1-cfg.ClipLow), s.Float(1+cfg.ClipHigh), false))
 	pgLoss2 := s.Keep(negAdv.MustMul(clipped, false))
 	pgLoss := s.Keep(pgLoss1.MustMaximum(pgLoss2, false))
 	clipUsed := s.Keep(s.Keep(pgLoss2.MustGtTensor(pgLoss1, false)).MustTotype(in.Weight.DType(), false))
@@ -144,7 +144,7 @@ func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.
 		if kl, err = klEstimate(s, in.Logp, in.RefLogp, cfg.KL); err != nil {
 			return nil, PolicyLossStats{}, err
 		}
-		tokenLoss = s.Keep(pgLoss.MustAdd(s.Keep(kl.MustMulScalar(ts.FloatScalar(cfg.Beta), false)), false))
+		tokenLoss = s.Keep(pgLoss.MustAdd(s.Keep(kl.MustMulScalar(s.Float(cfg.Beta), false)), false))
 	}
 	loss := s.Keep(s.Keep(tokenLoss.MustMul(in.Weight, false)).MustSum(tokenLoss.DType(), false))
 
@@ -172,13 +172,13 @@ func klEstimate(s *tensor.Scope, logp, refLogp *ts.Tensor, kind string) (*ts.Ten
 	case KLK1:
 		return diff, nil
 	case KLK2:
-		return s.Keep(s.Keep(diff.MustSquare(false)).MustMulScalar(ts.FloatScalar(0.5), false)), nil
+		return s.Keep(s.Keep(diff.MustSquare(false)).MustMulScalar(s.Float(0.5), false)), nil
 	case KLK3, "":
 		// r = π_ref/π = exp(−diff); k3 = r − log r − 1 = exp(−diff) + diff − 1.
 		// Clamp so a token far off the reference cannot overflow.
-		neg := s.Keep(s.Keep(diff.MustNeg(false)).MustClamp(ts.FloatScalar(-20), ts.FloatScalar(20), false))
+		neg := s.Keep(s.Keep(diff.MustNeg(false)).MustClamp(s.Float(-20), s.Float(20), false))
 		r := s.Keep(neg.MustExp(false))
-		return s.Keep(s.Keep(r.MustSub(neg, false)).MustSubScalar(ts.FloatScalar(1), false)), nil
+		return s.Keep(s.Keep(r.MustSub(neg, false)).MustSubScalar(s.Float(1), false)), nil
 	}
 	return nil, fmt.Errorf("kl_estimator %q: want %s, %s or %s", kind, KLK1, KLK2, KLK3)
 }

@@ -95,7 +95,7 @@ func (o *AdamW) ClipGradNorm(maxNorm float64) (norm float64, err error) {
 		for _, p := range o.params {
 			g := s.Keep(p.Tensor.MustGrad(false))
 			if g.MustDefined() {
-				g.MustMulScalar_(ts.FloatScalar(scale))
+				g.MustMulScalar_(s.Float(scale))
 			}
 		}
 	}
@@ -122,16 +122,16 @@ func (o *AdamW) Update(lr float64) error {
 				g = s.Keep(g.MustTotype(w.DType(), false))
 			}
 			// m = β1 m + (1−β1) g;  v = β2 v + (1−β2) g²
-			o.m[i].MustMulScalar_(ts.FloatScalar(o.Beta1))
-			o.m[i].MustAdd_(s.Keep(g.MustMulScalar(ts.FloatScalar(1-o.Beta1), false)))
-			o.v[i].MustMulScalar_(ts.FloatScalar(o.Beta2))
-			o.v[i].MustAdd_(s.Keep(s.Keep(g.MustSquare(false)).MustMulScalar(ts.FloatScalar(1-o.Beta2), false)))
+			o.m[i].MustMulScalar_(s.Float(o.Beta1))
+			o.m[i].MustAdd_(s.Keep(g.MustMulScalar(s.Float(1-o.Beta1), false)))
+			o.v[i].MustMulScalar_(s.Float(o.Beta2))
+			o.v[i].MustAdd_(s.Keep(s.Keep(g.MustSquare(false)).MustMulScalar(s.Float(1-o.Beta2), false)))
 			// w −= lr·wd·w (decoupled), then w −= lr · m̂ / (√v̂ + eps)
 			if o.WeightDecay != 0 {
-				w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
+				w.MustMulScalar_(s.Float(1 - lr*o.WeightDecay))
 			}
-			denom := s.Keep(s.Keep(s.Keep(o.v[i].MustDivScalar(ts.FloatScalar(bc2), false)).MustSqrt(false)).MustAddScalar(ts.FloatScalar(o.Eps), false))
-			upd := s.Keep(s.Keep(o.m[i].MustDiv(denom, false)).MustMulScalar(ts.FloatScalar(lr/bc1), false))
+			denom := s.Keep(s.Keep(s.Keep(o.v[i].MustDivScalar(s.Float(bc2), false)).MustSqrt(false)).MustAddScalar(s.Float(o.Eps), false))
+			upd := s.Keep(s.Keep(o.m[i].MustDiv(denom, false)).MustMulScalar(s.Float(lr/bc1), false))
 			w.MustSub_(upd)
 			if w != p.Tensor {
 				p.Tensor.Copy_(w)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -19,7 +20,23 @@ import (
 // Scope collects the tensors a function makes and frees them, newest first,
 // on Close. Keep registers a tensor; Release takes one back out so it can be
 // returned to the caller.
-type Scope struct{ ts []*ts.Tensor }
+//
+// Scalars made with Float stay reachable until Close. gotch frees a
+// ts.Scalar's C memory from a finalizer, and a scalar written inline as an
+// op's argument is unreachable as soon as its C pointer has been read: the
+// GC may free it while the op still uses it (seen as a rare
+// "MaskedFill() failed: Expected false to be true").
+type Scope struct {
+	ts      []*ts.Tensor
+	scalars []*ts.Scalar
+}
+
+// Float returns a scalar that stays valid until the scope closes.
+func (s *Scope) Float(v float64) *ts.Scalar {
+	sc := ts.FloatScalar(v)
+	s.scalars = append(s.scalars, sc)
+	return sc
+}
 
 // Keep registers t for freeing and returns it.
 func (s *Scope) Keep(t *ts.Tensor) *ts.Tensor { s.ts = append(s.ts, t); return t }
@@ -42,6 +59,9 @@ func (s *Scope) Close() {
 		s.ts[i].MustDrop()
 	}
 	s.ts = nil
+	// Every op that used a scalar has returned; its finalizer may free it.
+	runtime.KeepAlive(s.scalars)
+	s.scalars = nil
 }
 
 // Float64s copies x's elements to the host as float64 (gotch's

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -16,7 +18,7 @@ func TestScopeFreesAllButReleased(t *testing.T) {
 	live := len(ts.ExistingTensors)
 	var s Scope
 	a := s.Keep(ts.MustOnes([]int64{2}, gotch.Float, gotch.CPU))
-	b := s.Keep(a.MustMulScalar(ts.FloatScalar(3), false))
+	b := s.Keep(a.MustMulScalar(s.Float(3), false))
 	s.Keep(b.MustAdd(a, false))
 	kept := s.Release(b)
 	s.Close()
@@ -78,5 +80,32 @@ func TestFromSliceTypes(t *testing.T) {
 	}
 	if n := FromSlice(&s, []int64{}, nil, gotch.CPU).Numel(); n != 0 {
 		t.Fatalf("empty slice: %d elements", n)
+	}
+}
+
+// A scalar from Scope.Float must survive garbage collection until the
+// scope closes, however unreachable the caller's variable is.
+func TestScopeKeepsScalarsAlive(t *testing.T) {
+	var collected atomic.Bool
+	s := &Scope{}
+	sc := s.Float(1.5)
+	// Replace gotch's freeing finalizer with one that only reports.
+	runtime.SetFinalizer(sc, nil)
+	runtime.SetFinalizer(sc, func(*ts.Scalar) { collected.Store(true) })
+	sc = nil
+	for i := 0; i < 3; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if collected.Load() {
+		t.Fatal("a scope's scalar was collected before Close")
+	}
+	s.Close()
+	for i := 0; i < 100 && !collected.Load(); i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !collected.Load() {
+		t.Fatal("the scalar was never collected after Close: the test cannot tell kept from lost")
 	}
 }
