@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -298,5 +300,17 @@ func TestBadLossStepsAreSkippedThenAbort(t *testing.T) {
 	}
 	if s.state.Skipped != 4 {
 		t.Fatalf("skipped %d updates, want 4", s.state.Skipped)
+	}
+}
+
+// A run starts with autograd on even when an earlier job on its thread
+// left it off (as an evaluation whose goroutine moved threads once did).
+func TestRunTurnsGradOn(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev := csrc.SetGradEnabled(false)
+	defer csrc.SetGradEnabled(prev)
+	if err := RunGRPO(context.Background(), tinyConfig(t, "total_steps=1"), "", RunOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
