@@ -16,6 +16,7 @@ type LevelAccuracy struct {
 	N        int     `json:"n"`
 	Correct  int     `json:"correct"`
 	Accuracy float64 `json:"accuracy"`
+	Worked   int     `json:"worked"` // answers that show column steps (ShowsSteps)
 }
 
 // Completion is one evaluated answer.
@@ -31,6 +32,7 @@ type Completion struct {
 type Result struct {
 	Levels      []LevelAccuracy `json:"levels"`
 	Overall     float64         `json:"overall"`
+	Worked      int             `json:"worked"` // answers that show column steps, all levels
 	Completions []Completion    `json:"completions"`
 }
 
@@ -77,6 +79,9 @@ func Greedy(m *model.Model, tk *tokenizer.Tokenizer, items []Item, prompt func(I
 			if ok {
 				la.Correct++
 			}
+			if ShowsSteps(text) {
+				la.Worked++
+			}
 		}
 	}
 	total, correct := 0, 0
@@ -85,6 +90,7 @@ func Greedy(m *model.Model, tk *tokenizer.Tokenizer, items []Item, prompt func(I
 		res.Levels = append(res.Levels, *la)
 		total += la.N
 		correct += la.Correct
+		res.Worked += la.Worked
 	}
 	sort.Slice(res.Levels, func(i, j int) bool { return res.Levels[i].Level < res.Levels[j].Level })
 	if total > 0 {

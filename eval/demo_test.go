@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) {
 func TestSplitIsDisjointAndDeterministic(t *testing.T) {
 	train, held := Split(3, []int{1, 2, 3, 4}, 200, 20)
 	train2, held2 := Split(3, []int{1, 2, 3, 4}, 200, 20)
-	if len(train) != 800 || len(held) != 20+20+20+16 || train[17] != train2[17] || held[33] != held2[33] {
+	if len(train) != 800 || len(held) != 20+20+20+20 || train[17] != train2[17] || held[33] != held2[33] {
 		t.Fatalf("split: %d train, %d held out, or not deterministic", len(train), len(held))
 	}
 	seen := map[string]bool{}
@@ -40,6 +42,46 @@ func TestSplitIsDisjointAndDeterministic(t *testing.T) {
 	}
 	if len(levels) != 4 {
 		t.Fatalf("levels %v", levels)
+	}
+}
+
+// TestSolutionStepsAreRight evaluates every equation in the worked
+// solutions of all levels: a wrong carry, borrow or product in the
+// reference data would teach the model wrong arithmetic.
+func TestSolutionStepsAreRight(t *testing.T) {
+	eq := regexp.MustCompile(`(\d+) ([-+*]|\\times) (\d+)(?: ([-+]) (\d+))? = (\d+)`)
+	w := NewWorld(7)
+	for lv := 1; lv <= MaxLevel; lv++ {
+		for k := 0; k < 500; k++ {
+			it := w.Problem(lv)
+			ms := eq.FindAllStringSubmatch(it.Solution, -1)
+			if len(ms) == 0 || (lv > 1 && len(ms) != 3) {
+				t.Fatalf("level %d: %q has %d equations", lv, it.Solution, len(ms))
+			}
+			for _, m := range ms {
+				n := func(s string) int { v, _ := strconv.Atoi(s); return v }
+				v := n(m[1])
+				switch m[2] {
+				case "+":
+					v += n(m[3])
+				case "-":
+					v -= n(m[3])
+				default:
+					v *= n(m[3])
+				}
+				if m[4] == "+" {
+					v += n(m[5])
+				} else if m[4] == "-" {
+					v -= n(m[5])
+				}
+				if v != n(m[6]) {
+					t.Fatalf("level %d: %q: %q is wrong", lv, it.Solution, m[0])
+				}
+			}
+			if last := ms[len(ms)-1]; last[6] != it.Answer {
+				t.Fatalf("level %d: %q: answer %s, last equation %s", lv, it.Solution, it.Answer, last[0])
+			}
+		}
 	}
 }
 

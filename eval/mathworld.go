@@ -5,6 +5,7 @@ package eval
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 )
 
 // Item is one problem of the math world, in the dataset format trainers
@@ -13,7 +14,8 @@ type Item struct {
 	ID       string `json:"id"`
 	Problem  string `json:"problem"`
 	Answer   string `json:"answer"`
-	Solution string `json:"solution"`
+	Solution string `json:"solution"` // worked: column steps, then the result
+	Brief    string `json:"brief"`    // the result alone, no steps
 	Level    int    `json:"level"`
 }
 
@@ -22,7 +24,7 @@ var Levels = []string{
 	1: "one-digit addition and subtraction",
 	2: "two-digit ± one-digit (carries, borrows)",
 	3: "two-digit ± two-digit",
-	4: "one-digit multiplication",
+	4: "two-digit × one-digit",
 }
 
 // MaxLevel is the hardest level.
@@ -49,7 +51,7 @@ func (w *World) Problem(level int) Item {
 	case 3:
 		a, b = 10+r.Intn(90), 10+r.Intn(90)
 	case 4:
-		a, b = 2+r.Intn(8), 2+r.Intn(8)
+		a, b = 10+r.Intn(90), 2+r.Intn(8)
 		op = "*"
 	default:
 		panic(fmt.Sprintf("math world: no level %d", level))
@@ -72,19 +74,25 @@ func (w *World) Problem(level int) Item {
 		sym = "\\times"
 	}
 	problem := fmt.Sprintf("What is %d %s %d?", a, op, b)
-	solution := columnSteps(a, b, op) + fmt.Sprintf("%d %s %d = %d. The answer is \\boxed{%d}.", a, sym, b, c, c)
-	return Item{Problem: problem, Answer: fmt.Sprint(c), Solution: solution, Level: level}
+	brief := fmt.Sprintf("%d %s %d = %d. The answer is \\boxed{%d}.", a, sym, b, c, c)
+	return Item{Problem: problem, Answer: fmt.Sprint(c), Solution: columnSteps(a, b, op) + brief, Brief: brief, Level: level}
 }
 
-// columnSteps writes the column method for two-digit addition and
-// subtraction: ones first, with the carry or borrow, then tens. A small
-// model learns the algorithm from these steps instead of memorizing sums.
+// columnSteps writes the column method for two-digit addition,
+// subtraction and multiplication by one digit: ones first, with the carry
+// or borrow, then tens. A small model learns the algorithm from these steps
+// instead of memorizing results.
 func columnSteps(a, b int, op string) string {
-	if a < 10 || op == "*" {
+	if a < 10 {
 		return ""
 	}
 	a1, a0, b1, b0 := a/10, a%10, b/10, b%10
-	if op == "+" {
+	switch op {
+	case "*":
+		p0 := a0 * b
+		carry := p0 / 10
+		return fmt.Sprintf("Ones: %d * %d = %d, carry %d. Tens: %d * %d + %d = %d. ", a0, b, p0, carry, a1, b, carry, a1*b+carry)
+	case "+":
 		s0 := a0 + b0
 		carry := s0 / 10
 		return fmt.Sprintf("Ones: %d + %d = %d, carry %d. Tens: %d + %d + %d = %d. ", a0, b0, s0, carry, a1, b1, carry, a1+b1+carry)
@@ -96,12 +104,16 @@ func columnSteps(a, b int, op string) string {
 	return fmt.Sprintf("Ones: %d - %d = %d, borrow %d. Tens: %d - %d - %d = %d. ", a0+10*borrow, b0, a0+10*borrow-b0, borrow, a1, b1, borrow, a1-b1-borrow)
 }
 
+// ShowsSteps reports whether an answer works the problem in columns (the
+// worked form of Solution) rather than stating the result (Brief).
+func ShowsSteps(answer string) bool { return strings.Contains(answer, "Ones:") }
+
 // distinctProblems is how many different problems each level has.
 var distinctProblems = map[int]int{
 	1: 100 + 55,        // a+b, and a−b with a ≥ b, one digit each
 	2: 90*10 + 90*10,   // two-digit ± one-digit
 	3: 90*90 + 90*91/2, // two-digit + two-digit, and − with a ≥ b
-	4: 8 * 8,           // 2..9 × 2..9
+	4: 90 * 8,          // 10..99 × 2..9
 }
 
 // Split draws n problems per level for training and up to m per level held

@@ -44,16 +44,16 @@ func WriteReport(runDir string) error {
 	before, errB := readEval(filepath.Join(runDir, "eval_sft.json"))
 	after, errA := readEval(filepath.Join(runDir, "eval_rl.json"))
 	if errB == nil && errA == nil {
-		body.WriteString("<h2>Held-out accuracy (greedy)</h2><table><tr><th>level</th><th>problems</th><th>after SFT</th><th>after GRPO</th></tr>")
+		body.WriteString("<h2>Held-out accuracy (greedy)</h2><table><tr><th>level</th><th>problems</th><th>after SFT</th><th>after GRPO</th><th>answers with column steps, after SFT → after GRPO</th></tr>")
 		for i, lb := range before.Levels {
 			la := after.Levels[i]
 			name := ""
 			if lb.Level < len(Levels) {
 				name = Levels[lb.Level]
 			}
-			fmt.Fprintf(&body, "<tr><td>%d: %s</td><td>%d</td><td>%.3f</td><td>%.3f</td></tr>", lb.Level, html.EscapeString(name), lb.N, lb.Accuracy, la.Accuracy)
+			fmt.Fprintf(&body, "<tr><td>%d: %s</td><td>%d</td><td>%.3f</td><td>%.3f</td><td>%d → %d</td></tr>", lb.Level, html.EscapeString(name), lb.N, lb.Accuracy, la.Accuracy, lb.Worked, la.Worked)
 		}
-		fmt.Fprintf(&body, "<tr><th>all</th><td></td><th>%.3f</th><th>%.3f</th></tr></table>", before.Overall, after.Overall)
+		fmt.Fprintf(&body, "<tr><th>all</th><td></td><th>%.3f</th><th>%.3f</th><th>%d → %d</th></tr></table>", before.Overall, after.Overall, before.Worked, after.Worked)
 		body.WriteString("<h2>Sample completions</h2><table><tr><th>problem</th><th>gold</th><th>after SFT</th><th>after GRPO</th></tr>")
 		for i := 0; i < len(before.Completions) && i < len(after.Completions); i += max(1, len(before.Completions)/12) {
 			b, a := before.Completions[i], after.Completions[i]
