@@ -37,6 +37,7 @@ type lpCase struct {
 	mask        []bool
 	entropy     bool
 	emulateCUDA bool // fused through the CUDA path's algorithm, emulated on the CPU
+	cuda        bool // fused on CUDA device 0 (the naive reference stays on the CPU)
 }
 
 type lpResult struct{ logp, ent, dh, dw []float64 }
@@ -52,9 +53,20 @@ func runLogProb(t *testing.T, s *tensor.Scope, c lpCase, dtype gotch.DType, fuse
 		tg[i] = r.Int63n(c.v)
 	}
 	gl, ge := randVals(r, int(c.n)), randVals(r, int(c.n))
-	hidden := tensorOf(t, s, hv, []int64{c.n, c.h}, dtype, true)
-	weight := tensorOf(t, s, wv, []int64{c.v, c.h}, dtype, true)
-	targets := s.Keep(ts.MustOfSlice(tg))
+	// place puts the fused run's inputs on the GPU (as leaves) for c.cuda.
+	place := func(x *ts.Tensor, grad bool) *ts.Tensor {
+		if !c.cuda || !fused || x == nil {
+			return x
+		}
+		y := s.Keep(s.Keep(x.MustDetach(false)).MustTo(gotch.CudaBuilder(0), false))
+		if grad {
+			y = s.Keep(y.MustSetRequiresGrad(true, false))
+		}
+		return y
+	}
+	hidden := place(tensorOf(t, s, hv, []int64{c.n, c.h}, dtype, true), true)
+	weight := place(tensorOf(t, s, wv, []int64{c.v, c.h}, dtype, true), true)
+	targets := place(s.Keep(ts.MustOfSlice(tg)), false)
 	var mask, maskF *ts.Tensor
 	if c.mask != nil {
 		mf := make([]float64, c.n)
@@ -64,7 +76,7 @@ func runLogProb(t *testing.T, s *tensor.Scope, c lpCase, dtype gotch.DType, fuse
 			}
 		}
 		maskF = tensorOf(t, s, mf, []int64{c.n}, gotch.Double, false)
-		mask = s.Keep(maskF.MustTotype(gotch.Bool, false))
+		mask = place(s.Keep(maskF.MustTotype(gotch.Bool, false)), false)
 	}
 	var logp, ent *ts.Tensor
 	if fused {
@@ -82,11 +94,11 @@ func runLogProb(t *testing.T, s *tensor.Scope, c lpCase, dtype gotch.DType, fuse
 		w64 := s.Keep(weight.MustTotype(gotch.Double, false))
 		logp, ent = naiveLogProb(s, h64, w64, targets, maskF, c.temperature)
 	}
-	glT := tensorOf(t, s, gl, []int64{c.n}, logp.DType(), false)
+	glT := place(tensorOf(t, s, gl, []int64{c.n}, logp.DType(), false), false)
 	loss := s.Keep(s.Keep(logp.MustMul(glT, false)).MustSum(gotch.Double, false))
 	res := lpResult{logp: tensor.Float64s(logp)}
 	if c.entropy {
-		geT := tensorOf(t, s, ge, []int64{c.n}, ent.DType(), false)
+		geT := place(tensorOf(t, s, ge, []int64{c.n}, ent.DType(), false), false)
 		loss = s.Keep(loss.MustAdd(s.Keep(s.Keep(ent.MustMul(geT, false)).MustSum(gotch.Double, false)), false))
 		res.ent = tensor.Float64s(ent)
 	}
@@ -220,6 +232,37 @@ func TestCUDAPathEmulated(t *testing.T) {
 						t.Errorf("masked row %d: logp %g, dhidden %g; want 0", i, got.logp[i], got.dh[int64(i)*c.h])
 					}
 				}
+			})
+		}
+	}
+}
+
+// TestFusedLogProbCUDA runs the op on a GPU against the fp64 CPU reference:
+// the kernels for fp32/bf16/fp16, the ATen path for fp64. It needs a CUDA
+// build (CUDA=1) and a device, and says so when it skips.
+func TestFusedLogProbCUDA(t *testing.T) {
+	lockThread(t)
+	info, err := BuildInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.BuiltWithCUDA || !info.CUDAAvailable {
+		t.Skipf("no CUDA here (built with CUDA %v, device available %v)", info.BuiltWithCUDA, info.CUDAAvailable)
+	}
+	for _, tc := range []struct {
+		dtype           gotch.DType
+		tolVal, tolGrad float64
+	}{{gotch.Double, 1e-10, 1e-10}, {gotch.Float, 2e-5, 1e-4}, {gotch.BFloat16, 2e-4, 0.15}, {gotch.Half, 2e-4, 0.02}} {
+		for _, c := range append(lpCases, lpCase{name: "V spans tiles", n: 3, h: 5, v: 4500, chunk: 2, temperature: 1.3}) {
+			t.Run(tc.dtype.String()+"/"+c.name, func(t *testing.T) {
+				s := newScope(t)
+				want := runLogProb(t, s, c, tc.dtype, false)
+				c.cuda = true
+				got := runLogProb(t, s, c, tc.dtype, true)
+				if !c.entropy {
+					want.ent = nil
+				}
+				compareLogProb(t, got, want, tc.tolVal, tc.tolGrad)
 			})
 		}
 	}
