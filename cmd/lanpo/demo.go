@@ -12,12 +12,13 @@ func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
 		Usage: "train a tiny model on an embedded math world: SFT, then GRPO, with a report",
-		Description: "Generates a math world (one- and two-digit addition and subtraction, one-digit multiplication,\n" +
-			"four difficulty levels, train and held-out splits from --seed), builds a small Qwen2 model and\n" +
-			"tokenizer from scratch, runs SFT on worked solutions, then GRPO from the SFT checkpoint on levels\n" +
-			"2-4, through the same code as `lanpo sft` and `lanpo train`, and writes RUN_DIR/report.html:\n" +
-			"held-out greedy accuracy per level after SFT and after GRPO, training curves, sample completions.\n" +
-			"No downloads. About 7 minutes on 2 CPU cores; --fast takes under 2 minutes.",
+		Description: "Generates a math world (one-digit ±, two-digit ± one-digit, two-digit ± two-digit, two-digit ×\n" +
+			"one-digit; train and held-out splits from --seed), builds a small Qwen2 model and tokenizer from\n" +
+			"scratch, runs SFT on a mix of worked column-method solutions (40%) and bare results, then GRPO from\n" +
+			"the SFT checkpoint on unseen level 2-4 problems, through the same code as `lanpo sft` and\n" +
+			"`lanpo train`, and writes RUN_DIR/report.html: held-out greedy accuracy per level after SFT and after\n" +
+			"GRPO (and how many answers show their work), training curves, sample completions.\n" +
+			"No downloads. About 8 minutes on 2 CPU cores; --fast takes under 2 minutes.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "run-dir", Value: "runs/demo"},
 			&cli.Int64Flag{Name: "seed", Value: 1},
