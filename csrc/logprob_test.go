@@ -198,30 +198,29 @@ func TestFusedLogProbLowPrecision(t *testing.T) {
 	}
 }
 
-// TestCUDAPathEmulated runs the CUDA path's chunk loop, GEMM argument
-// mapping (column-major cuBLAS calls), kernel arithmetic and reduction
-// order, and the 16-bit dZ packed into the logits buffer's own rows, on the
-// CPU (csrc/cuda/logprob_math.h is shared with the kernels). What it cannot
-// check is the GPU itself: launches, warp shuffles, the barrier.
-func TestCUDAPathEmulated(t *testing.T) {
-	lockThread(t)
-	cases := []lpCase{
-		{name: "one chunk", n: 5, h: 7, v: 37, chunk: 8, temperature: 1, entropy: true},
-		{name: "chunks, mask, temperature", n: 9, h: 6, v: 53, chunk: 4, temperature: 0.7, entropy: true,
-			mask: []bool{true, false, true, true, true, false, true, true, true}},
-		// V over two backward tiles (2,048 columns each) and the forward's
-		// 512 simulated threads; no entropy term.
-		{name: "V spans tiles", n: 3, h: 5, v: 4500, chunk: 2, temperature: 1.3},
-	}
-	for _, tc := range []struct {
-		dtype           gotch.DType
-		tolVal, tolGrad float64
-	}{{gotch.Float, 2e-5, 1e-4}, {gotch.BFloat16, 2e-4, 0.15}, {gotch.Half, 2e-4, 0.02}} {
+// dtypeTol is how close a fused result in a dtype must come to the fp64
+// reference on the same rounded inputs.
+type dtypeTol struct {
+	dtype           gotch.DType
+	tolVal, tolGrad float64
+}
+
+var kernelDTypes = []dtypeTol{{gotch.Float, 2e-5, 1e-4}, {gotch.BFloat16, 2e-4, 0.15}, {gotch.Half, 2e-4, 0.02}}
+
+// wideVCase spans two backward tiles (2,048 columns each) and the forward
+// kernel's 512 threads per row; no entropy term.
+var wideVCase = lpCase{name: "V spans tiles", n: 3, h: 5, v: 4500, chunk: 2, temperature: 1.3}
+
+// matchFP64 runs each case in each dtype through the fused op, with how
+// set up (emulated or on the GPU), against the naive fp64 reference, and
+// checks masked rows are exactly zero.
+func matchFP64(t *testing.T, cases []lpCase, dtypes []dtypeTol, how func(*lpCase)) {
+	for _, tc := range dtypes {
 		for _, c := range cases {
 			t.Run(tc.dtype.String()+"/"+c.name, func(t *testing.T) {
 				s := newScope(t)
 				want := runLogProb(t, s, c, tc.dtype, false)
-				c.emulateCUDA = true
+				how(&c)
 				got := runLogProb(t, s, c, tc.dtype, true)
 				if !c.entropy {
 					want.ent = nil
@@ -237,6 +236,22 @@ func TestCUDAPathEmulated(t *testing.T) {
 	}
 }
 
+// TestCUDAPathEmulated runs the CUDA path's chunk loop, GEMM argument
+// mapping (column-major cuBLAS calls), kernel arithmetic and reduction
+// order, and the 16-bit dZ packed into the logits buffer's own rows, on the
+// CPU (csrc/logprob_math.h is shared with the kernels). What it cannot
+// check is the GPU itself: launches, warp shuffles, the barrier.
+func TestCUDAPathEmulated(t *testing.T) {
+	lockThread(t)
+	cases := []lpCase{
+		{name: "one chunk", n: 5, h: 7, v: 37, chunk: 8, temperature: 1, entropy: true},
+		{name: "chunks, mask, temperature", n: 9, h: 6, v: 53, chunk: 4, temperature: 0.7, entropy: true,
+			mask: []bool{true, false, true, true, true, false, true, true, true}},
+		wideVCase,
+	}
+	matchFP64(t, cases, kernelDTypes, func(c *lpCase) { c.emulateCUDA = true })
+}
+
 // TestFusedLogProbCUDA runs the op on a GPU against the fp64 CPU reference:
 // the kernels for fp32/bf16/fp16, the ATen path for fp64. It needs a CUDA
 // build (CUDA=1) and a device, and says so when it skips.
@@ -249,23 +264,8 @@ func TestFusedLogProbCUDA(t *testing.T) {
 	if !info.BuiltWithCUDA || !info.CUDAAvailable {
 		t.Skipf("no CUDA here (built with CUDA %v, device available %v)", info.BuiltWithCUDA, info.CUDAAvailable)
 	}
-	for _, tc := range []struct {
-		dtype           gotch.DType
-		tolVal, tolGrad float64
-	}{{gotch.Double, 1e-10, 1e-10}, {gotch.Float, 2e-5, 1e-4}, {gotch.BFloat16, 2e-4, 0.15}, {gotch.Half, 2e-4, 0.02}} {
-		for _, c := range append(lpCases, lpCase{name: "V spans tiles", n: 3, h: 5, v: 4500, chunk: 2, temperature: 1.3}) {
-			t.Run(tc.dtype.String()+"/"+c.name, func(t *testing.T) {
-				s := newScope(t)
-				want := runLogProb(t, s, c, tc.dtype, false)
-				c.cuda = true
-				got := runLogProb(t, s, c, tc.dtype, true)
-				if !c.entropy {
-					want.ent = nil
-				}
-				compareLogProb(t, got, want, tc.tolVal, tc.tolGrad)
-			})
-		}
-	}
+	dtypes := append([]dtypeTol{{gotch.Double, 1e-10, 1e-10}}, kernelDTypes...)
+	matchFP64(t, append(lpCases, wideVCase), dtypes, func(c *lpCase) { c.cuda = true })
 }
 
 func TestFusedLogProbNoGradPath(t *testing.T) {
