@@ -343,13 +343,13 @@ func runLogged(logf func(string, ...any), name string, args ...string) error {
 // liblanpo_cuda.a in a cache directory named by the sources' hash (so a
 // changed kernel changes the link flags and Go relinks), and adds it and
 // cuBLAS to the link flags.
-func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any)) error {
+func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any), nvccFlags ...string) error {
 	srcs, err := cudaSources(repo)
 	if err != nil {
 		return err
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%v %d %s\n", cudaArchs, b.Libtorch.ABI, b.CUDAHome)
+	fmt.Fprintf(h, "%v %v %d %s\n", cudaArchs, nvccFlags, b.Libtorch.ABI, b.CUDAHome)
 	headers, err := filepath.Glob(filepath.Join(repo, "csrc", "*.h"))
 	if err != nil {
 		return err
@@ -373,7 +373,7 @@ func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any)) e
 		var objs []string
 		for _, s := range srcs {
 			obj := filepath.Join(tmp, strings.TrimSuffix(filepath.Base(s), ".cu")+".o")
-			if err := runLogged(logf, nvcc, nvccArgs(s, obj, b.Libtorch.ABI)...); err != nil {
+			if err := runLogged(logf, nvcc, nvccArgs(s, obj, b.Libtorch.ABI, nvccFlags...)...); err != nil {
 				return err
 			}
 			objs = append(objs, obj)
@@ -405,21 +405,21 @@ func cudaCheck(repo, cache string, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	srcs, err := cudaSources(repo)
-	if err != nil {
-		return err
-	}
+	// The same build step as CUDA=1, into a scratch cache so it always
+	// compiles, with warnings as errors.
 	tmp, err := os.MkdirTemp("", "lanpo-cuda-check-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	nvcc := filepath.Join(tk, "bin", "nvcc")
-	for _, s := range srcs {
-		obj := filepath.Join(tmp, strings.TrimSuffix(filepath.Base(s), ".cu")+".o")
-		if err := runLogged(logf, nvcc, nvccArgs(s, obj, lt.ABI, "-Werror=all-warnings")...); err != nil {
-			return err
-		}
+	kb := &Build{Libtorch: lt, CUDAHome: tk}
+	if err := buildCUDAKernels(kb, repo, tmp, logf, "-Werror=all-warnings"); err != nil {
+		return err
+	}
+	srcs, _ := cudaSources(repo)
+	if lib, err := filepath.Glob(filepath.Join(tmp, "cuda-kernels", "*", "liblanpo_cuda.a")); err != nil || len(lib) != 1 ||
+		!strings.Contains(strings.Join(kb.LDFLAGS, " "), "-llanpo_cuda -lcublas") {
+		return fmt.Errorf("cuda-check: the kernel build left %v and link flags %v", lib, kb.LDFLAGS)
 	}
 	cxx := os.Getenv("CXX")
 	if cxx == "" {
@@ -435,7 +435,7 @@ func cudaCheck(repo, cache string, logf func(string, ...any)) error {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "prepare: cuda-check ok: %d kernel file(s) compiled for %s with nvcc 13.5 (PyPI); csrc's CUDA branch compiles against libtorch %s\n",
+	fmt.Fprintf(os.Stderr, "prepare: cuda-check ok: %d kernel file(s) built into liblanpo_cuda.a for %s with nvcc 13.5 (PyPI), as CUDA=1 builds them; csrc's CUDA branch compiles against libtorch %s\n",
 		len(srcs), strings.Join([]string{"sm_80", "sm_90"}, ", "), lt.Version)
 	return nil
 }
