@@ -19,7 +19,6 @@
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-
 #endif
 #include "logprob_cuda.h"
 #include "logprob_math.h"
@@ -132,7 +131,7 @@ struct Result {
 // kernel per pass over it); other inputs (fp64, mixed dtypes) take the ATen
 // path further down. The chunk loop is written once over a backend: the
 // GPU's (CUDA builds), or an emulation on the CPU that runs the kernels'
-// arithmetic from cuda/logprob_math.h sequentially, thread by simulated
+// arithmetic from logprob_math.h sequentially, thread by simulated
 // thread, so the loop, the GEMM argument mapping and the packed 16-bit dZ
 // layout are tested on machines without a GPU.
 using lanpo::cuda::DType;
@@ -215,13 +214,10 @@ struct EmulatedBackend {
   }
 
   // What cublasGemmEx computes for a GemmSpec: column-major, fp32
-  // accumulation. x, w and dz are the operands by role; a16/b16 say whether
-  // each is stored in the 16-bit input type (dz is fp32 for fp32 inputs).
+  // accumulation. x, w and dz are the operands by role, all in the input
+  // type (dz is fp32 for fp32 inputs, else 16-bit); c is of type ct.
   void gemm(const lanpo::cuda::GemmSpec &g, const void *x, const void *w, const void *dz, void *c, DType ct) {
-    auto pick = [&](lanpo::cuda::Operand o) {
-      return o == lanpo::cuda::Operand::kX ? x : o == lanpo::cuda::Operand::kW ? w : dz;
-    };
-    const void *a = pick(g.a), *b = pick(g.b);
+    const void *a = lanpo::cuda::operand(g.a, x, w, dz), *b = lanpo::cuda::operand(g.b, x, w, dz);
     for (int64_t j = 0; j < g.n; ++j) {
       for (int64_t i = 0; i < g.m; ++i) {
         float acc = 0;
@@ -274,11 +270,10 @@ struct EmulatedBackend {
     std::vector<float> d(tile);
     for (int64_t r = 0; r < c; ++r) {
       float *row = z + r * ldz;
-      float gl = g_logp != nullptr ? g_logp[r] : 0.f, ge = g_ent != nullptr ? g_ent[r] : 0.f;
-      float h = g_ent != nullptr ? entropy[r] : 0.f;
+      const RowGrad rg = row_grad(r, lse, entropy, g_logp, g_ent);
       for (int64_t v0 = 0; v0 < v; v0 += tile) {
         int64_t n = std::min(tile, v - v0);
-        for (int64_t j = 0; j < n; ++j) d[j] = logit_grad(row[v0 + j], inv_t, lse[r], gl, ge, h, v0 + j == tgt[r]);
+        for (int64_t j = 0; j < n; ++j) d[j] = logit_grad(row[v0 + j], inv_t, rg, v0 + j == tgt[r]);
         for (int64_t j = 0; j < n; ++j) store(row, v0 + j, dt, d[j]);
       }
     }

@@ -67,18 +67,30 @@ LANPO_HD void row_results(Stats st, float target_y, float *logp, float *lse, flo
   if (entropy != nullptr) *entropy = logs - st.a / st.s;
 }
 
+// What the backward needs of row r: its log-sum-exp, the upstream
+// gradients (null pointers: 0, and no entropy term) and its entropy.
+struct RowGrad {
+  float lse, g_logp, g_ent, h;
+};
+
+LANPO_HD RowGrad row_grad(int64_t r, const float *lse, const float *entropy, const float *g_logp, const float *g_ent) {
+  return RowGrad{lse[r], g_logp != nullptr ? g_logp[r] : 0.f, g_ent != nullptr ? g_ent[r] : 0.f,
+                 g_ent != nullptr ? entropy[r] : 0.f};
+}
+
 // dL/d(x·Wᵀ) for one logit z (raw, before temperature):
 //   (g_logp·(onehot − p) − g_ent·p·(log p + H)) / T.
-LANPO_HD float logit_grad(float z, float inv_t, float lse, float g_logp, float g_ent, float h, bool is_target) {
-  float lp = z * inv_t - lse;  // log p
+LANPO_HD float logit_grad(float z, float inv_t, const RowGrad &rg, bool is_target) {
+  float lp = z * inv_t - rg.lse;  // log p
   float p = expf(lp);
-  float g = -p * (g_logp + g_ent * (lp + h));
-  if (is_target) g += g_logp;
+  float g = -p * (rg.g_logp + rg.g_ent * (lp + rg.h));
+  if (is_target) g += rg.g_logp;
   return g * inv_t;
 }
 
 // A column-major GEMM C[m, n] = op(A)·op(B) (+ C when accumulate), with A
-// and B named by role: which of the op's operands each one is.
+// and B named by role: which of the op's operands each one is. Both the
+// cuBLAS call and its CPU emulation take their pointers through operand().
 enum class Operand { kX, kW, kDZ };
 struct GemmSpec {
   bool trans_a, trans_b;
@@ -86,6 +98,10 @@ struct GemmSpec {
   Operand a, b;
   bool accumulate;
 };
+
+LANPO_HD const void *operand(Operand o, const void *x, const void *w, const void *dz) {
+  return o == Operand::kX ? x : o == Operand::kW ? w : dz;
+}
 
 // Row-major z[c, V] (ld ldz) = x[c, H] · W[V, H]ᵀ is column-major
 // zᵀ[V, c] = (W as col-major [H, V])ᵀ · (x as col-major [H, c]).

@@ -101,10 +101,7 @@ __global__ void __launch_bounds__(kThreads) logits_grad_kernel(float *__restrict
   const int64_t r = blockIdx.x;
   float *row = z + r * ldz;
   Out *out = reinterpret_cast<Out *>(row);
-  const float l = lse[r];
-  const float gl = g_logp != nullptr ? g_logp[r] : 0.f;
-  const float ge = g_ent != nullptr ? g_ent[r] : 0.f;
-  const float h = g_ent != nullptr ? entropy[r] : 0.f;
+  const RowGrad rg = row_grad(r, lse, entropy, g_logp, g_ent);
   const int64_t t = tgt[r];
   constexpr bool in_place = sizeof(Out) == sizeof(float);
   for (int64_t v0 = 0; v0 < v; v0 += kThreads * kPerThread) {
@@ -112,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) logits_grad_kernel(float *__restrict
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       int64_t j = v0 + k * kThreads + threadIdx.x;
-      d[k] = j < v ? logit_grad(row[j], inv_t, l, gl, ge, h, j == t) : 0.f;
+      d[k] = j < v ? logit_grad(row[j], inv_t, rg, j == t) : 0.f;
     }
     if (!in_place) __syncthreads();
 #pragma unroll
@@ -158,12 +155,14 @@ cublasComputeType_t compute_type(DType dt, bool allow_tf32) {
   return dt == DType::kFloat32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-// Runs a GemmSpec with cuBLAS: fp32 scalars, fp32 accumulation.
-void gemm(void *stream, int device, DType dt, bool allow_tf32, const GemmSpec &g, const void *a, const void *b,
-          void *c, cudaDataType_t ct, const char *what) {
+// Runs a GemmSpec with cuBLAS on the operands x, w, dz (by role; unused
+// ones may be null): fp32 scalars, fp32 accumulation.
+void gemm(void *stream, int device, DType dt, bool allow_tf32, const GemmSpec &g, const void *x, const void *w,
+          const void *dz, void *c, cudaDataType_t ct, const char *what) {
   if (g.m == 0 || g.n == 0) return;
   const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
   auto t = data_type(dt);
+  const void *a = operand(g.a, x, w, dz), *b = operand(g.b, x, w, dz);
   check(cublasGemmEx(handle(device, stream), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                      as_int(g.m, "m"), as_int(g.n, "n"), as_int(g.k, "k"), &alpha, a, t, as_int(g.lda, "lda"), b, t,
                      as_int(g.ldb, "ldb"), &beta, c, ct, as_int(g.ldc, "ldc"), compute_type(dt, allow_tf32),
@@ -175,7 +174,8 @@ void gemm(void *stream, int device, DType dt, bool allow_tf32, const GemmSpec &g
 
 void logits(void *stream, int device, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
             int64_t v, float *z, int64_t ldz) {
-  gemm(stream, device, dt, allow_tf32, logits_gemm(c, h, v, ldz), w, x, z, CUDA_R_32F, "fused logprob: logits GEMM");
+  gemm(stream, device, dt, allow_tf32, logits_gemm(c, h, v, ldz), x, w, nullptr, z, CUDA_R_32F,
+       "fused logprob: logits GEMM");
 }
 
 void forward_stats(void *stream, const float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t,
@@ -207,13 +207,13 @@ void logits_grad(void *stream, float *z, int64_t ldz, int64_t c, int64_t v, cons
 
 void grad_input(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
                 int64_t c, int64_t h, int64_t v, void *dx) {
-  gemm(stream, device, dt, allow_tf32, grad_input_gemm(c, h, v, lddz), w, dz, dx, data_type(dt),
+  gemm(stream, device, dt, allow_tf32, grad_input_gemm(c, h, v, lddz), nullptr, w, dz, dx, data_type(dt),
        "fused logprob: dX GEMM");
 }
 
 void grad_weight_acc(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
                      int64_t c, int64_t h, int64_t v, float *dw) {
-  gemm(stream, device, dt, allow_tf32, grad_weight_gemm(c, h, v, lddz), x, dz, dw, CUDA_R_32F,
+  gemm(stream, device, dt, allow_tf32, grad_weight_gemm(c, h, v, lddz), x, nullptr, dz, dw, CUDA_R_32F,
        "fused logprob: dW GEMM");
 }
 
