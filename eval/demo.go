@@ -83,8 +83,10 @@ func prepare(runDir string, seed int64, p demoPlan) (demoRun, error) {
 		return demoRun{}, err
 	}
 	train, heldOut := Split(seed, []int{1, 2, 3, 4}, 3000, p.heldOut)
-	var sftChats, rlProblems []any
+	// The answer forms are drawn from their own stream, so the problems do
+	// not depend on the mix.
 	pick := rand.New(rand.NewSource(seed + 2000))
+	var sftChats []map[string]any
 	for _, it := range train {
 		answer := it.Brief
 		if pick.Float64() < p.workedFrac {
@@ -94,20 +96,16 @@ func prepare(runDir string, seed int64, p demoPlan) (demoRun, error) {
 	}
 	// GRPO gets problems neither SFT nor the evaluation has seen. (With
 	// SFT's own problems, RL rewarded what SFT had memorized: training
-	// accuracy rose while held-out accuracy fell, on two seeds.) The forms
-	// are drawn from their own stream, so the problems do not depend on
-	// the mix.
-	for _, it := range Fresh(seed+1000, p.rlLevels, 3000, append(append([]Item(nil), train...), heldOut...)) {
-		rlProblems = append(rlProblems, it)
+	// accuracy rose while held-out accuracy fell, on two seeds.)
+	rlProblems := Fresh(seed+1000, p.rlLevels, 3000, append(append([]Item(nil), train...), heldOut...))
+	if err := writeJSONL(filepath.Join(dataDir, "sft.jsonl"), sftChats); err != nil {
+		return demoRun{}, err
 	}
-	heldAny := make([]any, len(heldOut))
-	for i := range heldOut {
-		heldAny[i] = heldOut[i]
+	if err := writeJSONL(filepath.Join(dataDir, "rl.jsonl"), rlProblems); err != nil {
+		return demoRun{}, err
 	}
-	for name, rows := range map[string][]any{"sft.jsonl": sftChats, "rl.jsonl": rlProblems, "heldout.jsonl": heldAny} {
-		if err := writeJSONL(filepath.Join(dataDir, name), rows); err != nil {
-			return demoRun{}, err
-		}
+	if err := writeJSONL(filepath.Join(dataDir, "heldout.jsonl"), heldOut); err != nil {
+		return demoRun{}, err
 	}
 
 	base := trainer.DefaultConfig()
@@ -213,7 +211,7 @@ func evaluate(dir string, items []Item) (Result, error) {
 	return Greedy(m, tk, items, demoPrompt, demoMaxNew, 128)
 }
 
-func writeJSONL(path string, rows []any) error {
+func writeJSONL[T any](path string, rows []T) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -118,34 +118,16 @@ var distinctProblems = map[int]int{
 
 // Split draws n problems per level for training and up to m per level held
 // out — never more than a quarter of a level's distinct problems (level 4
-// has 64) — with no held-out problem text in the training set.
+// has 720) — with no held-out problem text in the training set.
 func Split(seed int64, levels []int, n, m int) (train, heldOut []Item) {
 	w := NewWorld(seed)
 	seen := map[string]bool{}
 	for _, lv := range levels {
-		limit := min(m, distinctProblems[lv]/4)
-		got := 0
-		for try := 0; try < 200*m && got < limit; try++ {
-			it := w.Problem(lv)
-			if seen[it.Problem] {
-				continue
-			}
-			seen[it.Problem] = true
-			it.ID = fmt.Sprintf("heldout-L%d-%d", lv, got)
-			heldOut = append(heldOut, it)
-			got++
-		}
+		// Held-out problems are distinct from each other, too.
+		heldOut = append(heldOut, w.draw(lv, min(m, distinctProblems[lv]/4), 200*m, seen, true, "heldout")...)
 	}
 	for _, lv := range levels {
-		for k, try := 0, 0; k < n && try < 100*n; try++ {
-			it := w.Problem(lv)
-			if seen[it.Problem] {
-				continue
-			}
-			it.ID = fmt.Sprintf("train-L%d-%d", lv, k)
-			train = append(train, it)
-			k++
-		}
+		train = append(train, w.draw(lv, n, 100*n, seen, false, "train")...)
 	}
 	return train, heldOut
 }
@@ -159,24 +141,26 @@ func Fresh(seed int64, levels []int, n int, avoid []Item) []Item {
 	}
 	var out []Item
 	for _, lv := range levels {
-		for k, try := 0, 0; k < n && try < 100*n; try++ {
-			it := w.Problem(lv)
-			if seen[it.Problem] {
-				continue
-			}
-			it.ID = fmt.Sprintf("fresh-L%d-%d", lv, k)
-			out = append(out, it)
-			k++
-		}
+		out = append(out, w.draw(lv, n, 100*n, seen, false, "fresh")...)
 	}
 	return out
 }
 
-func indexOf(xs []int, x int) int {
-	for i, v := range xs {
-		if v == x {
-			return i
+// draw takes up to n problems of a level, in at most tries draws, skipping
+// those whose text is in seen (and adding its own to seen when mark), with
+// IDs prefix-L<level>-<k>.
+func (w *World) draw(lv, n, tries int, seen map[string]bool, mark bool, prefix string) []Item {
+	var out []Item
+	for try := 0; try < tries && len(out) < n; try++ {
+		it := w.Problem(lv)
+		if seen[it.Problem] {
+			continue
 		}
+		if mark {
+			seen[it.Problem] = true
+		}
+		it.ID = fmt.Sprintf("%s-L%d-%d", prefix, lv, len(out))
+		out = append(out, it)
 	}
-	return -1
+	return out
 }
