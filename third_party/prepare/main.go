@@ -84,7 +84,7 @@ func run(repo string, logf func(string, ...any)) error {
 		return err
 	}
 	if cuda {
-		if err := buildCUDAKernels(b, repo, cache, logf); err != nil {
+		if _, _, err := buildCUDAKernels(b, repo, cache, logf); err != nil {
 			return err
 		}
 	}
