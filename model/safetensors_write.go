@@ -90,7 +90,7 @@ func WriteSafetensors(path string, tensors []TensorSource, metadata map[string]s
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return fsutil.SyncDir(filepath.Dir(path))
 }
 
 func buildHeader(ordered []TensorSource, metadata map[string]string) ([]byte, []int64, error) {
@@ -180,5 +180,3 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
-
-func syncDir(dir string) error { return fsutil.SyncDir(dir) }

@@ -11,6 +11,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 )
 
 var gotchToST = map[gotch.DType]STDType{gotch.Float: "F32", gotch.BFloat16: "BF16", gotch.Half: "F16", gotch.Double: "F64"}
@@ -71,7 +72,7 @@ func (m *Model) Save(dir string) error {
 			return err
 		}
 	}
-	return syncDir(dir)
+	return fsutil.SyncDir(dir)
 }
 
 func writeFileAtomic(path string, b []byte) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -68,7 +69,7 @@ func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, st
 		return "", fmt.Errorf("checkpoint model: %w", err)
 	}
 	for _, f := range []string{tokenizer.TokenizerFile, tokenizer.ConfigFile, tokenizer.TemplateFile} {
-		if err := copyFile(filepath.Join(tokDir, f), filepath.Join(tmp, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := fsutil.CopyFile(filepath.Join(tokDir, f), filepath.Join(tmp, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("checkpoint tokenizer: %w", err)
 		}
 	}
@@ -76,11 +77,11 @@ func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, st
 		return "", fmt.Errorf("checkpoint optimizer: %w", err)
 	}
 	js, _ := json.MarshalIndent(state, "", "  ")
-	if err := writeFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
+	if err := fsutil.WriteFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
 		return "", err
 	}
 	if b, err := os.ReadFile(filepath.Join(runDir, metricsFile)); err == nil {
-		if err := writeFileSync(filepath.Join(tmp, metricsFile), b); err != nil {
+		if err := fsutil.WriteFileSync(filepath.Join(tmp, metricsFile), b); err != nil {
 			return "", err
 		}
 	}
@@ -97,10 +98,10 @@ func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, st
 		man.Files[e.Name()] = info.Size()
 	}
 	js, _ = json.MarshalIndent(man, "", "  ")
-	if err := writeFileSync(filepath.Join(tmp, manifestFile), append(js, '\n')); err != nil {
+	if err := fsutil.WriteFileSync(filepath.Join(tmp, manifestFile), append(js, '\n')); err != nil {
 		return "", err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := fsutil.SyncDir(tmp); err != nil {
 		return "", err
 	}
 	if err := os.RemoveAll(final); err != nil { // a stale copy of this step
@@ -109,7 +110,7 @@ func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, st
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
-	if err := syncDir(root); err != nil {
+	if err := fsutil.SyncDir(root); err != nil {
 		return "", err
 	}
 	pruneCheckpoints(root, keep)

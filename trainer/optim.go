@@ -11,6 +11,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 )
@@ -192,7 +193,7 @@ func (o *AdamW) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Join(dir, optimMetaFile), append(js, '\n'))
+	return fsutil.WriteFileSync(filepath.Join(dir, optimMetaFile), append(js, '\n'))
 }
 
 // Load restores the state Save wrote; the parameter names must match.

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -63,7 +64,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if s.modelDir, err = resolveModel(&cfg); err != nil {
 		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
+	if err := fsutil.WriteFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
 		return nil, err
 	}
 	ckpt, err := ResolveResume(cfg.RunDir, resume)

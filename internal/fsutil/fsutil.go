@@ -31,3 +31,12 @@ func WriteFileSync(path string, data []byte) error {
 	}
 	return f.Close()
 }
+
+// CopyFile copies src to dst, fsynced.
+func CopyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return WriteFileSync(dst, b)
+}
