@@ -40,6 +40,14 @@ func tinyConfig(t *testing.T, sets ...string) Config {
 	return cfg
 }
 
+// runGRPO runs a GRPO job that must succeed.
+func runGRPO(t *testing.T, cfg Config, resume string) {
+	t.Helper()
+	if err := RunGRPO(context.Background(), cfg, resume, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // stableMetrics reads metrics.jsonl without the timing fields.
 func stableMetrics(t *testing.T, runDir string) []map[string]any {
 	t.Helper()
@@ -75,19 +83,13 @@ func weights(t *testing.T, ckpt string) []byte {
 // metrics.
 func TestExactResume(t *testing.T) {
 	straight := tinyConfig(t)
-	if err := RunGRPO(context.Background(), straight, "", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, straight, "")
 	split := tinyConfig(t, "stop_after_steps=2")
-	if err := RunGRPO(context.Background(), split, "", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, split, "")
 	if got := completeCheckpoints(filepath.Join(split.RunDir, checkpointsDir)); len(got) != 2 {
 		t.Fatalf("after stop_after_steps=2: checkpoints %v", got)
 	}
-	if err := RunGRPO(context.Background(), split, "auto", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, split, "auto")
 	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
 	for _, f := range []string{"model.safetensors", optimTensorsFile, optimMetaFile, stateFile} {
@@ -112,13 +114,9 @@ func TestExactResume(t *testing.T) {
 // takes the newest complete one and ends where an uninterrupted run ends.
 func TestResumeSkipsIncompleteCheckpoints(t *testing.T) {
 	straight := tinyConfig(t)
-	if err := RunGRPO(context.Background(), straight, "", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, straight, "")
 	crashed := tinyConfig(t, "stop_after_steps=3")
-	if err := RunGRPO(context.Background(), crashed, "", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, crashed, "")
 	root := filepath.Join(crashed.RunDir, checkpointsDir)
 	// Step 3's checkpoint was being rewritten when the process died: its
 	// weights are cut short. A later temporary directory is half written.
@@ -142,9 +140,7 @@ func TestResumeSkipsIncompleteCheckpoints(t *testing.T) {
 	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
 		t.Fatal("the temporary directory was not removed")
 	}
-	if err := RunGRPO(context.Background(), crashed, "auto", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, crashed, "auto")
 	if !bytes.Equal(weights(t, filepath.Join(root, checkpointName(4))), weights(t, filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4)))) {
 		t.Fatal("the resumed run ended with other weights")
 	}
@@ -310,7 +306,5 @@ func TestRunTurnsGradOn(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	prev := csrc.SetGradEnabled(false)
 	defer csrc.SetGradEnabled(prev)
-	if err := RunGRPO(context.Background(), tinyConfig(t, "total_steps=1"), "", RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runGRPO(t, tinyConfig(t, "total_steps=1"), "")
 }
