@@ -95,13 +95,17 @@ func Load(dir string, opt LoadOptions) (m *Model, err error) {
 	if err != nil {
 		return nil, err
 	}
+	companions, err := readCompanions(dir)
+	if err != nil {
+		return nil, err
+	}
 	set, err := OpenTensorSet(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer set.Close()
 	opt.Device = opt.device()
-	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType, rawConfig: rawConfig, sourceDir: dir}
+	model := &Model{Config: cfg, Device: opt.Device, DType: opt.DType, rawConfig: rawConfig, sourceDir: dir, companions: companions}
 	m = model
 	if m.DType == 0 {
 		m.DType = gotch.Float

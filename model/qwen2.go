@@ -119,11 +119,12 @@ type Model struct {
 	Norm   *ts.Tensor // [H]
 	LMHead *ts.Tensor // [V, H]; the embedding itself when tied
 
-	params    []NamedParam
-	rope      *rope
-	useSDPA   bool
-	rawConfig []byte // config.json as loaded, for Save
-	sourceDir string
+	params     []NamedParam
+	rope       *rope
+	useSDPA    bool
+	rawConfig  []byte      // config.json as loaded, for Save
+	companions []companion // tokenizer and generation files as loaded, for Save
+	sourceDir  string      // where it was loaded from (for messages)
 }
 
 // NamedParam is one parameter and its checkpoint key.

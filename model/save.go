@@ -16,15 +16,43 @@ import (
 
 var gotchToST = map[gotch.DType]STDType{gotch.Float: "F32", gotch.BFloat16: "BF16", gotch.Half: "F16", gotch.Double: "F64"}
 
-// companionFiles are copied from the directory a model was loaded from, so
-// a saved checkpoint is a complete HF model directory.
-var companionFiles = []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+// companionFiles are the files besides config and weights that make a
+// Hugging Face model directory complete. Load reads them into memory, so a
+// Save writes them even after the source directory is gone (a pruned
+// checkpoint a run resumed from, for instance).
+var companionFiles = []string{generationConfigFile, "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
 	"special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json"}
+
+const generationConfigFile = "generation_config.json"
+
+// companion is one companion file's name and bytes.
+type companion struct {
+	name string
+	data []byte
+}
+
+// readCompanions reads the companion files dir has.
+func readCompanions(dir string) ([]companion, error) {
+	var out []companion
+	for _, name := range companionFiles {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, companion{name, b})
+	}
+	return out, nil
+}
 
 // Save writes the model as a Hugging Face directory: model.safetensors (the
 // parameters in their dtype, one tensor at a time, laid out as transformers
 // writes it), config.json (as loaded, with torch_dtype set to the saved
-// dtype) and the tokenizer and generation files of the source directory.
+// dtype), the tokenizer and other companion files the model was loaded
+// with, and generation_config.json (the source's, or one derived from
+// config.json as transformers derives it).
 func (m *Model) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -60,15 +88,16 @@ func (m *Model) Save(dir string) error {
 	if err := writeFileAtomic(filepath.Join(dir, "config.json"), append(cfg, '\n')); err != nil {
 		return err
 	}
-	for _, name := range companionFiles {
-		b, err := os.ReadFile(filepath.Join(m.sourceDir, name))
-		if os.IsNotExist(err) || m.sourceDir == "" || filepath.Clean(m.sourceDir) == filepath.Clean(dir) {
-			continue
-		}
+	files := m.companions
+	if m.companion(generationConfigFile) == nil {
+		gen, err := m.derivedGenerationConfig()
 		if err != nil {
-			return err
+			return fmt.Errorf("save %s: %w", dir, err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, name), b); err != nil {
+		files = append(files, companion{generationConfigFile, gen})
+	}
+	for _, f := range files {
+		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
 			return err
 		}
 	}
@@ -97,6 +126,30 @@ func writeFileAtomic(path string, b []byte) error {
 	return os.Rename(tmp, path)
 }
 
+// companion returns the named companion file's bytes, or nil.
+func (m *Model) companion(name string) []byte {
+	for _, f := range m.companions {
+		if f.name == name {
+			return f.data
+		}
+	}
+	return nil
+}
+
+// derivedGenerationConfig is what transformers writes for a model without
+// a generation_config.json: the special token ids of config.json.
+func (m *Model) derivedGenerationConfig() ([]byte, error) {
+	gen := map[string]any{"_from_model_config": true}
+	if m.Config.BOSTokenID != nil {
+		gen["bos_token_id"] = *m.Config.BOSTokenID
+	}
+	if len(m.Config.EOSTokenID) > 0 && string(m.Config.EOSTokenID) != "null" {
+		gen["eos_token_id"] = m.Config.EOSTokenID
+	}
+	b, err := json.MarshalIndent(gen, "", "  ")
+	return append(b, '\n'), err
+}
+
 // EOSTokenIDs are the ids that end generation by default, as transformers'
 // generate() uses them: generation_config.json's eos_token_id (an id or a
 // list) together with config.json's, sorted, without repeats.
@@ -105,15 +158,14 @@ func (m *Model) EOSTokenIDs() ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(m.sourceDir, "generation_config.json")
-	if b, err := os.ReadFile(path); err == nil && m.sourceDir != "" {
+	if b := m.companion(generationConfigFile); b != nil {
 		var gen Config // the same eos_token_id field and forms
 		if err := json.Unmarshal(b, &gen); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", filepath.Join(m.sourceDir, generationConfigFile), err)
 		}
 		more, err := gen.EOSTokenIDs()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", filepath.Join(m.sourceDir, generationConfigFile), err)
 		}
 		ids = append(ids, more...)
 	}

@@ -44,6 +44,36 @@ type TrainerState struct {
 	Skipped  int    `json:"skipped_updates"`
 }
 
+// requiredFiles are what every checkpoint holds: a complete Hugging Face
+// model directory (weights are model.safetensors or an index with shards)
+// and the trainer's state. A checkpoint without one of them is not
+// complete, whatever its manifest says.
+var requiredFiles = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optimMetaFile, optimTensorsFile}
+
+// namedFile is a file's name and contents, held in memory so checkpoints do
+// not depend on a directory that may be gone by the time they are written.
+type namedFile struct {
+	name string
+	data []byte
+}
+
+// readTokenizerFiles reads the tokenizer files of dir (tokenizer.json is
+// required; the config and template files are copied when present).
+func readTokenizerFiles(dir string) ([]namedFile, error) {
+	var out []namedFile
+	for _, f := range []string{tokenizer.TokenizerFile, tokenizer.ConfigFile, tokenizer.TemplateFile} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if errors.Is(err, fs.ErrNotExist) && f != tokenizer.TokenizerFile {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		out = append(out, namedFile{f, b})
+	}
+	return out, nil
+}
+
 // manifest lists a checkpoint's files with their sizes.
 type manifest struct {
 	Step  int              `json:"step"`
@@ -53,8 +83,8 @@ type manifest struct {
 func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 
 // SaveCheckpoint writes a checkpoint for state.Step and keeps the newest
-// keep checkpoints.
-func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, state TrainerState, keep int) (string, error) {
+// keep checkpoints. tokFiles are the run's tokenizer files.
+func SaveCheckpoint(runDir string, m *model.Model, tokFiles []namedFile, opt *AdamW, state TrainerState, keep int) (string, error) {
 	root := filepath.Join(runDir, checkpointsDir)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", err
@@ -68,8 +98,8 @@ func SaveCheckpoint(runDir string, m *model.Model, tokDir string, opt *AdamW, st
 	if err := m.Save(tmp); err != nil {
 		return "", fmt.Errorf("checkpoint model: %w", err)
 	}
-	for _, f := range []string{tokenizer.TokenizerFile, tokenizer.ConfigFile, tokenizer.TemplateFile} {
-		if err := fsutil.CopyFile(filepath.Join(tokDir, f), filepath.Join(tmp, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, f := range tokFiles {
+		if err := fsutil.WriteFileSync(filepath.Join(tmp, f.name), f.data); err != nil {
 			return "", fmt.Errorf("checkpoint tokenizer: %w", err)
 		}
 	}
@@ -146,6 +176,16 @@ func checkManifest(dir string) error {
 	var man manifest
 	if err := json.Unmarshal(raw, &man); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(dir, manifestFile), err)
+	}
+	for _, name := range requiredFiles {
+		if _, ok := man.Files[name]; !ok {
+			return fmt.Errorf("%s: no %s", dir, name)
+		}
+	}
+	_, single := man.Files["model.safetensors"]
+	_, sharded := man.Files["model.safetensors.index.json"]
+	if !single && !sharded {
+		return fmt.Errorf("%s: no model.safetensors (or model.safetensors.index.json)", dir)
 	}
 	for name, size := range man.Files {
 		info, err := os.Stat(filepath.Join(dir, name))

@@ -308,3 +308,69 @@ func TestRunTurnsGradOn(t *testing.T) {
 	defer csrc.SetGradEnabled(prev)
 	runGRPO(t, tinyConfig(t, "total_steps=1"), "")
 }
+
+// TestResumeChainWithPruning: several stop/resume cycles with checkpoints
+// pruned behind them end bitwise where a straight run ends, and every
+// checkpoint on the way is a complete Hugging Face directory. (Checkpoints
+// once copied their tokenizer from the checkpoint the run resumed from; once
+// that was pruned, the next checkpoint had no tokenizer and the resume after
+// it failed.)
+func TestResumeChainWithPruning(t *testing.T) {
+	sets := []string{"total_steps=8", "checkpoint.every=1", "checkpoint.keep=2"}
+	straight := tinyConfig(t, sets...)
+	runGRPO(t, straight, "")
+	dir := t.TempDir()
+	resume := ""
+	for _, stop := range []string{"2", "3", "2", "0"} {
+		cfg := tinyConfig(t, append(sets, "run_dir="+dir, "stop_after_steps="+stop)...)
+		runGRPO(t, cfg, resume)
+		resume = "auto"
+		for _, ckpt := range completeCheckpoints(filepath.Join(dir, checkpointsDir)) {
+			for _, f := range append([]string{"model.safetensors", "tokenizer_config.json"}, requiredFiles...) {
+				if _, err := os.Stat(filepath.Join(ckpt, f)); err != nil {
+					t.Fatalf("after stop_after_steps=%s: %v", stop, err)
+				}
+			}
+		}
+	}
+	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(8))
+	b := filepath.Join(dir, checkpointsDir, checkpointName(8))
+	for _, f := range []string{"model.safetensors", optimTensorsFile, stateFile, "tokenizer.json", "generation_config.json"} {
+		x, _ := os.ReadFile(filepath.Join(a, f))
+		y, _ := os.ReadFile(filepath.Join(b, f))
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Fatalf("%s differs between the straight run and the resumed chain", f)
+		}
+	}
+}
+
+// A checkpoint whose manifest does not list a required file is not
+// complete, even when the listed files are all there.
+func TestCheckpointMissingARequiredFileIsIncomplete(t *testing.T) {
+	cfg := tinyConfig(t, "total_steps=1")
+	runGRPO(t, cfg, "")
+	ckpt := filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(1))
+	if err := checkManifest(ckpt); err != nil {
+		t.Fatalf("a fresh checkpoint: %v", err)
+	}
+	for _, f := range []string{"tokenizer.json", "generation_config.json", "model.safetensors"} {
+		t.Run(f, func(t *testing.T) {
+			raw, _ := os.ReadFile(filepath.Join(ckpt, manifestFile))
+			var man manifest
+			if err := json.Unmarshal(raw, &man); err != nil {
+				t.Fatal(err)
+			}
+			delete(man.Files, f)
+			cp := t.TempDir()
+			for name := range man.Files {
+				b, _ := os.ReadFile(filepath.Join(ckpt, name))
+				os.WriteFile(filepath.Join(cp, name), b, 0o644)
+			}
+			js, _ := json.Marshal(man)
+			os.WriteFile(filepath.Join(cp, manifestFile), js, 0o644)
+			if err := checkManifest(cp); err == nil || !strings.Contains(err.Error(), f) {
+				t.Fatalf("without %s: %v", f, err)
+			}
+		})
+	}
+}

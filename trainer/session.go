@@ -34,7 +34,7 @@ type session struct {
 	cfg      Config
 	kind     string
 	modelDir string // the initial model (reference, tokenizer source)
-	tokDir   string
+	tokFiles []namedFile // the tokenizer's files, written into every checkpoint
 	m        *model.Model
 	tk       *tokenizer.Tokenizer
 	opt      *AdamW
@@ -71,18 +71,20 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if err != nil {
 		return nil, err
 	}
-	from := s.modelDir
-	s.tokDir = s.modelDir
+	from, tokDir := s.modelDir, s.modelDir
 	if cfg.Tokenizer != "" {
-		s.tokDir = cfg.Tokenizer
+		tokDir = cfg.Tokenizer
 	}
 	if ckpt != "" {
-		from, s.tokDir = ckpt, ckpt
+		from, tokDir = ckpt, ckpt
 	}
 	if s.m, err = model.Load(from, cfg.loadOptions()); err != nil {
 		return nil, err
 	}
-	if s.tk, err = tokenizer.Load(s.tokDir); err != nil {
+	if s.tk, err = tokenizer.Load(tokDir); err != nil {
+		return nil, err
+	}
+	if s.tokFiles, err = readTokenizerFiles(tokDir); err != nil {
 		return nil, err
 	}
 	format := cfg.ChatFormat
@@ -206,7 +208,7 @@ func (s *session) save() error {
 	if s.lastSave == s.state.Step {
 		return nil
 	}
-	dir, err := SaveCheckpoint(s.cfg.RunDir, s.m, s.tokDir, s.opt, s.state, s.cfg.Checkpoint.Keep)
+	dir, err := SaveCheckpoint(s.cfg.RunDir, s.m, s.tokFiles, s.opt, s.state, s.cfg.Checkpoint.Keep)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", s.state.Step, err)
 	}
