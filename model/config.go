@@ -148,9 +148,9 @@ func (c *Config) validate() error {
 	}
 	if c.TorchDType != "" {
 		switch c.TorchDType {
-		case "float32", "bfloat16", "float16":
+		case "float32", "bfloat16", "float16", "float64": // float64: what lanpo's fp64 runs (tests, references) save
 		default:
-			return fmt.Errorf("torch_dtype %q: want float32, bfloat16 or float16", c.TorchDType)
+			return fmt.Errorf("torch_dtype %q: want float32, bfloat16, float16 or float64", c.TorchDType)
 		}
 	}
 	if _, err := c.EOSTokenIDs(); err != nil {

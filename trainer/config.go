@@ -229,7 +229,7 @@ func (c *Config) Validate() error {
 	case c.MaxBadSteps < 1:
 		return bad("max_bad_steps", "must be ≥ 1")
 	}
-	if _, err := TokenWeights([]int{1}, c.Algo.LossAggMode, 1); err != nil {
+	if _, err := TokenWeights([]int{1}, nil, c.Algo.LossAggMode, 1); err != nil {
 		return bad("algo.loss_agg_mode", "%v", err)
 	}
 	switch c.Algo.KLEstimator {

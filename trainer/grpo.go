@@ -67,27 +67,39 @@ const (
 
 // TokenWeights returns, for each sequence of the global batch with the
 // given response lengths, the weight of each of its tokens under mode;
-// maxLen is L of seq-mean-token-sum-norm (the generation budget).
-func TokenWeights(lengths []int, mode string, maxLen int) ([]float64, error) {
-	w := make([]float64, len(lengths))
-	total := 0
-	for _, n := range lengths {
-		total += n
+// maxLen is L of seq-mean-token-sum-norm (the generation budget). A
+// sequence with masked[i] (overlong filtering; masked may be nil) gets
+// weight 0 and leaves the normalizer, as in DAPO and verl:
+//
+//	token-mean               1 / (response tokens of the unmasked sequences)
+//	seq-mean-token-mean      1 / (len_i · number of unmasked sequences)
+//	seq-mean-token-sum-norm  1 / (number of unmasked sequences · L)
+//
+// When every sequence is masked, every weight is 0: the step has no loss.
+func TokenWeights(lengths []int, masked []bool, mode string, maxLen int) ([]float64, error) {
+	switch mode {
+	case AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm:
+	default:
+		return nil, fmt.Errorf("loss_agg_mode %q: want %s, %s or %s", mode, AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm)
 	}
+	kept := func(i int) bool { return masked == nil || !masked[i] }
+	tokens, seqs := 0, 0
 	for i, n := range lengths {
-		switch mode {
-		case AggTokenMean:
-			if total > 0 {
-				w[i] = 1 / float64(total)
-			}
-		case AggSeqMeanTokenMean:
-			if n > 0 {
-				w[i] = 1 / (float64(n) * float64(len(lengths)))
-			}
-		case AggSeqMeanTokenSumNorm:
-			w[i] = 1 / (float64(len(lengths)) * float64(maxLen))
-		default:
-			return nil, fmt.Errorf("loss_agg_mode %q: want %s, %s or %s", mode, AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm)
+		if kept(i) {
+			tokens += n
+			seqs++
+		}
+	}
+	w := make([]float64, len(lengths))
+	for i, n := range lengths {
+		switch {
+		case !kept(i):
+		case mode == AggTokenMean && tokens > 0:
+			w[i] = 1 / float64(tokens)
+		case mode == AggSeqMeanTokenMean && n > 0:
+			w[i] = 1 / (float64(n) * float64(seqs))
+		case mode == AggSeqMeanTokenSumNorm:
+			w[i] = 1 / (float64(seqs) * float64(maxLen))
 		}
 	}
 	return w, nil

@@ -271,13 +271,12 @@ func (g *grpoRun) temperature() float64 {
 func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	cfg := g.cfg
 	lengths := make([]int, len(rolls))
+	masked := make([]bool, len(rolls))
 	for i, r := range rolls {
 		lengths[i] = len(r.ids)
-		if cfg.Algo.OverlongMask && r.truncated {
-			lengths[i] = 0
-		}
+		masked[i] = cfg.Algo.OverlongMask && r.truncated
 	}
-	w, err := TokenWeights(lengths, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens)
+	w, err := TokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"runtime"
@@ -36,26 +37,36 @@ func TestAdvantages(t *testing.T) {
 }
 
 func TestTokenWeights(t *testing.T) {
-	lengths := []int{2, 4, 0, 6}
+	lengths := []int{2, 4, 3, 6}
+	masked := []bool{false, false, true, false} // the third was truncated (overlong_mask)
 	for _, c := range []struct {
-		mode string
-		want []float64
+		mode   string
+		masked []bool
+		want   []float64
 	}{
-		{AggTokenMean, []float64{1.0 / 12, 1.0 / 12, 1.0 / 12, 1.0 / 12}},
-		{AggSeqMeanTokenMean, []float64{1.0 / 8, 1.0 / 16, 0, 1.0 / 24}},
-		{AggSeqMeanTokenSumNorm, []float64{1.0 / 32, 1.0 / 32, 1.0 / 32, 1.0 / 32}},
+		{AggTokenMean, nil, []float64{1.0 / 15, 1.0 / 15, 1.0 / 15, 1.0 / 15}},
+		{AggSeqMeanTokenMean, nil, []float64{1.0 / 8, 1.0 / 16, 1.0 / 12, 1.0 / 24}},
+		{AggSeqMeanTokenSumNorm, nil, []float64{1.0 / 32, 1.0 / 32, 1.0 / 32, 1.0 / 32}},
+		// A masked sequence weighs nothing and leaves the normalizer: 12
+		// tokens, 3 sequences.
+		{AggTokenMean, masked, []float64{1.0 / 12, 1.0 / 12, 0, 1.0 / 12}},
+		{AggSeqMeanTokenMean, masked, []float64{1.0 / 6, 1.0 / 12, 0, 1.0 / 18}},
+		{AggSeqMeanTokenSumNorm, masked, []float64{1.0 / 24, 1.0 / 24, 0, 1.0 / 24}},
+		{AggTokenMean, []bool{true, true, true, true}, []float64{0, 0, 0, 0}},
 	} {
-		got, err := TokenWeights(lengths, c.mode, 8)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if math.Abs(got[i]-c.want[i]) > 1e-15 {
-				t.Fatalf("%s: %v want %v", c.mode, got, c.want)
+		t.Run(fmt.Sprintf("%s/masked=%v", c.mode, c.masked), func(t *testing.T) {
+			got, err := TokenWeights(lengths, c.masked, c.mode, 8)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			for i := range got {
+				if math.Abs(got[i]-c.want[i]) > 1e-15 {
+					t.Fatalf("got %v want %v", got, c.want)
+				}
+			}
+		})
 	}
-	if _, err := TokenWeights(lengths, "sum", 8); err == nil {
+	if _, err := TokenWeights(lengths, masked, "sum", 8); err == nil {
 		t.Fatal("unknown mode accepted")
 	}
 }

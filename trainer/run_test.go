@@ -207,49 +207,12 @@ func TestBadDatasetLines(t *testing.T) {
 // the KL term on. The rollouts are made up (random responses, advantages
 // and sampler log-probs) so every token carries gradient.
 func TestMicroBatchesGiveTheSameUpdate(t *testing.T) {
-	rng := rand.New(rand.NewSource(9))
-	rolls := make([]rollout, 16)
-	for i := range rolls {
-		r := &rolls[i]
-		r.promptIDs = []int64{int64(1 + rng.Intn(200)), int64(1 + rng.Intn(200)), int64(1 + rng.Intn(200))}
-		n := 1 + rng.Intn(9)
-		for k := 0; k < n; k++ {
-			r.ids = append(r.ids, int64(1+rng.Intn(250)))
-			r.oldLogp = append(r.oldLogp, float32(-5.6+0.3*rng.NormFloat64()))
-			r.refLogp = append(r.refLogp, float32(-5.6+0.3*rng.NormFloat64()))
-		}
-		r.adv = rng.NormFloat64()
-	}
+	rolls := madeUpRollouts(16, 9)
 	for _, mode := range []string{AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm} {
 		t.Run(mode, func(t *testing.T) {
-			type result struct {
-				met StepMetrics
-				w   []float64
-			}
-			run := func(micro string) result {
-				cfg := tinyConfig(t, "dtype=float64", "algo.micro_batch_size="+micro, "algo.loss_agg_mode="+mode, "algo.kl_beta=0.05")
-				s, err := openSession(cfg, "", "grpo", RunOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				g := &grpoRun{session: s}
-				batch := make([]*rollout, len(rolls))
-				for i := range rolls {
-					r := rolls[i]
-					batch[i] = &r
-				}
-				var met StepMetrics
-				if err := g.update(batch, &met); err != nil {
-					t.Fatal(err)
-				}
-				var w []float64
-				for _, p := range s.m.Params() {
-					w = append(w, tensor.Float64s(p.Tensor)...)
-				}
-				return result{met, w}
-			}
-			whole, split := run("16"), run("2")
+			common := []string{"algo.loss_agg_mode=" + mode, "algo.kl_beta=0.05"}
+			whole := updateWith(t, rolls, append(common, "algo.micro_batch_size=16")...)
+			split := updateWith(t, rolls, append(common, "algo.micro_batch_size=2")...)
 			if whole.met.GradNorm < 1e-3 {
 				t.Fatalf("grad norm %g: the test compares nothing", whole.met.GradNorm)
 			}
@@ -262,16 +225,98 @@ func TestMicroBatchesGiveTheSameUpdate(t *testing.T) {
 					t.Fatalf("%s: %v with one micro-batch, %v with eight", c.name, c.a, c.b)
 				}
 			}
-			var worst float64
-			for i := range whole.w {
-				worst = math.Max(worst, math.Abs(whole.w[i]-split.w[i]))
-			}
-			t.Logf("grad norm %.6g vs %.6g, max |Δw| %g", whole.met.GradNorm, split.met.GradNorm, worst)
-			if worst > 1e-10 {
-				t.Fatalf("micro-batching changed the weights by %g", worst)
+			t.Logf("grad norm %.6g vs %.6g, max |Δw| %g", whole.met.GradNorm, split.met.GradNorm, maxAbsDiff(whole.w, split.w))
+			if d := maxAbsDiff(whole.w, split.w); d > 1e-10 {
+				t.Fatalf("micro-batching changed the weights by %g", d)
 			}
 		})
 	}
+}
+
+// TestOverlongMask: with algo.overlong_mask, truncated rollouts contribute
+// exactly nothing in every aggregation mode — the update equals the one
+// over the batch without them — and without it they do contribute.
+func TestOverlongMask(t *testing.T) {
+	rolls := madeUpRollouts(12, 4)
+	var finished []rollout
+	for i := range rolls {
+		if rolls[i].truncated = i%3 == 1; !rolls[i].truncated {
+			finished = append(finished, rolls[i])
+		}
+	}
+	for _, mode := range []string{AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm} {
+		t.Run(mode, func(t *testing.T) {
+			common := []string{"algo.loss_agg_mode=" + mode, "algo.kl_beta=0.05", "algo.micro_batch_size=5"}
+			masked := updateWith(t, rolls, append(common, "algo.overlong_mask=true")...)
+			without := updateWith(t, finished, common...)
+			unmasked := updateWith(t, rolls, common...)
+			if d := maxAbsDiff(masked.w, without.w); d > 1e-12 || math.Abs(masked.met.GradNorm-without.met.GradNorm) > 1e-12 {
+				t.Fatalf("masked truncated rollouts moved the weights by %g (grad norm %v vs %v without them)", d, masked.met.GradNorm, without.met.GradNorm)
+			}
+			if d := maxAbsDiff(masked.w, unmasked.w); d < 1e-8 {
+				t.Fatalf("the truncated rollouts change nothing even unmasked (%g): the test compares nothing", d)
+			}
+		})
+	}
+}
+
+// madeUpRollouts are n rollouts with random prompts, responses, advantages
+// and sampler/reference log-probs, so every token carries gradient.
+func madeUpRollouts(n int, seed int64) []rollout {
+	rng := rand.New(rand.NewSource(seed))
+	rolls := make([]rollout, n)
+	for i := range rolls {
+		r := &rolls[i]
+		r.promptIDs = []int64{int64(1 + rng.Intn(200)), int64(1 + rng.Intn(200)), int64(1 + rng.Intn(200))}
+		n := 1 + rng.Intn(9)
+		for k := 0; k < n; k++ {
+			r.ids = append(r.ids, int64(1+rng.Intn(250)))
+			r.oldLogp = append(r.oldLogp, float32(-5.6+0.3*rng.NormFloat64()))
+			r.refLogp = append(r.refLogp, float32(-5.6+0.3*rng.NormFloat64()))
+		}
+		r.adv = rng.NormFloat64()
+	}
+	return rolls
+}
+
+type updateResult struct {
+	met StepMetrics
+	w   []float64
+}
+
+// updateWith runs one update of the tiny model (float64) over rolls with
+// the config overrides sets and returns its metrics and weights.
+func updateWith(t *testing.T, rolls []rollout, sets ...string) updateResult {
+	t.Helper()
+	cfg := tinyConfig(t, append([]string{"dtype=float64"}, sets...)...)
+	s, err := openSession(cfg, "", "grpo", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := &grpoRun{session: s}
+	batch := make([]*rollout, len(rolls))
+	for i := range rolls {
+		r := rolls[i]
+		batch[i] = &r
+	}
+	var met StepMetrics
+	if err := g.update(batch, &met); err != nil {
+		t.Fatal(err)
+	}
+	var w []float64
+	for _, p := range s.m.Params() {
+		w = append(w, tensor.Float64s(p.Tensor)...)
+	}
+	return updateResult{met, w}
+}
+
+func maxAbsDiff(a, b []float64) float64 {
+	var worst float64
+	for i := range a {
+		worst = math.Max(worst, math.Abs(a[i]-b[i]))
+	}
+	return worst
 }
 
 // NaN/Inf steps are skipped with a counter; max_bad_steps in a row abort

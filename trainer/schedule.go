@@ -6,8 +6,12 @@ import (
 )
 
 // LR returns the learning rate for update number step (0-based) of total:
-// linear warmup over warmup steps from 0 to peak, then constant or cosine
-// decay to minRatio·peak at the last step.
+// linear warmup over warmup steps, peak·(step+1)/warmup (so the first
+// update already moves), then constant or cosine decay that reaches
+// minRatio·peak at the last step. A cosine schedule with a single step
+// after warmup stays at peak: there is no decay to spread over one step.
+// It equals torch's LinearLR then CosineAnnealingLR joined by SequentialLR
+// (trainer/testdata/optim_ref.json).
 func LR(step, total, warmup int, peak, minRatio float64, schedule string) (float64, error) {
 	if step < warmup {
 		return peak * float64(step+1) / float64(warmup), nil
