@@ -16,6 +16,7 @@ type Problem struct {
 	ID      string `json:"id"`
 	Problem string `json:"problem"`
 	Answer  string `json:"answer"`
+	Where   string `json:"-"` // file:line it was read from
 }
 
 // LoadProblems reads a JSONL dataset. A malformed line is an error naming
@@ -37,8 +38,9 @@ func LoadProblems(path string, skipBad bool) ([]Problem, error) {
 			}
 			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
+		p.Where = fmt.Sprintf("%s:%d", path, n)
 		if p.ID == "" {
-			p.ID = fmt.Sprintf("%s:%d", path, n)
+			p.ID = p.Where
 		}
 		out = append(out, p)
 		return nil

@@ -20,29 +20,29 @@ import (
 
 // GRPO as lanpo runs it, one step:
 //
-//  1. rollout: P prompts from the data cursor, each rendered with the chat
-//     template and sampled G times by the rollout engine (no grad); every
-//     sampled token's log-prob is recorded — that is π_old, since sampler
-//     and trainer share the model code and kernels.
-//  2. reward: decode, verify against the gold answer (reward/), plus an
-//     optional format reward. With dynamic sampling, groups whose rewards
-//     are all equal are dropped and more prompts sampled (DAPO).
-//  3. advantages: group-normalized (GRPO) or mean-centred only (Dr. GRPO).
-//  4. reference log-probs when β > 0 (the initial policy, frozen).
-//  5. update: μ epochs; each is one optimizer step over the whole batch,
+//  1. prompts: P problems from the data cursor, each rendered with the chat
+//     template (the prompt ids are made once, when the data is loaded).
+//  2. rollout: each prompt sampled G times by the rollout engine (no grad);
+//     every sampled token's log-prob is recorded — that is π_old, since
+//     sampler and trainer share the model code and kernels.
+//  3. reward: decode, verify against the gold answer (reward/), plus an
+//     optional format reward.
+//  4. filter: with dynamic sampling (DAPO), groups whose rewards are all
+//     equal are dropped and steps 1-3 repeat for more prompts; advantages
+//     are group-normalized (GRPO) or mean-centred only (Dr. GRPO).
+//  5. reference log-probs when β > 0 (the initial policy, frozen).
+//  6. update: μ epochs; each is one optimizer step over the whole batch,
 //     accumulated over micro-batches with token weights fixed for the
 //     global batch, so the update does not depend on the micro-batch size.
 //
 // Deviations from the GRPO paper: one optimizer step per epoch over the
 // whole batch (no mini-batches), π_old is the sampler's record instead of
 // a second forward pass, and the loss aggregation is configurable.
-//
-// The prompt-building step (buildPrompt) is the seam where LANPO's
-// experience pool will add its context.
 
 // rollout is one sampled response and what the update needs of it.
 type rollout struct {
-	group     int
+	problem   int // index into the run's problems
+	group     int // index of its group among the step's kept groups
 	promptIDs []int64
 	ids       []int64   // generated ids
 	oldLogp   []float32 // the sampler's log-probs
@@ -59,6 +59,7 @@ type grpoRun struct {
 	*session
 	ref      *model.Model // nil when β = 0
 	problems []Problem
+	prompts  [][]int64 // each problem's prompt ids
 	eos      []int64
 }
 
@@ -74,6 +75,9 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	if g.problems, err = LoadProblems(cfg.Data.Train, cfg.Data.SkipBadLines); err != nil {
 		return err
 	}
+	if err := g.renderPrompts(); err != nil {
+		return err
+	}
 	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
 		return err
 	}
@@ -87,124 +91,181 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 }
 
 // buildPrompt renders one problem as the chat the policy sees.
-func (g *grpoRun) buildPrompt(p Problem) ([]tokenizer.Message, error) {
+func (g *grpoRun) buildPrompt(p Problem) []tokenizer.Message {
 	var msgs []tokenizer.Message
 	if g.cfg.Data.SystemPrompt != "" {
 		msgs = append(msgs, tokenizer.Message{Role: "system", Content: g.cfg.Data.SystemPrompt})
 	}
 	user := strings.ReplaceAll(g.cfg.Data.PromptTemplate, "{problem}", p.Problem)
-	return append(msgs, tokenizer.Message{Role: "user", Content: user}), nil
+	return append(msgs, tokenizer.Message{Role: "user", Content: user})
+}
+
+// renderPrompts tokenizes every problem's prompt once and checks that the
+// prompt and the generation budget fit the model's context, naming the
+// file and line of the first that does not.
+func (g *grpoRun) renderPrompts() error {
+	maxPos := g.m.Config.MaxPositionEmbeddings
+	g.prompts = make([][]int64, len(g.problems))
+	for i, p := range g.problems {
+		ids, err := g.tk.ChatIDs(g.buildPrompt(p), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: g.cfg.Rollout.EnableThinking})
+		if err != nil {
+			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
+		}
+		if maxPos > 0 && int64(len(ids)+g.cfg.Rollout.MaxNewTokens) > maxPos {
+			return fmt.Errorf("%s: problem %s: its prompt of %d tokens + rollout.max_new_tokens %d exceed the model's max_position_embeddings %d",
+				p.Where, p.ID, len(ids), g.cfg.Rollout.MaxNewTokens, maxPos)
+		}
+		g.prompts[i] = tokenizer.Int64s(ids)
+	}
+	return nil
 }
 
 // step runs one GRPO step and returns its metrics (timings included).
 func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var met StepMetrics
-	t.enter("rollout")
-	rolls, groups, resampled, err := g.sample(t)
+	kept, sampled, err := g.collect(t)
 	if err != nil {
 		return met, err
 	}
-	met.Resampled = resampled
-	g.fillMetrics(&met, rolls, groups)
-	if len(rolls) == 0 {
+	g.fillMetrics(&met, kept, sampled)
+	if len(kept) == 0 {
 		met.Skipped = true
 		log.Warn().Int("step", g.state.Step+1).Msg("no group with reward variance: update skipped")
 		return met, nil
 	}
 	if g.ref != nil {
 		t.enter("ref_logprobs")
-		if err := g.refLogprobs(rolls); err != nil {
+		if err := g.refLogprobs(kept); err != nil {
 			return met, err
 		}
 	}
 	t.enter("update")
-	return met, g.update(rolls, &met)
+	return met, g.update(kept, &met)
 }
 
-// sample runs rollout rounds until P groups are kept (dynamic sampling
-// drops zero-variance groups) and scores them; it returns the kept
-// rollouts, the number of kept groups and of dropped ones.
-func (g *grpoRun) sample(t *phaseTimer) ([]*rollout, int, int, error) {
+// collect runs rounds of prompts → rollout → reward → filter until P
+// groups are kept (dynamic sampling drops zero-variance groups and draws
+// more prompts, at most algo.max_resample extra rounds). It returns the
+// kept rollouts and every rollout sampled.
+func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, err error) {
 	cfg := g.cfg
-	P, G := cfg.Rollout.PromptsPerStep, cfg.Rollout.SamplesPerPrompt
-	var kept []*rollout
-	groups, dropped := 0, 0
-	for round := 0; groups < P && round <= cfg.Algo.MaxResample; round++ {
-		t.enter("rollout")
-		idx := g.state.Cursor.Next(len(g.problems), P-groups)
+	P := cfg.Rollout.PromptsPerStep
+	for round := 0; len(kept) < P*cfg.Rollout.SamplesPerPrompt && round <= cfg.Algo.MaxResample; round++ {
+		t.enter("prompts")
+		idx := g.state.Cursor.Next(len(g.problems), P-len(kept)/cfg.Rollout.SamplesPerPrompt)
 		reqs := make([]model.Request, len(idx))
 		streams := make([]int, len(idx))
 		for i, k := range idx {
-			msgs, err := g.buildPrompt(g.problems[k])
-			if err != nil {
-				return nil, 0, 0, err
-			}
-			ids, err := g.tk.ChatIDs(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: cfg.Rollout.EnableThinking})
-			if err != nil {
-				return nil, 0, 0, fmt.Errorf("problem %s: %w", g.problems[k].ID, err)
-			}
-			reqs[i] = model.Request{PromptIDs: tokenizer.Int64s(ids), Samples: G}
+			reqs[i] = model.Request{PromptIDs: g.prompts[k], Samples: cfg.Rollout.SamplesPerPrompt}
 			streams[i] = round*P + i
 		}
-		p := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
-			MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: stepSeed(cfg.Seed, g.state.Step)}
-		var res []model.Sample
-		err := csrc.NoGrad(func() (err error) {
-			res, err = g.m.GenerateAt(reqs, streams, p, model.GenerateOptions{})
-			return err
-		})
+		t.enter("rollout")
+		batch, err := g.rollout(reqs, streams, idx)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, nil, err
 		}
 		t.enter("reward")
-		batch := make([]*rollout, len(res))
-		samples := make([]reward.Sample, len(res))
-		pairs := make([]reward.Pair, len(res))
-		for i, r := range res {
-			batch[i] = &rollout{group: r.Prompt, promptIDs: reqs[r.Prompt].PromptIDs, ids: r.IDs, oldLogp: r.Logprobs,
-				truncated: r.FinishReason == "length", text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}
-			pr := g.problems[idx[r.Prompt]]
-			samples[i] = reward.Sample{Problem: pr.Problem, Response: batch[i].text, Gold: pr.Answer}
-			pairs[i] = reward.Pair{Response: batch[i].text, Gold: pr.Answer}
-		}
-		verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
-		for i, r := range batch {
-			r.correct = verdicts[i].Correct
-			if r.correct {
-				r.reward = 1
-			}
-			if cfg.Algo.FormatReward > 0 {
-				r.reward += cfg.Algo.FormatReward * reward.Format{}.Score(samples[i])
-			}
-		}
-		for gi := range reqs {
-			grp := batch[gi*G : (gi+1)*G]
-			rs := make([]float64, G)
-			for i, r := range grp {
-				rs[i] = r.reward
-			}
-			if cfg.Algo.DynamicSampling && allEqual(rs) && round < cfg.Algo.MaxResample {
-				dropped++
-				continue
-			}
-			adv := Advantages([][]float64{rs}, cfg.Algo.AdvNoStd, 1e-6)[0]
-			for i, r := range grp {
-				r.adv, r.group = adv[i], groups
-				kept = append(kept, r)
-			}
-			groups++
-		}
+		g.score(batch)
+		sampled = append(sampled, batch...)
+		kept = append(kept, g.filterGroups(batch, len(kept)/cfg.Rollout.SamplesPerPrompt, round == cfg.Algo.MaxResample)...)
 	}
-	return kept, groups, dropped, nil
+	return kept, sampled, nil
 }
 
-func (g *grpoRun) fillMetrics(m *StepMetrics, rolls []*rollout, groups int) {
-	if len(rolls) == 0 {
-		return
+// rollout samples G responses to each request; problems[i] is request i's
+// problem (named in errors).
+func (g *grpoRun) rollout(reqs []model.Request, streams, problems []int) ([]*rollout, error) {
+	cfg := g.cfg
+	p := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
+		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: stepSeed(cfg.Seed, g.state.Step)}
+	var res []model.Sample
+	err := csrc.NoGrad(func() (err error) {
+		res, err = g.m.GenerateAt(reqs, streams, p, model.GenerateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("problems %s: %w", g.problemIDs(problems), err)
 	}
+	batch := make([]*rollout, len(res))
+	for i, r := range res {
+		batch[i] = &rollout{problem: problems[r.Prompt], promptIDs: reqs[r.Prompt].PromptIDs, ids: r.IDs, oldLogp: r.Logprobs,
+			truncated: r.FinishReason == "length", text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}
+	}
+	return batch, nil
+}
+
+// problemIDs lists the ids of some problems for an error message.
+func (g *grpoRun) problemIDs(idx []int) string {
+	var ids []string
+	for i, k := range idx {
+		if i == 8 {
+			ids = append(ids, fmt.Sprintf("… (%d in all)", len(idx)))
+			break
+		}
+		ids = append(ids, g.problems[k].ID)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// score sets each rollout's verdict and reward: 1 for a verified answer,
+// plus algo.format_reward × the format score.
+func (g *grpoRun) score(batch []*rollout) {
+	pairs := make([]reward.Pair, len(batch))
+	for i, r := range batch {
+		pairs[i] = reward.Pair{Response: r.text, Gold: g.problems[r.problem].Answer}
+	}
+	verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
+	for i, r := range batch {
+		r.correct = verdicts[i].Correct
+		r.reward = 0
+		if r.correct {
+			r.reward = 1
+		}
+		if w := g.cfg.Algo.FormatReward; w > 0 {
+			r.reward += w * reward.Format{}.Score(reward.Sample{Response: r.text})
+		}
+	}
+}
+
+// filterGroups computes advantages group by group (G consecutive rollouts)
+// and returns the groups to train on, numbered from first. With dynamic
+// sampling a group whose rewards are all equal is dropped (it has no
+// gradient), except in the last round, which keeps what it gets.
+func (g *grpoRun) filterGroups(batch []*rollout, first int, lastRound bool) []*rollout {
+	G := g.cfg.Rollout.SamplesPerPrompt
+	var kept []*rollout
+	for start := 0; start < len(batch); start += G {
+		grp := batch[start : start+G]
+		rs := groupRewards(grp)
+		if g.cfg.Algo.DynamicSampling && allEqual(rs) && !lastRound {
+			continue
+		}
+		adv := Advantages([][]float64{rs}, g.cfg.Algo.AdvNoStd, 1e-6)[0]
+		for i, r := range grp {
+			r.adv, r.group = adv[i], first
+		}
+		kept = append(kept, grp...)
+		first++
+	}
+	return kept
+}
+
+func groupRewards(grp []*rollout) []float64 {
+	rs := make([]float64, len(grp))
+	for i, r := range grp {
+		rs[i] = r.reward
+	}
+	return rs
+}
+
+// fillMetrics describes what the policy did — every rollout sampled,
+// before dynamic sampling's filter — and, under *_kept names, the batch
+// the update trained on.
+func (g *grpoRun) fillMetrics(m *StepMetrics, kept, sampled []*rollout) {
+	G := g.cfg.Rollout.SamplesPerPrompt
 	var sum, sq, correct, lenSum, trunc float64
 	maxLen := 0
-	for _, r := range rolls {
+	for _, r := range sampled {
 		sum += r.reward
 		sq += r.reward * r.reward
 		if r.correct {
@@ -217,25 +278,31 @@ func (g *grpoRun) fillMetrics(m *StepMetrics, rolls []*rollout, groups int) {
 		}
 		m.Tokens += len(r.ids)
 	}
-	n := float64(len(rolls))
-	m.RewardMean = sum / n
-	m.RewardStd = math.Sqrt(math.Max(0, sq/n-m.RewardMean*m.RewardMean))
-	m.Accuracy = correct / n
-	m.RespLenMean, m.RespLenMax, m.TruncRatio = lenSum/n, maxLen, trunc/n
+	if n := float64(len(sampled)); n > 0 {
+		m.RewardMean = sum / n
+		m.RewardStd = math.Sqrt(math.Max(0, sq/n-m.RewardMean*m.RewardMean))
+		m.Accuracy = correct / n
+		m.RespLenMean, m.RespLenMax, m.TruncRatio = lenSum/n, maxLen, trunc/n
+	}
 	zero := 0
-	G := g.cfg.Rollout.SamplesPerPrompt
-	for gi := 0; gi < groups; gi++ {
-		allZero := true
-		for _, r := range rolls[gi*G : (gi+1)*G] {
-			if r.adv != 0 {
-				allZero = false
-			}
-		}
-		if allZero {
+	for start := 0; start < len(sampled); start += G {
+		if allEqual(groupRewards(sampled[start : start+G])) {
 			zero++
 		}
 	}
-	m.ZeroVarFrac = float64(zero) / float64(max(groups, 1))
+	m.ZeroVarFrac = float64(zero) / float64(max(len(sampled)/G, 1))
+	m.GroupsKept = len(kept) / G
+	m.GroupsDropped = (len(sampled) - len(kept)) / G
+	var keptSum, keptCorrect float64
+	for _, r := range kept {
+		keptSum += r.reward
+		if r.correct {
+			keptCorrect++
+		}
+	}
+	if n := float64(len(kept)); n > 0 {
+		m.RewardMeanKept, m.AccuracyKept = keptSum/n, keptCorrect/n
+	}
 }
 
 // refLogprobs computes log π_ref of every response token (no grad).

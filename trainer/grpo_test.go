@@ -169,3 +169,91 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 		})
 	}
 }
+
+// scoringRun is a GRPO run with only what scoring and filtering use: the
+// config and the problems (no model).
+func scoringRun(t *testing.T, sets ...string) *grpoRun {
+	t.Helper()
+	cfg := tinyConfig(t, append([]string{"rollout.samples_per_prompt=4"}, sets...)...)
+	return &grpoRun{session: &session{cfg: cfg}, problems: []Problem{
+		{ID: "a", Problem: "1+1?", Answer: "2"}, {ID: "b", Problem: "2+2?", Answer: "4"}, {ID: "c", Problem: "3+3?", Answer: "6"}}}
+}
+
+// group makes G rollouts of problem p with the given responses.
+func group(p int, texts ...string) []*rollout {
+	var out []*rollout
+	for _, x := range texts {
+		out = append(out, &rollout{problem: p, text: x, ids: make([]int64, len(x))})
+	}
+	return out
+}
+
+// TestScoreAndFilter: rewards are the verdict plus format_reward × the
+// format score; dynamic sampling drops zero-variance groups except in the
+// last round; the metrics describe every sampled rollout, and the *_kept
+// ones the trained batch.
+func TestScoreAndFilter(t *testing.T) {
+	batch := func() []*rollout {
+		var b []*rollout
+		b = append(b, group(0, `\boxed{2}`, `\boxed{2}`, `\boxed{2}`, `\boxed{2}`)...) // all right: no variance
+		b = append(b, group(1, `\boxed{4}`, `\boxed{5}`, `4`, `\boxed{3}`)...)         // right, wrong, right unboxed, wrong
+		b = append(b, group(2, `7`, `8`, `9`, `\boxed{1}`)...)                         // all wrong, one boxed
+		return b
+	}
+	t.Run("format reward", func(t *testing.T) {
+		g := scoringRun(t, "algo.format_reward=0.5")
+		b := batch()
+		g.score(b)
+		want := []float64{1.5, 1.5, 1.5, 1.5, 1.5, 0.5, 1, 0.5, 0, 0, 0, 0.5}
+		for i, r := range b {
+			if r.reward != want[i] {
+				t.Fatalf("rollout %d (%q): reward %v, want %v", i, r.text, r.reward, want[i])
+			}
+		}
+	})
+	for _, c := range []struct {
+		name      string
+		sets      []string
+		lastRound bool
+		kept      []int // problems of the kept groups
+	}{
+		{"no dynamic sampling", nil, false, []int{0, 1, 2}},
+		{"dynamic sampling", []string{"algo.dynamic_sampling=true"}, false, []int{1}},
+		{"dynamic sampling, format reward", []string{"algo.dynamic_sampling=true", "algo.format_reward=0.5"}, false, []int{1, 2}},
+		{"dynamic sampling, last round", []string{"algo.dynamic_sampling=true"}, true, []int{0, 1, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := scoringRun(t, c.sets...)
+			b := batch()
+			g.score(b)
+			kept := g.filterGroups(b, 3, c.lastRound)
+			var problems []int
+			for i := 0; i < len(kept); i += 4 {
+				problems = append(problems, kept[i].problem)
+				if kept[i].group != 3+i/4 {
+					t.Fatalf("kept group %d numbered %d", i/4, kept[i].group)
+				}
+			}
+			if fmt.Sprint(problems) != fmt.Sprint(c.kept) {
+				t.Fatalf("kept problems %v, want %v", problems, c.kept)
+			}
+			var met StepMetrics
+			g.fillMetrics(&met, kept, b)
+			// Pre-filter: 6 of 12 right (4 + 2); groups 0 and, without the
+			// format reward, 2 have no variance.
+			if met.Accuracy != 0.5 || met.GroupsKept != len(c.kept) || met.GroupsDropped != 3-len(c.kept) {
+				t.Fatalf("accuracy %v, kept %d, dropped %d", met.Accuracy, met.GroupsKept, met.GroupsDropped)
+			}
+			zeroVar := 2.0 / 3
+			if g.cfg.Algo.FormatReward > 0 {
+				zeroVar = 1.0 / 3
+			}
+			if math.Abs(met.ZeroVarFrac-zeroVar) > 1e-12 {
+				t.Fatalf("zero-variance fraction %v, want %v", met.ZeroVarFrac, zeroVar)
+			}
+			if len(c.kept) == 1 && met.AccuracyKept != 0.5 {
+				t.Fatalf("accuracy of the kept group %v, want 0.5", met.AccuracyKept)
+			}
+		})
+	}
+}

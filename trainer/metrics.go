@@ -16,20 +16,26 @@ type StepMetrics struct {
 	Loss float64 `json:"loss"`
 	LR   float64 `json:"lr"`
 
-	// GRPO
-	RewardMean   float64 `json:"reward_mean,omitempty"`
-	RewardStd    float64 `json:"reward_std,omitempty"`
-	Accuracy     float64 `json:"accuracy"`
-	ZeroVarFrac  float64 `json:"zero_variance_group_frac"`
-	RespLenMean  float64 `json:"response_length_mean,omitempty"`
-	RespLenMax   int     `json:"response_length_max,omitempty"`
-	TruncRatio   float64 `json:"truncation_ratio"`
-	Entropy      float64 `json:"entropy,omitempty"`
-	KL           float64 `json:"kl"`
-	ClipFrac     float64 `json:"clip_frac"`
-	Ratio        float64 `json:"ratio_mean,omitempty"`
-	LogpMismatch float64 `json:"sampler_trainer_logp_max_abs_diff"`
-	Resampled    int     `json:"resampled_groups,omitempty"`
+	// GRPO. Reward, accuracy, lengths and the zero-variance fraction are
+	// over every rollout sampled in the step (what the policy did); with
+	// dynamic sampling the *_kept values are over the groups the update
+	// trained on.
+	RewardMean     float64 `json:"reward_mean,omitempty"`
+	RewardStd      float64 `json:"reward_std,omitempty"`
+	Accuracy       float64 `json:"accuracy"`
+	ZeroVarFrac    float64 `json:"zero_variance_group_frac"`
+	RespLenMean    float64 `json:"response_length_mean,omitempty"`
+	RespLenMax     int     `json:"response_length_max,omitempty"`
+	TruncRatio     float64 `json:"truncation_ratio"`
+	GroupsKept     int     `json:"groups_kept,omitempty"`
+	GroupsDropped  int     `json:"groups_dropped,omitempty"` // zero-variance groups dynamic sampling removed
+	RewardMeanKept float64 `json:"reward_mean_kept,omitempty"`
+	AccuracyKept   float64 `json:"accuracy_kept,omitempty"`
+	Entropy        float64 `json:"entropy,omitempty"`
+	KL             float64 `json:"kl"`
+	ClipFrac       float64 `json:"clip_frac"`
+	Ratio          float64 `json:"ratio_mean,omitempty"`
+	LogpMismatch   float64 `json:"sampler_trainer_logp_max_abs_diff"`
 
 	// SFT
 	EvalLoss float64 `json:"eval_loss,omitempty"`

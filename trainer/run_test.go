@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -336,11 +337,16 @@ func TestBadLossStepsAreSkippedThenAbort(t *testing.T) {
 		}
 		return StepMetrics{}, errBadLoss
 	})
-	if err == nil || !strings.Contains(err.Error(), "step 5: 3 steps in a row with NaN/Inf loss") {
+	if err == nil || !strings.Contains(err.Error(), "step 5, phase : 3 steps in a row with NaN/Inf loss") {
 		t.Fatalf("err = %v", err)
 	}
-	if s.state.Skipped != 4 {
-		t.Fatalf("skipped %d updates, want 4", s.state.Skipped)
+	// The aborting step is not part of the state: the saved state is the one
+	// after step 4 (three skipped updates, two of them in a row).
+	if s.state.Skipped != 3 || s.state.Step != 4 {
+		t.Fatalf("state at step %d with %d skipped updates, want step 4 and 3", s.state.Step, s.state.Skipped)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(4))); err != nil {
+		t.Fatalf("the state before the aborting step was not saved: %v", err)
 	}
 }
 
@@ -417,5 +423,72 @@ func TestCheckpointMissingARequiredFileIsIncomplete(t *testing.T) {
 				t.Fatalf("without %s: %v", f, err)
 			}
 		})
+	}
+}
+
+// TestFailedStepSavesLastGoodState: a step that fails before the optimizer
+// touched the weights leaves the state of the last good step, data cursor
+// included, in a checkpoint and says where; one that fails after an update
+// saves nothing (the weights are partly new).
+func TestFailedStepSavesLastGoodState(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		afterUpdate bool
+	}{{"before the update", false}, {"after the update", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tinyConfig(t, "total_steps=10", "checkpoint.every=0")
+			s, err := openSession(cfg, "", "grpo", RunOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var cursorAfter2 Cursor
+			err = s.loop(context.Background(), func(pt *phaseTimer) (StepMetrics, error) {
+				pt.enter("rollout")
+				s.state.Cursor.Next(100, 4)
+				if s.state.Step < 2 {
+					cursorAfter2 = s.state.Cursor
+					return StepMetrics{}, nil
+				}
+				if c.afterUpdate {
+					pt.enter("update")
+					if err := s.opt.Update(1e-3); err != nil {
+						return StepMetrics{}, err
+					}
+				}
+				return StepMetrics{}, errors.New("boom")
+			})
+			if err == nil || !strings.Contains(err.Error(), "step 3, phase ") || !strings.Contains(err.Error(), "boom") {
+				t.Fatalf("err = %v", err)
+			}
+			ckpt := filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(2))
+			_, statErr := os.Stat(ckpt)
+			if c.afterUpdate {
+				if statErr == nil || strings.Contains(err.Error(), "state after") {
+					t.Fatalf("saved after a partial update: %v", err)
+				}
+				return
+			}
+			if statErr != nil || !strings.Contains(err.Error(), "phase rollout") || !strings.Contains(err.Error(), ckpt) {
+				t.Fatalf("err = %v, checkpoint: %v", err, statErr)
+			}
+			st, err := loadState(ckpt, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Step != 2 || st.Cursor.Pos != cursorAfter2.Pos || st.Cursor.Epoch != cursorAfter2.Epoch {
+				t.Fatalf("saved step %d cursor %+v, want step 2 cursor %+v", st.Step, st.Cursor, cursorAfter2)
+			}
+		})
+	}
+}
+
+// A problem whose prompt and generation budget do not fit the model's
+// context is refused when the data is loaded, with its file and line.
+func TestPromptTooLongForTheContext(t *testing.T) {
+	cfg := tinyConfig(t, "rollout.max_new_tokens=1015")
+	err := RunGRPO(context.Background(), cfg, "", RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "tiny-arith.jsonl:1: problem") || !strings.Contains(err.Error(), "max_position_embeddings 1024") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -33,7 +33,7 @@ type RunOptions struct {
 type session struct {
 	cfg      Config
 	kind     string
-	modelDir string // the initial model (reference, tokenizer source)
+	modelDir string      // the initial model (reference, tokenizer source)
 	tokFiles []namedFile // the tokenizer's files, written into every checkpoint
 	m        *model.Model
 	tk       *tokenizer.Tokenizer
@@ -154,7 +154,11 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			return ErrInterrupted
 		}
 		t := newPhaseTimer()
+		before, updates := s.state, s.opt.Step
 		met, err := s.guardedStep(step, t)
+		if err != nil && !errors.Is(err, errBadLoss) {
+			return s.stepFailed(err, t.phase, before, updates)
+		}
 		if errors.Is(err, errBadLoss) {
 			s.opt.ZeroGrad()
 			s.state.BadSteps++
@@ -162,10 +166,8 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			met.Skipped = true
 			log.Warn().Int("step", s.state.Step+1).Int("in_a_row", s.state.BadSteps).Msg("NaN/Inf loss or gradient: update skipped")
 			if s.state.BadSteps >= cfg.MaxBadSteps {
-				return fmt.Errorf("step %d: %d steps in a row with NaN/Inf loss (max_bad_steps %d)", s.state.Step+1, s.state.BadSteps, cfg.MaxBadSteps)
+				return s.stepFailed(fmt.Errorf("%d steps in a row with NaN/Inf loss (max_bad_steps %d)", s.state.BadSteps, cfg.MaxBadSteps), t.phase, before, updates)
 			}
-		} else if err != nil {
-			return fmt.Errorf("step %d: %w", s.state.Step+1, err)
 		} else if !met.Skipped {
 			s.state.BadSteps = 0
 		}
@@ -192,15 +194,30 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 	return s.save()
 }
 
-// guardedStep runs one step, turning a panic into an error naming the
-// phase it happened in.
+// guardedStep runs one step, turning a panic into an error.
 func (s *session) guardedStep(step func(*phaseTimer) (StepMetrics, error), t *phaseTimer) (met StepMetrics, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("phase %s: %v", t.phase, r)
-		}
-	}()
+	defer recoverStep("panic", &err)
 	return step(t)
+}
+
+// stepFailed handles a step that returned an error in phase. If the
+// optimizer has not updated the weights (the error came in rollout,
+// scoring, reference log-probs or backward), the run's state is still the
+// one after the last good step once the data cursor is put back: it is
+// saved (unless already saved), so nothing finished is lost. After an
+// update has begun the weights are partly new and the state is not saved;
+// the last checkpoint is where to resume.
+func (s *session) stepFailed(err error, phase string, before TrainerState, updates int64) error {
+	err = fmt.Errorf("step %d, phase %s: %w", s.state.Step+1, phase, err)
+	if s.opt.Step != updates {
+		log.Error().Int("step", s.state.Step+1).Msg("the step failed after the optimizer had updated the weights: not saving them; resume from the last checkpoint")
+		return err
+	}
+	s.state = before
+	if serr := s.save(); serr != nil {
+		return fmt.Errorf("%w (and saving the state of step %d failed: %v)", err, s.state.Step, serr)
+	}
+	return fmt.Errorf("%w (the state after step %d is in %s)", err, s.state.Step, filepath.Join(s.cfg.RunDir, checkpointsDir, checkpointName(s.state.Step)))
 }
 
 // save writes a checkpoint of the current step unless one exists.

@@ -34,6 +34,9 @@ func RunSFT(ctx context.Context, cfg Config, resume string, opts RunOptions) err
 		return err
 	}
 	defer s.Close()
+	if mp := s.m.Config.MaxPositionEmbeddings; mp > 0 && int64(cfg.SFT.MaxLen) > mp {
+		return fmt.Errorf("config key sft.max_len: %d exceeds the model's max_position_embeddings %d", cfg.SFT.MaxLen, mp)
+	}
 	r := &sftRun{session: s}
 	if r.train, err = r.loadChats(cfg.Data.Train); err != nil {
 		return err

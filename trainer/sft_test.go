@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -106,5 +107,16 @@ func TestSFTLearns(t *testing.T) {
 	t.Logf("eval loss after 10 steps %.4f, after 60 %.4f", first, last)
 	if !(last < 0.9*first) {
 		t.Fatalf("eval loss %v → %v: not learning", first, last)
+	}
+}
+
+func TestSFTMaxLenBeyondTheContext(t *testing.T) {
+	cfg, err := LoadConfig("../configs/tiny-sft.yaml", []string{"run_dir=" + filepath.Join(t.TempDir(), "run"),
+		"data.train=../configs/data/tiny-arith-sft.jsonl", "sft.max_len=5000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RunSFT(context.Background(), cfg, "", RunOptions{}); err == nil || !strings.Contains(err.Error(), "sft.max_len: 5000 exceeds the model's max_position_embeddings 1024") {
+		t.Fatalf("err = %v", err)
 	}
 }
