@@ -33,7 +33,8 @@ func trainCommand() *cli.Command {
 			"advantages, clipped policy loss (clip_low/clip_high), optional KL to the initial policy, AdamW.\n" +
 			"Writes RUN_DIR/metrics.jsonl, config.resolved.yaml and checkpoints/step-NNNNNN/ (a Hugging Face model\n" +
 			"directory plus optimizer and trainer state). SIGINT/SIGTERM: the step finishes, a checkpoint is saved,\n" +
-			"exit 130; continue with --resume auto. Example: lanpo train --config configs/tiny-grpo.yaml",
+			"exit 130; a second signal exits 130 at once without saving the step in progress. Continue with\n" +
+			"--resume auto. Example: lanpo train --config configs/tiny-grpo.yaml",
 		Flags:  runFlags(),
 		Action: func(c *cli.Context) error { return runTraining(c, trainer.RunGRPO) },
 	}
@@ -69,7 +70,7 @@ func runTraining(c *cli.Context, run runFunc) error {
 			return usageError{fmt.Errorf("run_dir %s already has checkpoints (newest: %s): pass --resume auto to continue it, or choose another run_dir", cfg.RunDir, dir)}
 		}
 	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible(c.Context)
 	defer stop()
 	opts := trainer.RunOptions{}
 	if isTerminal(os.Stderr) {
@@ -81,4 +82,37 @@ func runTraining(c *cli.Context, run runFunc) error {
 		return cli.Exit("", 130)
 	}
 	return err
+}
+
+// interruptible returns a context that the first SIGINT or SIGTERM cancels:
+// the trainer finishes its step, saves a checkpoint and returns. A second
+// signal exits at once with status 130, without saving the step in
+// progress; checkpoints are written to a temporary directory and renamed,
+// so the newest complete one stays intact and --resume auto continues
+// from it.
+func interruptible(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Warn().Str("signal", sig.String()).Msg("finishing the step and saving a checkpoint; a second signal stops at once without saving it")
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			log.Error().Str("signal", sig.String()).Msg("second signal: exiting now; the step in progress is not saved, the newest complete checkpoint is intact")
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets a test run this binary as the lanpo command in a child
+// process (LANPO_TEST_AS_CLI=1), so signals can be sent to a real run.
+func TestMain(m *testing.M) {
+	if os.Getenv("LANPO_TEST_AS_CLI") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const signalSteps = "40"
+
+func trainArgs(run string) []string {
+	return []string{"--log-level", "error", "train", "--config", "../../configs/tiny-grpo.yaml", "--set", "run_dir=" + run,
+		"--set", "data.train=../../configs/data/tiny-arith.jsonl", "--set", "total_steps=" + signalSteps, "--set", "checkpoint.every=0"}
+}
+
+// startTraining starts `lanpo train` as a child process and waits until it
+// has finished at least minSteps steps.
+func startTraining(t *testing.T, run string, minSteps int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], trainArgs(run)...)
+	cmd.Env = append(os.Environ(), "LANPO_TEST_AS_CLI=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for metricLines(run) < minSteps {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no %d steps after 2 minutes: %s", minSteps, stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cmd
+}
+
+func metricLines(run string) int {
+	b, _ := os.ReadFile(filepath.Join(run, "metrics.jsonl"))
+	return bytes.Count(b, []byte("\n"))
+}
+
+func exitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// finalWeights runs --resume auto to the end and returns the last
+// checkpoint's weights.
+func finalWeights(t *testing.T, run, resume string) []byte {
+	t.Helper()
+	args := trainArgs(run)
+	if resume != "" {
+		args = append(args, "--resume", resume)
+	}
+	if out, err := runWithStdin(t, "", args...); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(run, "checkpoints", "step-0000"+signalSteps, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestSIGTERMSavesAndResumes: SIGTERM during a run finishes the step, saves
+// its checkpoint and exits 130; --resume auto then ends bit for bit where an
+// uninterrupted run ends. Two signals in a row exit 130 at once; whatever
+// checkpoint is left is complete, and resuming still ends at the same
+// weights.
+func TestSIGTERMSavesAndResumes(t *testing.T) {
+	straight := finalWeights(t, filepath.Join(t.TempDir(), "straight"), "")
+	t.Run("one signal", func(t *testing.T) {
+		run := filepath.Join(t.TempDir(), "run")
+		cmd := startTraining(t, run, 3)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := exitCode(t, cmd); code != 130 {
+			t.Fatalf("exit code %d, want 130", code)
+		}
+		n := metricLines(run)
+		if n < 3 || n >= 40 {
+			t.Fatalf("%d steps done at the signal", n)
+		}
+		entries, _ := os.ReadDir(filepath.Join(run, "checkpoints"))
+		if len(entries) != 1 || entries[0].Name() != fmt.Sprintf("step-%06d", n) {
+			t.Fatalf("checkpoints %v after %d steps", entries, n)
+		}
+		if !bytes.Equal(finalWeights(t, run, "auto"), straight) {
+			t.Fatal("the resumed run ended with other weights than the straight run")
+		}
+	})
+	t.Run("two signals", func(t *testing.T) {
+		run := filepath.Join(t.TempDir(), "run")
+		cmd := startTraining(t, run, 2)
+		start := time.Now()
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := exitCode(t, cmd); code != 130 {
+			t.Fatalf("exit code %d, want 130", code)
+		}
+		t.Logf("exited %v after the signals", time.Since(start))
+		if !bytes.Equal(finalWeights(t, run, "auto"), straight) {
+			t.Fatal("resuming after two signals ended with other weights than the straight run")
+		}
+	})
+}
