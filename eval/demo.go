@@ -23,6 +23,34 @@ type DemoOptions struct {
 	Fast     bool      // ≤ 2 minutes: fewer steps, for tests
 	Progress io.Writer // terminal for the trainers' progress lines, or nil
 	Log      io.Writer // where the stage lines go
+	Force    bool      // replace RunDir even if it is not an earlier demo run
+}
+
+// demoMarker marks a directory as a demo run, which a later demo may
+// replace.
+const demoMarker = "demo.json"
+
+// claimRunDir empties dir for a new demo. It refuses a directory that has
+// files but no demo marker unless force: a mistyped --run-dir must not
+// delete someone's data.
+func claimRunDir(dir string, seed int64, fast, force bool) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if len(entries) > 0 && !force {
+		if _, err := os.Stat(filepath.Join(dir, demoMarker)); err != nil {
+			return fmt.Errorf("--run-dir %s is not empty and is not an earlier demo run (it has no %s): choose another directory, or pass --force to replace it", dir, demoMarker)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(map[string]any{"seed": seed, "fast": fast, "started": time.Now().UTC().Format(time.RFC3339)})
+	return os.WriteFile(filepath.Join(dir, demoMarker), append(b, '\n'), 0o644)
 }
 
 // demoMaxNew bounds generated tokens: a column-method solution of a
@@ -149,7 +177,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	start := time.Now()
 	p := plan(o.Fast)
 	fmt.Fprintf(o.Log, "demo: estimated time on 2 CPU cores: %s (run directory %s)\n", p.estimate, o.RunDir)
-	if err := os.RemoveAll(o.RunDir); err != nil {
+	if err := claimRunDir(o.RunDir, o.Seed, o.Fast, o.Force); err != nil {
 		return err
 	}
 	d, err := prepare(o.RunDir, o.Seed, p)

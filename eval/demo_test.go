@@ -132,3 +132,32 @@ func TestLineEnds(t *testing.T) {
 		line(img, c[0], c[1], c[2], c[3], palette[0])
 	}
 }
+
+// A --run-dir with files but no demo marker is refused and left as it is;
+// an earlier demo run, an empty directory and --force are replaced.
+func TestDemoRunDirIsClaimedSafely(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	os.MkdirAll(dir, 0o755)
+	precious := filepath.Join(dir, "precious.jsonl")
+	os.WriteFile(precious, []byte("{}\n"), 0o644)
+	err := RunDemo(context.Background(), DemoOptions{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(precious); err != nil {
+		t.Fatalf("the refused directory lost its file: %v", err)
+	}
+	if err := claimRunDir(dir, 1, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(precious); !os.IsNotExist(err) {
+		t.Fatal("--force kept the old files")
+	}
+	os.WriteFile(filepath.Join(dir, "sft.log"), nil, 0o644)
+	if err := claimRunDir(dir, 1, true, false); err != nil { // an earlier demo run
+		t.Fatal(err)
+	}
+	if err := claimRunDir(filepath.Join(t.TempDir(), "new"), 1, true, false); err != nil {
+		t.Fatal(err)
+	}
+}

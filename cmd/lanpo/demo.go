@@ -23,9 +23,10 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "run-dir", Value: "runs/demo"},
 			&cli.Int64Flag{Name: "seed", Value: 1},
 			&cli.BoolFlag{Name: "fast", Usage: "a short variant (for tests and a first look)"},
+			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
 		Action: func(c *cli.Context) error {
-			o := eval.DemoOptions{RunDir: c.String("run-dir"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Log: c.App.Writer}
+			o := eval.DemoOptions{RunDir: c.String("run-dir"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer}
 			if isTerminal(os.Stderr) {
 				o.Progress = os.Stderr
 			}
