@@ -3,7 +3,7 @@
 // back as a Go error; nothing here aborts the process.
 //
 // Like every libtorch call, these functions must run on the one OS thread
-// that does torch work (see STYLE.md): gotch's error slot and the autograd
+// that does torch work (CONTRIBUTING.md, Threads): gotch's error slot and the autograd
 // grad mode are thread-local.
 //
 // The cgo flags that point at libtorch live in zz_cgo_flags.go, which

@@ -39,7 +39,7 @@ type Result struct {
 // Greedy answers every item greedily (temperature 0) and verifies it;
 // prompt renders an item as the chat the model sees.
 func Greedy(m *model.Model, tk *tokenizer.Tokenizer, items []Item, prompt func(Item) []tokenizer.Message, maxNew, batch int) (Result, error) {
-	runtime.LockOSThread() // torch work on one thread (STYLE rule 7)
+	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
 	eos, err := m.EOSTokenIDs()
 	if err != nil {

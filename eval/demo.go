@@ -222,7 +222,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 
 // evaluate loads a checkpoint and measures greedy held-out accuracy.
 func evaluate(dir string, items []Item) (Result, error) {
-	runtime.LockOSThread() // torch work on one thread (STYLE rule 7)
+	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
 	m, err := model.Load(dir, model.LoadOptions{})
 	if err != nil {

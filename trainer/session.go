@@ -47,7 +47,7 @@ type session struct {
 // openSession loads the policy (from the resume checkpoint if any), the
 // tokenizer and the optimizer, and writes the resolved config.
 func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, err error) {
-	runtime.LockOSThread() // all torch work of the run happens on this thread (STYLE rule 7)
+	runtime.LockOSThread() // all torch work of the run happens on this thread (CONTRIBUTING.md, Threads)
 	// Whatever ran on this thread before may have left autograd off.
 	csrc.SetGradEnabled(true)
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {

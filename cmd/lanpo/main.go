@@ -18,7 +18,7 @@ import (
 var version = "dev"
 
 // All libtorch work happens on the main goroutine, locked to the main OS
-// thread: grad mode and gotch's last-error slot are thread-local (STYLE.md).
+// thread: grad mode and gotch's last-error slot are thread-local (CONTRIBUTING.md, Threads).
 func init() { runtime.LockOSThread() }
 
 // exitCoder errors carry their own exit status; anything else exits 1.
