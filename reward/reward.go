@@ -8,6 +8,9 @@ type Sample struct {
 	Problem  string
 	Response string // the decoded model output
 	Gold     string // the dataset's answer
+	// Truncated: the response was cut off by the token limit; without an
+	// explicit answer it is not correct (see VerifyResponse).
+	Truncated bool
 }
 
 // Func scores one sample. Implementations are safe for concurrent use.
@@ -23,7 +26,7 @@ type Correctness struct{ Options Options }
 func (Correctness) Name() string { return "correctness" }
 
 func (c Correctness) Score(s Sample) float64 {
-	if Verify(s.Response, s.Gold, c.Options).Correct {
+	if VerifyResponse(s.Response, s.Gold, s.Truncated, c.Options).Correct {
 		return 1
 	}
 	return 0
@@ -36,7 +39,7 @@ type Format struct{}
 func (Format) Name() string { return "format" }
 
 func (Format) Score(s Sample) float64 {
-	if _, found, ok := lastBoxed(s.Response); found && ok {
+	if _, found, ok := lastBoxed(s.Response, false); found && ok {
 		return 1
 	}
 	return 0

@@ -32,12 +32,28 @@ type Result struct {
 	Extracted string `json:"extracted"` // the answer taken from the response ("" if none)
 }
 
-// Verify extracts the final answer from a model response and compares it
-// with the gold answer (a dataset answer string such as "\frac{1}{2}" or
-// "(3, \frac{\pi}{2})"). It never evaluates text as code, and its work is
-// bounded by opt.
+// Verify is VerifyResponse for a finished response (one that ended on its
+// own, not at the token limit).
 func Verify(response, gold string, opt Options) Result {
-	ans, ok := Extract(response)
+	return VerifyResponse(response, gold, false, opt)
+}
+
+// VerifyResponse extracts the final answer from a model response and
+// compares it with the gold answer (a dataset answer string such as
+// "\frac{1}{2}" or "(3, \frac{\pi}{2})"). truncated says the response was
+// cut off by the token limit. It never evaluates text as code, and its
+// work is bounded by opt.
+//
+// Which text is the answer (ExtractResponse has the details): an explicit
+// answer — a complete \boxed{…} or \fbox{…}, "final answer is …",
+// "Answer: …" — counts whether the response finished or not. A truncated
+// response without one scores 0: whatever number it was in the middle of
+// is no answer, and rewarding it would reward cut-off text for stray
+// numbers. A finished response without one is judged by its final
+// non-empty line (its last display math, "the answer is …", last inline
+// math or last number there).
+func VerifyResponse(response, gold string, truncated bool, opt Options) Result {
+	ans, ok := ExtractResponse(response, truncated)
 	if !ok {
 		return Result{}
 	}
@@ -75,6 +91,9 @@ func unboxGold(g string) string {
 // Pair is one (response, gold) to verify.
 type Pair struct {
 	Response, Gold string
+	// Truncated: the response was cut off by the token limit (see
+	// VerifyResponse).
+	Truncated bool
 }
 
 // VerifyBatch verifies pairs on a pool of workers (GOMAXPROCS when
@@ -91,7 +110,7 @@ func VerifyBatch(pairs []Pair, workers int, opt Options) []Result {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				out[i] = Verify(pairs[i].Response, pairs[i].Gold, opt)
+				out[i] = VerifyResponse(pairs[i].Response, pairs[i].Gold, pairs[i].Truncated, opt)
 			}
 		}()
 	}
