@@ -11,14 +11,15 @@ import (
 
 // answer is a normalized final answer with its structure.
 type answer struct {
-	kind    string // "expr", "eq", "seq" (tuple/interval), "set", "list", "matrix", "choice", "text"
+	kind    string // "expr", "eq", "seq" (tuple/interval), "set", "list", "ineq", "matrix", "choice", "text"
 	expr    *node
 	percent bool // written with %: equals both v and v/100
 	open    byte // seq brackets
 	close   byte
 	items   []*answer
 	rows    [][]*answer
-	text    string
+	text    string     // a text answer; the variable of an "ineq"
+	ivals   []interval // "ineq": the subset of the real line it describes
 }
 
 var (
@@ -40,18 +41,36 @@ func parseAnswer(s string, b *budget) *answer {
 	if m := reMatrix.FindStringSubmatch(s); m != nil {
 		return parseMatrix(m[2], b)
 	}
-	if strings.HasPrefix(s, `\{`) && strings.HasSuffix(s, `\}`) {
-		inner := s[2 : len(s)-2]
-		return &answer{kind: "set", items: parseItems(splitTop(inner, ","), b)}
+	if s == `\emptyset` {
+		return &answer{kind: "set"}
+	}
+	if inner, ok := braceSet(s); ok {
+		if strings.TrimSpace(inner) == "" {
+			return &answer{kind: "set"}
+		}
+		if a, ok := parseSetBuilder(inner, b); ok {
+			return a
+		}
+		return &answer{kind: "set", items: flatten(parseItems(splitTop(inner, ","), b))}
 	}
 	if parts := splitTopCmd(s, `\cup`); len(parts) > 1 {
-		return &answer{kind: "set", items: parseItems(parts, b)}
+		return union(parseItems(parts, b))
 	}
 	if seq := parseSeq(s, b); seq != nil {
 		return seq
 	}
+	if parts, and := splitConjunction(s); len(parts) > 1 {
+		items := parseItems(parts, b)
+		if a, ok := joinRelations(items, and, b); ok {
+			return a
+		}
+		return &answer{kind: "list", items: flatten(items)}
+	}
 	if parts := splitTop(s, ","); len(parts) > 1 {
-		return &answer{kind: "list", items: parseItems(parts, b)}
+		return &answer{kind: "list", items: flatten(parseItems(parts, b))}
+	}
+	if a, ok := parseInequality(s, b); ok {
+		return a
 	}
 	if parts := splitTop(s, "="); len(parts) == 2 {
 		return &answer{kind: "eq", items: parseItems(parts, b)}
@@ -176,10 +195,15 @@ func equivalent(gold, pred *answer, b *budget) bool {
 		return false
 	}
 	switch {
+	case gold.kind == "ineq" || pred.kind == "ineq":
+		return sameRealSet(gold, pred, b)
+	// x = 5 states 5, and so does 16 \times (-8) = -128 state -128: the
+	// right side of an equation whose left side is a variable or a
+	// number. (2+3 = 6 states 6, as math-verify reads it too.)
 	case gold.kind == "eq" && pred.kind != "eq":
-		return isVar(gold.items[0]) && equivalent(gold.items[1], pred, b)
+		return statesValue(gold, b) && equivalent(gold.items[1], pred, b)
 	case pred.kind == "eq" && gold.kind != "eq":
-		return isVar(pred.items[0]) && equivalent(gold, pred.items[1], b)
+		return statesValue(pred, b) && equivalent(gold, pred.items[1], b)
 	case gold.kind == "choice" || pred.kind == "choice":
 		return gold.kind == pred.kind && gold.text == pred.text
 	}
@@ -265,7 +289,7 @@ func realValue(a *answer, b *budget) (float64, bool) {
 		return 0, false
 	}
 	v, err := numeric(a.expr, nil, b)
-	if err != nil || imag(v) != 0 {
+	if err != nil || imag(v) != 0 || math.IsNaN(real(v)) {
 		return 0, false
 	}
 	return real(v), true
@@ -273,6 +297,27 @@ func realValue(a *answer, b *budget) (float64, bool) {
 
 func isVar(a *answer) bool {
 	return a.kind == "expr" && a.expr.op == "var"
+}
+
+// isConstant reports whether a is an expression without variables that
+// evaluates (16 \times (-8), 2\pi, \sqrt{2}).
+func isConstant(a *answer, b *budget) bool {
+	if a.kind != "expr" {
+		return false
+	}
+	set := map[string]bool{}
+	vars(a.expr, set)
+	if len(set) > 0 {
+		return false
+	}
+	_, err := numeric(a.expr, nil, b)
+	return err == nil
+}
+
+// statesValue reports whether an equation states the value on its right:
+// its left side is a variable or a constant expression.
+func statesValue(eq *answer, b *budget) bool {
+	return isVar(eq.items[0]) || isConstant(eq.items[0], b)
 }
 
 // sameMultiset matches every item of one list with a distinct equivalent

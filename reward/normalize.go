@@ -36,7 +36,7 @@ func normalize(s string) string {
 	}
 	s = strings.NewReplacer(`\dfrac`, `\frac`, `\tfrac`, `\frac`, `\dbinom`, `\binom`, `\tbinom`, `\binom`,
 		`\$`, "", `\le `, `\leq `, `\ge `, `\geq `, `\neq`, `\ne`, `\lbrace`, `\{`, `\rbrace`, `\}`,
-		`\lvert`, "|", `\rvert`, "|", `\vert`, "|", `\cdotp`, `\cdot`).Replace(s)
+		`\lvert`, "|", `\rvert`, "|", `\vert`, "|", `\cdotp`, `\cdot`, `\varnothing`, `\emptyset`, "∅", `\emptyset`).Replace(s)
 	s = strings.TrimSpace(s)
 	if m := reWholeText.FindStringSubmatch(s); m != nil && reWords.MatchString(strings.TrimSpace(m[1])) && reTwoLetters.MatchString(m[1]) {
 		return `\text{` + normText(m[1]) + "}" // a word answer: "Monday", "no solution"

@@ -103,6 +103,10 @@ func TestAdversarialInputsAreFast(t *testing.T) {
 		{"1", strings.Repeat(`\sin(`, 2000) + "1" + strings.Repeat(")", 2000)},
 		{`\{` + strings.Repeat("1,", 3000) + `1\}`, `\{` + strings.Repeat("2,", 3000) + `2\}`},
 		{"1", `\boxed{` + strings.Repeat("{", 100000)},
+		{"1", "x < 0" + strings.Repeat(" or x = 1", 6000)},
+		{"1", "x < 0" + manyPoints(6000)},
+		{"1", strings.Repeat(`x \ne 1 and `, 4000) + "x > 0"},
+		{`(0,1)`, strings.Repeat("(0 < x < 1 or ", 2000) + "x = 2" + strings.Repeat(")", 2000)},
 	}
 	for i, c := range cases {
 		start := time.Now()
@@ -114,6 +118,15 @@ func TestAdversarialInputsAreFast(t *testing.T) {
 			t.Errorf("case %d: judged correct", i)
 		}
 	}
+}
+
+// manyPoints is " or x = 1 or x = 2 …": a union that does not merge.
+func manyPoints(n int) string {
+	var sb strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&sb, " or x = %d", i)
+	}
+	return sb.String()
 }
 
 func TestVerifyBatchKeepsOrder(t *testing.T) {
@@ -147,7 +160,7 @@ func TestRewards(t *testing.T) {
 // parser and the evaluator, called without Equivalent's recover (run: go
 // test -fuzz FuzzEquivalent ./reward).
 func FuzzEquivalent(f *testing.F) {
-	for _, s := range []string{`\frac{1}{2}`, `\sqrt[3]{x^2}`, `(1,2]`, `\{1,2\}`, `x=\pm 3`, `\binom{5}{2}!`, `\begin{pmatrix}1&2\\3&4\end{pmatrix}`, `2^{2^{x}}`, `\log_2(8)`, `0.\overline{3}`, `\lfloor x \rfloor`, `1e5`, `50\%`} {
+	for _, s := range []string{`\frac{1}{2}`, `\sqrt[3]{x^2}`, `(1,2]`, `\{1,2\}`, `x=\pm 3`, `\binom{5}{2}!`, `\begin{pmatrix}1&2\\3&4\end{pmatrix}`, `2^{2^{x}}`, `\log_2(8)`, `0.\overline{3}`, `\lfloor x \rfloor`, `1e5`, `50\%`, `x<0 \text{ or } x \ge 1`, `\{x \mid -1 \le x < 3\}`, `x \ne 2 and x > 0`, `\{\pm 3\} \cup \emptyset`, `16 \times (-8) = -128`} {
 		f.Add(s, `\frac{1}{2}`)
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
@@ -157,6 +170,7 @@ func FuzzEquivalent(f *testing.F) {
 		if ans, ok := Extract(a); ok {
 			normalize(ans)
 		}
+		ExtractResponse(b, true)
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("%q vs %q took %v", a, b, d)
 		}
