@@ -19,10 +19,15 @@ func verifyCommand() *cli.Command {
 		ArgsUsage: "< pairs.jsonl > verdicts.jsonl",
 		Description: "Reads one {\"pred\": .., \"gold\": ..} per line and writes {\"correct\": bool, \"extracted\": ..} for each, in\n" +
 			"order. pred may be a whole model response: the answer is taken from its last \\boxed{..} (or \\fbox,\n" +
-			"\"final answer is ..\", \"Answer: ..\", display math, else the last number). gold is a dataset answer\n" +
-			"such as \"\\frac{1}{2}\" or \"(3, \\frac{\\pi}{2})\". Equivalence is mathematical (fractions, decimals,\n" +
-			"roots, symbolic expressions, tuples, intervals, sets, matrices, percentages, units) and never\n" +
-			"evaluates text as code; every check is bounded by --timeout.",
+			"\"final answer is ..\", \"Answer: ..\"), else from its final non-empty line (display math, \"the answer\n" +
+			"is ..\", inline math, the last number). gold is a dataset answer such as \"\\frac{1}{2}\" or\n" +
+			"\"(3, \\frac{\\pi}{2})\". Equivalence is mathematical (fractions, decimals, roots, symbolic expressions,\n" +
+			"tuples, intervals and inequalities, sets, matrices, percentages, units) and never evaluates text as\n" +
+			"code; every check is bounded by --timeout.\n\n" +
+			"A line may also say that pred was cut off by the token limit: \"finish_reason\": \"length\" (as\n" +
+			"inference servers report it; any other value is a finished response) or \"truncated\": true. A\n" +
+			"truncated pred is correct only with an explicit, complete answer (\\boxed{..}, \"final answer is ..\",\n" +
+			"\"Answer: ..\"); its last number is never taken as one.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "workers", Usage: "parallel checks (default: all cores)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Second, Usage: "longest one check may take (then: not correct)"},
@@ -54,8 +59,10 @@ func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) erro
 	}
 	for n := 1; in.Scan(); n++ {
 		var rec struct {
-			Pred *string `json:"pred"`
-			Gold *string `json:"gold"`
+			Pred         *string `json:"pred"`
+			Gold         *string `json:"gold"`
+			FinishReason string  `json:"finish_reason"`
+			Truncated    bool    `json:"truncated"`
 		}
 		if err := json.Unmarshal(in.Bytes(), &rec); err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
@@ -63,7 +70,8 @@ func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) erro
 		if rec.Pred == nil || rec.Gold == nil {
 			return fmt.Errorf("stdin line %d: want {\"pred\": string, \"gold\": string}", n)
 		}
-		pairs = append(pairs, reward.Pair{Response: *rec.Pred, Gold: *rec.Gold})
+		pairs = append(pairs, reward.Pair{Response: *rec.Pred, Gold: *rec.Gold,
+			Truncated: rec.Truncated || rec.FinishReason == "length"})
 		if len(pairs) == verifyBlock {
 			if err := flush(); err != nil {
 				return err

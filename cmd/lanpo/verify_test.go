@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,43 @@ func TestVerifyCLI(t *testing.T) {
 		if _, err := runWithStdin(t, c.in, "verify"); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: err = %v, want %q", c.in, err, c.want)
 		}
+	}
+}
+
+// A response cut off by the token limit is correct only with an explicit
+// answer; the input says so by finish_reason "length" or truncated true.
+func TestVerifyCLITruncated(t *testing.T) {
+	cut := `We list the cases: 1, 2, 3, 4, 5, 6`
+	in := fmt.Sprintf(`{"pred": %[1]q, "gold": "6"}
+{"pred": %[1]q, "gold": "6", "finish_reason": "length"}
+{"pred": %[1]q, "gold": "6", "finish_reason": "stop"}
+{"pred": %[1]q, "gold": "6", "truncated": true}
+{"pred": %[1]q, "gold": "6", "truncated": false}
+{"pred": "so \\boxed{6}, and to check: 1, 2", "gold": "6", "finish_reason": "length"}
+`, cut)
+	out, err := runWithStdin(t, in, "--log-level", "error", "verify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"correct":true,"extracted":"6"}
+{"correct":false,"extracted":""}
+{"correct":true,"extracted":"6"}
+{"correct":false,"extracted":""}
+{"correct":true,"extracted":"6"}
+{"correct":true,"extracted":"6"}
+`
+	if out != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	if _, err := runWithStdin(t, `{"pred": "1", "gold": "1", "truncated": "yes"}`+"\n", "verify"); err == nil || !strings.Contains(err.Error(), "stdin line 1") {
+		t.Errorf("truncated as a string: err = %v", err)
+	}
+	help, err := runWithStdin(t, "", "verify", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(help, `"finish_reason": "length"`) || !strings.Contains(help, `"truncated": true`) {
+		t.Errorf("--help does not describe the truncation fields:\n%s", help)
 	}
 }
 
