@@ -94,9 +94,9 @@ func splitRelations(s string) (parts []string, rels []relation) {
 }
 
 // parseInequality reads "x > a", "a \le x", "a < x \le b" or "x \ne a"
-// (one variable, real constant bounds) as an "ineq" answer. ok is false
-// for anything else with an inequality sign in it (2x > 4, x < y, a < x >
-// b), which is then compared as text.
+// (one variable, real constant bounds) as an "ineq" answer. Anything else
+// with an inequality sign in it (2x > 4, x < y, a < x > b) is a text
+// answer. hasRelation is false when s has no inequality sign.
 func parseInequality(s string, b *budget) (a *answer, hasRelation bool) {
 	parts, rels := splitRelations(s)
 	if rels == nil {
