@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/trainer"
@@ -126,13 +127,13 @@ func prepare(runDir string, seed int64, p demoPlan) (demoRun, error) {
 	// SFT's own problems, RL rewarded what SFT had memorized: training
 	// accuracy rose while held-out accuracy fell, on two seeds.)
 	rlProblems := Fresh(seed+1000, p.rlLevels, 3000, append(append([]Item(nil), train...), heldOut...))
-	if err := writeJSONL(filepath.Join(dataDir, "sft.jsonl"), sftChats); err != nil {
+	if err := jsonl.WriteFile(filepath.Join(dataDir, "sft.jsonl"), sftChats); err != nil {
 		return demoRun{}, err
 	}
-	if err := writeJSONL(filepath.Join(dataDir, "rl.jsonl"), rlProblems); err != nil {
+	if err := jsonl.WriteFile(filepath.Join(dataDir, "rl.jsonl"), rlProblems); err != nil {
 		return demoRun{}, err
 	}
-	if err := writeJSONL(filepath.Join(dataDir, "heldout.jsonl"), heldOut); err != nil {
+	if err := jsonl.WriteFile(filepath.Join(dataDir, "heldout.jsonl"), heldOut); err != nil {
 		return demoRun{}, err
 	}
 
@@ -237,20 +238,4 @@ func evaluate(dir string, items []Item) (Result, error) {
 		return Result{}, err
 	}
 	return Greedy(m, tk, items, demoPrompt, demoMaxNew, 128)
-}
-
-func writeJSONL[T any](path string, rows []T) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
-	enc.SetEscapeHTML(false)
-	for _, r := range rows {
-		if err := enc.Encode(r); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
 }

@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -12,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 )
 
 // A run's report: RUN_DIR/report.html with its charts as PNGs beside it.
@@ -146,24 +147,7 @@ func readEval(path string) (Result, error) {
 	return r, nil
 }
 
-func readMetrics(path string) ([]map[string]any, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var rows []map[string]any
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for n := 1; sc.Scan(); n++ {
-		var r map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		rows = append(rows, r)
-	}
-	return rows, sc.Err()
-}
+func readMetrics(path string) ([]map[string]any, error) { return jsonl.Read[map[string]any](path) }
 
 // writeChart draws line series into a 480×260 PNG with a light grid; the
 // y range spans the data, labelled in the caption rather than with fonts.

@@ -1,13 +1,13 @@
 package trainer
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand"
-	"os"
 
 	"github.com/rs/zerolog/log"
+
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 )
 
 // Problem is one line of a math dataset: {"id","problem","answer"} (other
@@ -24,7 +24,7 @@ type Problem struct {
 func LoadProblems(path string, skipBad bool) ([]Problem, error) {
 	var out []Problem
 	skipped := 0
-	err := eachLine(path, func(n int, line []byte) error {
+	err := jsonl.File(path, func(n int, line []byte) error {
 		var p Problem
 		err := json.Unmarshal(line, &p)
 		if err == nil && (p.Problem == "" || p.Answer == "") {
@@ -55,29 +55,6 @@ func LoadProblems(path string, skipBad bool) ([]Problem, error) {
 		log.Warn().Str("file", path).Int("skipped", skipped).Int("kept", len(out)).Msg("malformed lines skipped")
 	}
 	return out, nil
-}
-
-// eachLine calls fn with every non-empty line of a file and its number.
-func eachLine(path string, fn func(n int, line []byte) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<30)
-	for n := 1; sc.Scan(); n++ {
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		if err := fn(n, sc.Bytes()); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 // Cursor walks a dataset in epochs, each a permutation drawn from (seed,

@@ -10,6 +10,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -53,7 +54,7 @@ func RunSFT(ctx context.Context, cfg Config, resume string, opts RunOptions) err
 func (r *sftRun) loadChats(path string) ([]example, error) {
 	var out []example
 	skipped := 0
-	err := eachLine(path, func(n int, line []byte) error {
+	err := jsonl.File(path, func(n int, line []byte) error {
 		var rec struct {
 			Messages []tokenizer.Message `json:"messages"`
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
 
@@ -159,27 +159,21 @@ func idsSHA256(ids [][]int) string {
 // readTextFields returns the named string fields of every line of a JSONL
 // file, in order, each as one text.
 func readTextFields(path string, fields []string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<30)
 	var texts []string
-	for n := 1; sc.Scan(); n++ {
+	err := jsonl.File(path, func(n int, line []byte) error {
 		var rec map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
 		for _, k := range fields {
 			if s, ok := rec[k].(string); ok {
 				texts = append(texts, s)
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(texts) == 0 {
 		return nil, fmt.Errorf("%s: no string field among %v", path, fields)

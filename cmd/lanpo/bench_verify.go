@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/reward"
 )
 
@@ -35,25 +35,19 @@ func benchVerifyCommand() *cli.Command {
 
 func runBenchVerify(c *cli.Context) error {
 	path := c.String("data")
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	var pairs []reward.Pair
 	var raw [][2]string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<30)
-	for n := 1; sc.Scan(); n++ {
+	err := jsonl.File(path, func(n int, line []byte) error {
 		var rec struct{ Pred, Gold *string }
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Pred == nil || rec.Gold == nil {
+		if err := json.Unmarshal(line, &rec); err != nil || rec.Pred == nil || rec.Gold == nil {
 			return fmt.Errorf("%s:%d: want {\"pred\": string, \"gold\": string}", path, n)
 		}
 		pairs = append(pairs, reward.Pair{Response: *rec.Pred, Gold: *rec.Gold})
 		raw = append(raw, [2]string{*rec.Pred, *rec.Gold})
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if len(pairs) == 0 {
 		return fmt.Errorf("%s: no pairs", path)

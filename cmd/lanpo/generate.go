@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -126,12 +127,9 @@ type generator struct {
 }
 
 func (g *generator) run(r io.Reader, w io.Writer) error {
-	in := bufio.NewScanner(r)
-	in.Buffer(make([]byte, 1<<20), 1<<30)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
+	enc := jsonl.Encoder(out)
 	opt := model.GenerateOptions{}
 	if g.tk != nil {
 		opt.Detokenize = func() func(int64) string {
@@ -169,8 +167,8 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 		reqs, lines = reqs[:0], lines[:0]
 		return out.Flush()
 	}
-	for n := 1; in.Scan(); n++ {
-		ids, err := g.promptIDs(in.Bytes())
+	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
+		ids, err := g.promptIDs(line)
 		if err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
 		}
@@ -181,9 +179,10 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 				return err
 			}
 		}
-	}
-	if err := in.Err(); err != nil {
-		return fmt.Errorf("stdin: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return flush()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
 )
 
@@ -38,8 +39,6 @@ func scoreCommand() *cli.Command {
 
 // scoreLines streams JSONL through the model in batches, keeping order.
 func scoreLines(r io.Reader, w io.Writer, m *model.Model, batch int) error {
-	in := bufio.NewScanner(r)
-	in.Buffer(make([]byte, 1<<20), 1<<30)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
 	var seqs [][]int64
@@ -63,11 +62,11 @@ func scoreLines(r io.Reader, w io.Writer, m *model.Model, batch int) error {
 		seqs, lines = seqs[:0], lines[:0]
 		return out.Flush()
 	}
-	for n := 1; in.Scan(); n++ {
+	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
 		var rec struct {
 			IDs *[]int64 `json:"ids"`
 		}
-		if err := json.Unmarshal(in.Bytes(), &rec); err != nil {
+		if err := json.Unmarshal(line, &rec); err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
 		}
 		if rec.IDs == nil {
@@ -83,9 +82,10 @@ func scoreLines(r io.Reader, w io.Writer, m *model.Model, batch int) error {
 				return err
 			}
 		}
-	}
-	if err := in.Err(); err != nil {
-		return fmt.Errorf("stdin: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return flush()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
 
@@ -108,12 +109,9 @@ const tokenizeBlock = 4096
 
 // tokenizeLines streams JSONL through the tokenizer, keeping line order.
 func tokenizeLines(r io.Reader, w io.Writer, tk *tokenizer.Tokenizer, mode tokenizeMode) error {
-	in := bufio.NewScanner(r)
-	in.Buffer(make([]byte, 1<<20), 1<<30)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
 	var texts []string
-	first := 1 // line number of texts[0]
 	flush := func() error {
 		ids, err := tk.EncodeBatch(texts, mode.addSpecial && !mode.chat, mode.workers)
 		if err != nil {
@@ -124,12 +122,11 @@ func tokenizeLines(r io.Reader, w io.Writer, tk *tokenizer.Tokenizer, mode token
 				return err
 			}
 		}
-		first += len(texts)
 		texts = texts[:0]
 		return out.Flush()
 	}
-	for n := 1; in.Scan(); n++ {
-		text, err := lineText(in.Bytes(), tk, mode)
+	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
+		text, err := lineText(line, tk, mode)
 		if err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
 		}
@@ -139,9 +136,10 @@ func tokenizeLines(r io.Reader, w io.Writer, tk *tokenizer.Tokenizer, mode token
 				return err
 			}
 		}
-	}
-	if err := in.Err(); err != nil {
-		return fmt.Errorf("stdin line %d: %w", first+len(texts), err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return flush()
 }

@@ -1,0 +1,90 @@
+// Package jsonl reads and writes JSON Lines, the format of every dataset,
+// metrics file and CLI stream in lanpo. Reading goes line by line with the
+// line number at hand, so errors can name name:line.
+package jsonl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+)
+
+// maxLine bounds one line (a long chat or a whole model response fits).
+const maxLine = 1 << 30
+
+// Lines calls fn with every non-blank line of r and its 1-based number.
+// name (a path, or "stdin") prefixes read errors; fn's errors are returned
+// as they are, so fn names the line itself when it reports one.
+func Lines(r io.Reader, name string, fn func(n int, line []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		if err := fn(n, sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// File is Lines over the file at path.
+func File(path string, fn func(n int, line []byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return Lines(f, path, fn)
+}
+
+// Read decodes every line of the file at path as a T; a line that does not
+// decode is an error naming path:line.
+func Read[T any](path string) ([]T, error) {
+	var out []T
+	err := File(path, func(n int, line []byte) error {
+		var v T
+		if err := json.Unmarshal(line, &v); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+// Encoder returns a JSON encoder that writes one value per line and leaves
+// <, > and & as they are (model text is full of them).
+func Encoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+// WriteFile writes rows to path, one JSON value per line.
+func WriteFile[T any](path string, rows []T) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := Encoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
