@@ -155,7 +155,6 @@ func prepare(runDir string, seed int64, p demoPlan) (demoRun, error) {
 	// Stage 2: GRPO from the SFT checkpoint.
 	rl := base
 	rl.Model = stepDir(sft.RunDir, sft.TotalSteps)
-	rl.ChatFormat = "qwen2.5"
 	rl.RunDir = filepath.Join(runDir, "rl")
 	rl.TotalSteps = p.rlSteps
 	rl.Data.Train = filepath.Join(dataDir, "rl.jsonl")
@@ -232,9 +231,6 @@ func evaluate(dir string, items []Item) (Result, error) {
 	defer m.Close()
 	tk, err := tokenizer.Load(dir)
 	if err != nil {
-		return Result{}, err
-	}
-	if err := tk.SetChatFormat("qwen2.5"); err != nil {
 		return Result{}, err
 	}
 	return Greedy(m, tk, items, demoPrompt, demoMaxNew, 128)

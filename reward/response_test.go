@@ -97,11 +97,11 @@ func TestTruncatedThroughBatchAndReward(t *testing.T) {
 			t.Errorf("pair %d: correct = %v, want %v", i, r.Correct, want[i])
 		}
 	}
-	if got := (Correctness{}).Score(Sample{Response: cutEnumeration, Gold: "6", Truncated: true}); got != 0 {
-		t.Errorf("truncated sample scored %v", got)
+	if VerifyResponse(cutEnumeration, "6", true, Options{}).Correct {
+		t.Errorf("the truncated response was accepted")
 	}
-	if got := (Correctness{}).Score(Sample{Response: cutEnumeration, Gold: "6"}); got != 1 {
-		t.Errorf("finished sample scored %v", got)
+	if !VerifyResponse(cutEnumeration, "6", false, Options{}).Correct {
+		t.Errorf("the finished response was rejected")
 	}
 }
 

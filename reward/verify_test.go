@@ -142,17 +142,17 @@ func TestVerifyBatchKeepsOrder(t *testing.T) {
 	}
 }
 
-func TestRewards(t *testing.T) {
-	s := Sample{Response: `so \boxed{4}`, Gold: "4"}
-	w := Weighted{Funcs: []Func{Correctness{}, Format{}}, Weights: []float64{1, 0.1}}
-	if got := w.Score(s); got != 1.1 {
-		t.Fatalf("weighted = %v", got)
+func TestHasBoxedAnswer(t *testing.T) {
+	for _, c := range []struct {
+		response string
+		want     bool
+	}{{`so \boxed{4}`, true}, {`\fbox{x+1}.`, true}, {`\boxed{4`, false}, {`the answer is 4`, false}, {`\boxed 12`, true}} {
+		if got := HasBoxedAnswer(c.response, false); got != c.want {
+			t.Errorf("%q: %v, want %v", c.response, got, c.want)
+		}
 	}
-	if got := (Correctness{}).Score(Sample{Response: "5", Gold: "4"}); got != 0 {
-		t.Fatalf("wrong answer scored %v", got)
-	}
-	if got := (Format{}).Score(Sample{Response: `\boxed{4`}); got != 0 {
-		t.Fatalf("unclosed box scored %v", got)
+	if HasBoxedAnswer(`\boxed 12`, true) { // cut off: 12 may have gone on
+		t.Error("a braceless box at the cut counted")
 	}
 }
 

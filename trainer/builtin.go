@@ -53,7 +53,7 @@ func WriteBuiltin(name, dir string, seed int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := tokenizer.WriteByteLevel(dir, tinyMerges, tinySpecial, "<|im_end|>", "<|endoftext|>"); err != nil {
+	if err := tokenizer.WriteByteLevel(dir, tinyMerges, tinySpecial, "<|im_end|>", "<|endoftext|>", "qwen2.5"); err != nil {
 		return err
 	}
 	tk, err := tokenizer.Load(dir)

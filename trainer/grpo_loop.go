@@ -207,12 +207,13 @@ func (g *grpoRun) problemIDs(idx []int) string {
 	return strings.Join(ids, ", ")
 }
 
-// score sets each rollout's verdict and reward: 1 for a verified answer,
-// plus algo.format_reward × the format score.
+// score sets each rollout's verdict and reward: 1 for a verified answer
+// (a truncated response needs an explicit one), plus algo.format_reward
+// when the answer is in a complete \boxed{}.
 func (g *grpoRun) score(batch []*rollout) {
 	pairs := make([]reward.Pair, len(batch))
 	for i, r := range batch {
-		pairs[i] = reward.Pair{Response: r.text, Gold: g.problems[r.problem].Answer}
+		pairs[i] = reward.Pair{Response: r.text, Gold: g.problems[r.problem].Answer, Truncated: r.truncated}
 	}
 	verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
 	for i, r := range batch {
@@ -221,8 +222,8 @@ func (g *grpoRun) score(batch []*rollout) {
 		if r.correct {
 			r.reward = 1
 		}
-		if w := g.cfg.Algo.FormatReward; w > 0 {
-			r.reward += w * reward.Format{}.Score(reward.Sample{Response: r.text})
+		if w := g.cfg.Algo.FormatReward; w > 0 && reward.HasBoxedAnswer(r.text, r.truncated) {
+			r.reward += w
 		}
 	}
 }

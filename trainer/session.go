@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -87,11 +86,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if s.tokFiles, err = readTokenizerFiles(tokDir); err != nil {
 		return nil, err
 	}
-	format := cfg.ChatFormat
-	if format == "" && strings.HasPrefix(cfg.Model, builtinPrefix) {
-		format = "qwen2.5" // the built-in tokenizer has no template of its own
-	}
-	if format != "" {
+	if format := cfg.ChatFormat; format != "" {
 		if err := s.tk.SetChatFormat(format); err != nil {
 			return nil, fmt.Errorf("config key chat_format: %w", err)
 		}

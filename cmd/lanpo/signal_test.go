@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,13 +20,50 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if warm.dir != "" {
+		os.RemoveAll(warm.dir)
+	}
+	os.Exit(code)
+}
+
+// warm is the built-in tiny model after 60 SFT steps (`lanpo sft`), made
+// once for the package's tests: from random weights GRPO earns no reward
+// and its updates are zero, so a resume test would compare weights that
+// never move.
+var warm struct {
+	once sync.Once
+	dir  string
+	ckpt string
+	err  error
+}
+
+func warmTiny(t *testing.T) string {
+	t.Helper()
+	warm.once.Do(func() {
+		if warm.dir, warm.err = os.MkdirTemp("", "lanpo-warm-tiny-"); warm.err != nil {
+			return
+		}
+		run := filepath.Join(warm.dir, "sft")
+		var out string
+		out, warm.err = runWithStdin(t, "", "--log-level", "error", "sft", "--config", "../../configs/tiny-sft.yaml", "--set", "run_dir="+run,
+			"--set", "data.train=../../configs/data/tiny-arith-sft.jsonl", "--set", "data.eval=", "--set", "total_steps=60",
+			"--set", "checkpoint.every=0", "--set", "checkpoint.keep=1")
+		if warm.err != nil {
+			warm.err = fmt.Errorf("%w: %s", warm.err, out)
+		}
+		warm.ckpt = filepath.Join(run, "checkpoints", "step-000060")
+	})
+	if warm.err != nil {
+		t.Fatalf("warming the tiny model: %v", warm.err)
+	}
+	return warm.ckpt
 }
 
 const signalSteps = "40"
 
-func trainArgs(run string) []string {
-	return []string{"--log-level", "error", "train", "--config", "../../configs/tiny-grpo.yaml", "--set", "run_dir=" + run,
+func trainArgs(t *testing.T, run string) []string {
+	return []string{"--log-level", "error", "train", "--config", "../../configs/tiny-grpo.yaml", "--set", "run_dir=" + run, "--set", "model=" + warmTiny(t),
 		"--set", "data.train=../../configs/data/tiny-arith.jsonl", "--set", "total_steps=" + signalSteps, "--set", "checkpoint.every=0"}
 }
 
@@ -33,7 +71,7 @@ func trainArgs(run string) []string {
 // has finished at least minSteps steps.
 func startTraining(t *testing.T, run string, minSteps int) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], trainArgs(run)...)
+	cmd := exec.Command(os.Args[0], trainArgs(t, run)...)
 	cmd.Env = append(os.Environ(), "LANPO_TEST_AS_CLI=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -73,7 +111,7 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 // checkpoint's weights.
 func finalWeights(t *testing.T, run, resume string) []byte {
 	t.Helper()
-	args := trainArgs(run)
+	args := trainArgs(t, run)
 	if resume != "" {
 		args = append(args, "--resume", resume)
 	}
@@ -94,6 +132,9 @@ func finalWeights(t *testing.T, run, resume string) []byte {
 // weights.
 func TestSIGTERMSavesAndResumes(t *testing.T) {
 	straight := finalWeights(t, filepath.Join(t.TempDir(), "straight"), "")
+	if init, _ := os.ReadFile(filepath.Join(warmTiny(t), "model.safetensors")); bytes.Equal(init, straight) {
+		t.Fatal("training left the weights unchanged: the test compares nothing")
+	}
 	t.Run("one signal", func(t *testing.T) {
 		run := filepath.Join(t.TempDir(), "run")
 		cmd := startTraining(t, run, 3)

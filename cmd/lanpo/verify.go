@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/reward"
 )
 
@@ -41,12 +42,9 @@ func verifyCommand() *cli.Command {
 const verifyBlock = 4096
 
 func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) error {
-	in := bufio.NewScanner(r)
-	in.Buffer(make([]byte, 1<<20), 1<<30)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
+	enc := jsonl.Encoder(out)
 	var pairs []reward.Pair
 	flush := func() error {
 		for _, res := range reward.VerifyBatch(pairs, workers, opt) {
@@ -57,14 +55,14 @@ func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) erro
 		pairs = pairs[:0]
 		return out.Flush()
 	}
-	for n := 1; in.Scan(); n++ {
+	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
 		var rec struct {
 			Pred         *string `json:"pred"`
 			Gold         *string `json:"gold"`
 			FinishReason string  `json:"finish_reason"`
 			Truncated    bool    `json:"truncated"`
 		}
-		if err := json.Unmarshal(in.Bytes(), &rec); err != nil {
+		if err := json.Unmarshal(line, &rec); err != nil {
 			return fmt.Errorf("stdin line %d: %w", n, err)
 		}
 		if rec.Pred == nil || rec.Gold == nil {
@@ -73,13 +71,12 @@ func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) erro
 		pairs = append(pairs, reward.Pair{Response: *rec.Pred, Gold: *rec.Gold,
 			Truncated: rec.Truncated || rec.FinishReason == "length"})
 		if len(pairs) == verifyBlock {
-			if err := flush(); err != nil {
-				return err
-			}
+			return flush()
 		}
-	}
-	if err := in.Err(); err != nil {
-		return fmt.Errorf("stdin: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return flush()
 }

@@ -79,6 +79,10 @@ const qwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a h
 // the literal in its "no system message" branch.
 var qwen25System = regexp.MustCompile(`\{\{- '<\|im_start\|>system\\n((?:[^'\\]|\\.)*)<\|im_end\|>\\n' \}\}`)
 
+// chatFormatKey in tokenizer_config.json names the renderer of a tokenizer
+// that has no template (lanpo's built-in tokenizers write it).
+const chatFormatKey = "lanpo_chat_format"
+
 // SetChatFormat forces a renderer for a template lanpo does not recognise
 // (one of ChatFormatNames); "" restores recognition.
 func (t *Tokenizer) SetChatFormat(name string) error {

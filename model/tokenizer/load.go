@@ -400,6 +400,15 @@ func (t *Tokenizer) loadConfig(dir string) error {
 			t.Pad = s
 		}
 	}
+	if raw, ok := c[chatFormatKey]; ok {
+		var name string
+		if err := json.Unmarshal(raw, &name); err != nil {
+			return fmt.Errorf("%s: %s: %w", path, chatFormatKey, err)
+		}
+		if err := t.SetChatFormat(name); err != nil {
+			return fmt.Errorf("%s: %s: %w", path, chatFormatKey, err)
+		}
+	}
 	if tpl, ok := c["chat_template"]; ok && !isNull(tpl) {
 		s, err := chatTemplateText(tpl)
 		if err != nil {

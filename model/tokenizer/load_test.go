@@ -166,7 +166,7 @@ func TestDecodeLossyLikeRust(t *testing.T) {
 func TestWriteByteLevel(t *testing.T) {
 	dir := t.TempDir()
 	merges := [][2]string{{"a", "b"}, {"Ġ", "+"}}
-	if err := WriteByteLevel(dir, merges, []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, "<|im_end|>", "<|endoftext|>"); err != nil {
+	if err := WriteByteLevel(dir, merges, []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, "<|im_end|>", "<|endoftext|>", "qwen2.5"); err != nil {
 		t.Fatal(err)
 	}
 	tk, err := Load(dir)
@@ -184,7 +184,18 @@ func TestWriteByteLevel(t *testing.T) {
 	if got := tk.Decode(ids, true); got != "ab + 3" {
 		t.Fatalf("decode %q", got)
 	}
-	if err := WriteByteLevel(dir, [][2]string{{"ab", "c"}}, nil, "", ""); err == nil {
+	// The chat family recorded in tokenizer_config.json renders chats.
+	if f, err := tk.ChatFormat(); err != nil || f != "qwen2.5" {
+		t.Fatalf("chat format %q, %v", f, err)
+	}
+	chat, err := tk.Chat([]Message{{Role: "user", Content: "1+1?"}}, ChatOptions{AddGenerationPrompt: true})
+	if err != nil || !strings.HasSuffix(chat, "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n") {
+		t.Fatalf("chat %q, %v", chat, err)
+	}
+	if err := WriteByteLevel(dir, [][2]string{{"ab", "c"}}, nil, "", "", ""); err == nil {
 		t.Fatal("a merge of unknown tokens was accepted")
+	}
+	if err := WriteByteLevel(dir, nil, nil, "", "", "jinja"); err == nil {
+		t.Fatal("an unknown chat format was accepted")
 	}
 }

@@ -12,8 +12,15 @@ import (
 // merges (pairs of byte-level token strings, highest priority first, each
 // adding a token), then the special tokens. It loads here and in Hugging
 // Face's tokenizers. lanpo's built-in tiny models use it: a vocabulary of a
-// few hundred keeps their embedding and head small.
-func WriteByteLevel(dir string, merges [][2]string, special []string, eos, pad string) error {
+// few hundred keeps their embedding and head small. chatFormat ("" for
+// none) names the chat family its conversations are rendered in; it is
+// recorded in tokenizer_config.json as lanpo_chat_format (Hugging Face
+// ignores the key), so the tokenizer and every checkpoint made from it can
+// render chats without a Jinja template.
+func WriteByteLevel(dir string, merges [][2]string, special []string, eos, pad, chatFormat string) error {
+	if _, ok := chatFormats[chatFormat]; !ok && chatFormat != "" {
+		return fmt.Errorf("chat format %q is not one of %v", chatFormat, ChatFormatNames())
+	}
 	vocab := map[string]int{}
 	for b := 0; b < 256; b++ {
 		vocab[string(byteRune[b])] = b
@@ -51,6 +58,9 @@ func WriteByteLevel(dir string, merges [][2]string, special []string, eos, pad s
 	}
 	cfg := map[string]any{"eos_token": eos, "pad_token": pad, "add_bos_token": false, "tokenizer_class": "Qwen2Tokenizer",
 		"clean_up_tokenization_spaces": false, "model_max_length": 32768}
+	if chatFormat != "" {
+		cfg[chatFormatKey] = chatFormat
+	}
 	for name, v := range map[string]any{TokenizerFile: tj, ConfigFile: cfg} {
 		b, err := json.MarshalIndent(v, "", " ")
 		if err != nil {
