@@ -41,6 +41,17 @@ func DefaultLogProbChunk(cuda bool) int64 {
 	return int64(C.lanpo_default_logprob_chunk(C.int(c)))
 }
 
+// ScoringTemperature is the temperature log-probs are recorded and scored
+// at for sampling temperature t: t itself, or 1 when sampling is greedy
+// (t = 0), where the distribution argmax picked from is the model's own.
+// The sampler and every scorer go through it, so their log-probs agree.
+func ScoringTemperature(t float64) float64 {
+	if t == 0 {
+		return 1
+	}
+	return t
+}
+
 // FusedLogProb returns logp[i] = log softmax(hidden[i]·weightᵀ/T)[targets[i]]
 // for hidden [N, H], weight [V, H] and targets [N] (int64), and with
 // opt.Entropy the entropy of each row's distribution, without materializing
@@ -50,10 +61,7 @@ func DefaultLogProbChunk(cuda bool) int64 {
 // recomputes each chunk's logits); otherwise nothing is kept for backward.
 // entropy is nil unless opt.Entropy.
 func FusedLogProb(hidden, weight, targets *ts.Tensor, opt LogProbOptions) (logp, entropy *ts.Tensor, err error) {
-	t := opt.Temperature
-	if t == 0 {
-		t = 1
-	}
+	t := ScoringTemperature(opt.Temperature)
 	var mask C.lanpo_tensor
 	if opt.Mask != nil {
 		mask = handle(opt.Mask)

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"runtime"
+	"slices"
 	"sort"
 
 	"github.com/lanpo-rl/lanpo/csrc"
@@ -47,8 +48,7 @@ func Greedy(m *model.Model, tk *tokenizer.Tokenizer, items []Item, prompt func(I
 	}
 	var res Result
 	byLevel := map[int]*LevelAccuracy{}
-	for start := 0; start < len(items); start += batch {
-		part := items[start:min(start+batch, len(items))]
+	for part := range slices.Chunk(items, batch) {
 		reqs := make([]model.Request, len(part))
 		for i, it := range part {
 			ids, err := tk.ChatIDs(prompt(it), tokenizer.ChatOptions{AddGenerationPrompt: true})

@@ -42,7 +42,7 @@ func RandomIDs(batch, seq, vocab, seed int64) [][]int64 {
 // transformers' model(input_ids).logits) on ids without padding: one
 // warm-up, then the median of reps.
 func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error) {
-	defer recoverTorch("bench forward", &err)
+	defer tensor.Recover("bench forward", &err)
 	var data tensor.Scope
 	defer data.Close()
 	l, idsT, posT, maskT := m.leftPad(&data, ids)
@@ -78,7 +78,7 @@ func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error
 // but every step runs the full forward over prompt + output so far, with no
 // KV cache. Only for benchmarks.
 func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample, err error) {
-	defer recoverTorch("generate without cache", &err)
+	defer tensor.Recover("generate without cache", &err)
 	out, rowPrompt, draws := sampleRows(reqs, nil, p.Seed)
 	rows := make([][]int64, len(out))
 	for i, r := range rowPrompt {

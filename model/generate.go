@@ -55,7 +55,7 @@ func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) 
 // randomness as request streams[r] (nil: r), so a caller that splits a
 // long input into batches keeps every sample's stream.
 func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions) (out []Sample, err error) {
-	defer recoverTorch("generate", &err)
+	defer tensor.Recover("generate", &err)
 	if streams != nil && len(streams) != len(reqs) {
 		return nil, fmt.Errorf("generate: %d stream indices for %d requests", len(streams), len(reqs))
 	}

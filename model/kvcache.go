@@ -24,7 +24,7 @@ type KVCache struct {
 
 // NewKVCache allocates a cache for b rows of up to tmax positions.
 func (m *Model) NewKVCache(b, tmax int64) (c *KVCache, err error) {
-	defer recoverTorch("allocate KV cache", &err)
+	defer tensor.Recover("allocate KV cache", &err)
 	cfg := m.Config
 	c = &KVCache{B: b, Tmax: tmax}
 	shape := []int64{b, cfg.NumKeyValueHeads, tmax, cfg.HeadDim}
@@ -66,7 +66,7 @@ func (c *KVCache) Close() {
 // and sets c.Len = src.Len. Rows of c not named keep their contents, so
 // every row should be written before decoding continues.
 func (c *KVCache) CopyRows(src *KVCache, srcRows, dstRows []int64) (err error) {
-	defer recoverTorch("copy KV cache rows", &err)
+	defer tensor.Recover("copy KV cache rows", &err)
 	if len(srcRows) != len(dstRows) || src.Len > c.Tmax || len(src.K) != len(c.K) {
 		return fmt.Errorf("copy KV cache rows: %d source rows, %d destination rows, source length %d, capacity %d",
 			len(srcRows), len(dstRows), src.Len, c.Tmax)
@@ -93,7 +93,7 @@ func (c *KVCache) CopyRows(src *KVCache, srcRows, dstRows []int64) (err error) {
 // generation drops finished samples so later steps cost only the running
 // ones. The kept rows are copied once into new, smaller tensors.
 func (c *KVCache) Keep(keep []int64) (err error) {
-	defer recoverTorch("compact KV cache", &err)
+	defer tensor.Recover("compact KV cache", &err)
 	var s tensor.Scope
 	defer s.Close()
 	idx := tensor.FromSlice(&s, keep, nil, c.Mask.MustDevice())
@@ -117,7 +117,7 @@ func (c *KVCache) Keep(keep []int64) (err error) {
 // [B, Tn, H]. A prefill is one call with the whole (left-padded) prompt;
 // each decode step is a call with Tn = 1.
 func (m *Model) ForwardCached(s *tensor.Scope, c *KVCache, ids, positions, mask *ts.Tensor) (h *ts.Tensor, err error) {
-	defer recoverTorch("forward with KV cache", &err)
+	defer tensor.Recover("forward with KV cache", &err)
 	tn := ids.MustSize()[1]
 	if c.Len+tn > c.Tmax {
 		return nil, fmt.Errorf("KV cache full: %d + %d positions exceed its %d", c.Len, tn, c.Tmax)

@@ -15,6 +15,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // LoadOptions chooses where and in what precision the parameters live.
@@ -122,7 +123,7 @@ func Load(dir string, opt LoadOptions) (m *Model, err error) {
 			m = nil
 		}
 	}()
-	defer recoverTorch("load "+dir, &err)
+	defer tensor.Recover("load "+dir, &err)
 	specs := m.specs()
 	if err := checkTensors(dir, set, specs); err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func NewRandom(cfg *Config, opt LoadOptions, seed int64) (m *Model, err error) {
 			m = nil
 		}
 	}()
-	defer recoverTorch("random init", &err)
+	defer tensor.Recover("random init", &err)
 	if err := csrc.ManualSeed(seed); err != nil {
 		return nil, err
 	}

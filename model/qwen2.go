@@ -163,7 +163,7 @@ func (m *Model) UsesSDPA() bool { return m.useSDPA }
 // for ids [B, T] at positions [B, T] with mask [B, T] (1 for tokens, 0 for
 // left padding). Tensors it returns belong to s.
 func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor) (h *ts.Tensor, err error) {
-	defer recoverTorch("forward", &err)
+	defer tensor.Recover("forward", &err)
 	t := ids.MustSize()[1]
 	cos, sin := m.rope.tables(s, positions, m.DType)
 	allowed := attentionMask(s, mask, t)
@@ -196,7 +196,7 @@ func (m *Model) Logits(s *tensor.Scope, h *ts.Tensor) *ts.Tensor {
 // With Entropy it also returns each position's entropy. Differentiable when
 // grad mode is on and the parameters require grad.
 func (m *Model) TokenLogProbs(s *tensor.Scope, ids, positions, mask, targets, targetMask *ts.Tensor, opt csrc.LogProbOptions) (logp, entropy *ts.Tensor, err error) {
-	defer recoverTorch("token log-probs", &err)
+	defer tensor.Recover("token log-probs", &err)
 	h, err := m.Forward(s, ids, positions, mask)
 	if err != nil {
 		return nil, nil, err
@@ -224,13 +224,5 @@ func (m *Model) Close() {
 	if m.rope != nil {
 		m.rope.Close()
 		m.rope = nil
-	}
-}
-
-// recoverTorch turns a panic from a gotch Must* op (the prepared gotch
-// panics instead of exiting) into an error naming the phase.
-func recoverTorch(phase string, err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%s: %v", phase, r)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -57,10 +58,7 @@ func rowRNG(seed uint64, prompt, sample int) *rand.Rand {
 // The draw is an exact inverse-CDF in float64 (drawInverseCDF).
 func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64) (tokens []int64, logprobs []float32) {
 	r := int64(len(u))
-	t := p.Temperature
-	if t == 0 {
-		t = 1
-	}
+	t := csrc.ScoringTemperature(p.Temperature)
 	scaled := logits
 	if t != 1 {
 		scaled = s.Keep(logits.MustDivScalar(s.Float(t), false))

@@ -28,7 +28,7 @@ func (m *Model) CheckIDs(ids []int64) error {
 // len(ids)−1 values), computed for the whole batch at once with left
 // padding, through the fused log-prob op.
 func (m *Model) Score(seqs [][]int64) (out [][]float32, err error) {
-	defer recoverTorch("score", &err)
+	defer tensor.Recover("score", &err)
 	for i, ids := range seqs {
 		if err := m.CheckIDs(ids); err != nil {
 			return nil, fmt.Errorf("sequence %d: %w", i, err)

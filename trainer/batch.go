@@ -20,9 +20,9 @@ type batch struct {
 	starts           []int // first target position of each row's response
 }
 
-// buildBatch lays out rolls; weights (one per rollout, per token) may be nil
-// when only log-probs are wanted.
-func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout, weights []float64) *batch {
+// buildBatch lays out rolls, each token weighted by its rollout's weight
+// (0 when only log-probs are wanted).
+func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 	b := &batch{}
 	for _, r := range rolls {
 		b.t = max(b.t, int64(len(r.promptIDs)+len(r.ids)))
@@ -44,9 +44,7 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout, weights []f
 		for k := range r.ids {
 			at := row + int64(start+k)
 			targets[at], tmask[at], tmaskF[at], old[at] = r.ids[k], true, 1, float64(r.oldLogp[k])
-			if weights != nil {
-				w[at] = weights[i]
-			}
+			w[at] = r.weight
 			if r.refLogp != nil {
 				ref[at] = float64(r.refLogp[k])
 			}

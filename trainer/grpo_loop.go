@@ -2,9 +2,9 @@ package trainer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -52,6 +52,7 @@ type rollout struct {
 	adv       float64
 	truncated bool
 	refLogp   []float32
+	weight    float64 // loss weight of each of its tokens (TokenWeights)
 }
 
 // grpoRun holds a GRPO run's long-lived objects.
@@ -309,11 +310,10 @@ func (g *grpoRun) fillMetrics(m *StepMetrics, kept, sampled []*rollout) {
 // refLogprobs computes log π_ref of every response token (no grad).
 func (g *grpoRun) refLogprobs(rolls []*rollout) error {
 	return csrc.NoGrad(func() error {
-		for start := 0; start < len(rolls); start += g.cfg.Algo.MicroBatchSize {
-			mb := rolls[start:min(start+g.cfg.Algo.MicroBatchSize, len(rolls))]
+		for _, mb := range g.microBatches(rolls) {
 			var s tensor.Scope
-			b := buildBatch(&s, g.ref.Device, mb, nil)
-			lp, _, err := g.ref.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.temperature()})
+			b := buildBatch(&s, g.ref.Device, mb)
+			lp, _, err := g.ref.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
 			if err != nil {
 				s.Close()
 				return fmt.Errorf("reference log-probs: %w", err)
@@ -328,11 +328,12 @@ func (g *grpoRun) refLogprobs(rolls []*rollout) error {
 	})
 }
 
-func (g *grpoRun) temperature() float64 {
-	if g.cfg.Rollout.Temperature == 0 {
-		return 1 // greedy rollouts record log-probs at T = 1
-	}
-	return g.cfg.Rollout.Temperature
+// microBatches splits the step's rollouts into the micro-batches every
+// forward pass of the update runs over: algo.micro_batch_size rollouts
+// each. The loss does not depend on the split (token weights are fixed for
+// the whole batch).
+func (g *grpoRun) microBatches(rolls []*rollout) [][]*rollout {
+	return slices.Collect(slices.Chunk(rolls, g.cfg.Algo.MicroBatchSize))
 }
 
 // update runs the μ epochs of optimizer steps over the batch.
@@ -348,6 +349,9 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	if err != nil {
 		return err
 	}
+	for i, r := range rolls {
+		r.weight = w[i]
+	}
 	lr, err := LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
 	if err != nil {
 		return err
@@ -358,15 +362,18 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 		g.opt.ZeroGrad()
 		var loss, ent float64
 		var st PolicyLossStats
-		for start := 0; start < len(rolls); start += cfg.Algo.MicroBatchSize {
-			mb := rolls[start:min(start+cfg.Algo.MicroBatchSize, len(rolls))]
+		done := 0 // rollouts of earlier micro-batches, for messages
+		for _, mb := range g.microBatches(rolls) {
 			var s tensor.Scope
-			b := buildBatch(&s, g.m.Device, mb, w[start:start+len(mb)])
-			lp, entropy, err := g.m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.temperature(), Entropy: true})
+			b := buildBatch(&s, g.m.Device, mb)
+			// An out-of-memory error lands in one of these: say which knob to turn.
+			where := func(err error) error {
+				return fmt.Errorf("micro-batch at rollout %d (algo.micro_batch_size %d, %d×%d tokens): %w", done, cfg.Algo.MicroBatchSize, len(mb), b.t, err)
+			}
+			lp, entropy, err := g.m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
 			if err != nil {
 				s.Close()
-				// An out-of-memory error lands here: say which knob to turn.
-				return fmt.Errorf("micro-batch at rollout %d (algo.micro_batch_size %d, %d×%d tokens): %w", start, cfg.Algo.MicroBatchSize, len(mb), b.t, err)
+				return where(err)
 			}
 			in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight}
 			l, mst, err := PolicyLoss(&s, in, lossCfg)
@@ -376,7 +383,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			}
 			if err := backward(l); err != nil {
 				s.Close()
-				return fmt.Errorf("micro-batch at rollout %d (algo.micro_batch_size %d): %w", start, cfg.Algo.MicroBatchSize, err)
+				return where(err)
 			}
 			// sync: loss, entropy and the sampler/trainer gap, once per micro-batch.
 			loss += tensor.Float64s(l)[0]
@@ -389,37 +396,19 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			st.KL += mst.KL
 			st.Ratio += mst.Ratio
 			s.Close()
+			done += len(mb)
 		}
-		norm, err := g.opt.ClipGradNorm(cfg.Optim.GradClip)
-		if err != nil {
-			return err
-		}
-		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio, met.GradNorm = loss, ent, st.ClipFrac, st.KL, st.Ratio, norm
-		if !finite(loss, norm) {
-			return errBadLoss
-		}
-		if err := g.opt.Update(lr); err != nil {
+		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio = loss, ent, st.ClipFrac, st.KL, st.Ratio
+		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, loss); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-var errBadLoss = errors.New("loss or gradient is NaN/Inf")
-
-// finite reports whether every value is a finite number.
-func finite(xs ...float64) bool {
-	for _, x := range xs {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return false
-		}
-	}
-	return true
-}
-
 // backward runs autograd from a scalar loss, errors instead of panics.
 func backward(l *ts.Tensor) (err error) {
-	defer recoverStep("backward", &err)
+	defer tensor.Recover("backward", &err)
 	l.MustBackward()
 	return nil
 }

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -32,7 +33,7 @@ type AdamW struct {
 
 // NewAdamW sets every parameter to require grad and allocates the state.
 func NewAdamW(params []model.NamedParam, beta1, beta2, eps, weightDecay float64) (o *AdamW, err error) {
-	defer recoverStep("optimizer init", &err)
+	defer tensor.Recover("optimizer init", &err)
 	o = &AdamW{Beta1: beta1, Beta2: beta2, Eps: eps, WeightDecay: weightDecay, params: params}
 	for _, p := range params {
 		p.Tensor.MustSetRequiresGrad(true, false).MustDrop()
@@ -74,7 +75,7 @@ func (o *AdamW) ZeroGrad() {
 // maxNorm (0: no clipping) and returns the norm before clipping (fp64
 // accumulation; sync: one read).
 func (o *AdamW) ClipGradNorm(maxNorm float64) (norm float64, err error) {
-	defer recoverStep("clip grad norm", &err)
+	defer tensor.Recover("clip grad norm", &err)
 	var s tensor.Scope
 	defer s.Close()
 	var sq []*ts.Tensor
@@ -110,7 +111,7 @@ func (o *AdamW) Update(lr float64) error {
 	bc1 := 1 - math.Pow(o.Beta1, float64(o.Step))
 	bc2 := 1 - math.Pow(o.Beta2, float64(o.Step))
 	return csrc.NoGrad(func() (err error) {
-		defer recoverStep("optimizer step", &err)
+		defer tensor.Recover("optimizer step", &err)
 		for i, p := range o.params {
 			var s tensor.Scope
 			g := s.Keep(p.Tensor.MustGrad(false))
@@ -198,7 +199,7 @@ func (o *AdamW) Save(dir string) error {
 
 // Load restores the state Save wrote; the parameter names must match.
 func (o *AdamW) Load(dir string) (err error) {
-	defer recoverStep("load optimizer", &err)
+	defer tensor.Recover("load optimizer", &err)
 	raw, err := os.ReadFile(filepath.Join(dir, optimMetaFile))
 	if err != nil {
 		return err
@@ -251,10 +252,30 @@ func (o *AdamW) Load(dir string) (err error) {
 	return nil
 }
 
-// recoverStep turns a panic from a gotch Must op into an error naming the
-// phase.
-func recoverStep(phase string, err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%s: %v", phase, r)
+// Apply ends an accumulation of gradients with one optimizer step: it
+// clips the gradients to global norm maxNorm (0: no clipping), refuses the
+// step with errBadLoss when the loss or the norm is NaN/Inf (the weights
+// and moments stay as they were), else updates with learning rate lr. It
+// returns the norm before clipping. GRPO and SFT call only this, so a
+// sharded optimizer changes one place.
+func (o *AdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
+	if norm, err = o.ClipGradNorm(maxNorm); err != nil {
+		return norm, err
 	}
+	if !finite(loss, norm) {
+		return norm, errBadLoss
+	}
+	return norm, o.Update(lr)
+}
+
+var errBadLoss = errors.New("loss or gradient is NaN/Inf")
+
+// finite reports whether every value is a finite number.
+func finite(xs ...float64) bool {
+	for _, x := range xs {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -191,7 +192,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 
 // guardedStep runs one step, turning a panic into an error.
 func (s *session) guardedStep(step func(*phaseTimer) (StepMetrics, error), t *phaseTimer) (met StepMetrics, err error) {
-	defer recoverStep("panic", &err)
+	defer tensor.Recover("panic", &err)
 	return step(t)
 }
 

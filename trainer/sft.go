@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -172,22 +173,14 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	met.LR = lr
 	t.enter("update")
 	r.opt.ZeroGrad()
-	for start := 0; start < n; start += cfg.SFT.MicroBatchSize {
-		l, err := r.nll(exs[start:start+cfg.SFT.MicroBatchSize], float64(max(tokens, 1)), true)
+	for mb := range slices.Chunk(exs, cfg.SFT.MicroBatchSize) {
+		l, err := r.nll(mb, float64(max(tokens, 1)), true)
 		if err != nil {
 			return met, err
 		}
 		met.Loss += l
 	}
-	norm, err := r.opt.ClipGradNorm(cfg.Optim.GradClip)
-	if err != nil {
-		return met, err
-	}
-	met.GradNorm = norm
-	if !finite(met.Loss, norm) {
-		return met, errBadLoss
-	}
-	if err := r.opt.Update(lr); err != nil {
+	if met.GradNorm, err = r.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 		return met, err
 	}
 	if len(r.eval) > 0 && cfg.SFT.EvalEvery > 0 && (r.state.Step+1)%cfg.SFT.EvalEvery == 0 {
@@ -257,8 +250,8 @@ func (r *sftRun) evalLoss() (float64, error) {
 	}
 	var sum float64
 	err := csrc.NoGrad(func() error {
-		for start := 0; start < len(r.eval); start += r.cfg.SFT.MicroBatchSize {
-			l, err := r.nll(r.eval[start:min(start+r.cfg.SFT.MicroBatchSize, len(r.eval))], float64(max(total, 1)), false)
+		for mb := range slices.Chunk(r.eval, r.cfg.SFT.MicroBatchSize) {
+			l, err := r.nll(mb, float64(max(total, 1)), false)
 			if err != nil {
 				return err
 			}

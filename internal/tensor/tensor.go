@@ -177,3 +177,12 @@ func sliceBytes(data any) ([]byte, gotch.DType, int, bool) {
 	}
 	return nil, 0, 0, false
 }
+
+// Recover, deferred, turns a panic from a gotch Must op (lanpo's prepared
+// gotch panics where upstream calls log.Fatal) into an error naming the
+// phase: defer tensor.Recover("forward", &err).
+func Recover(phase string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: %v", phase, r)
+	}
+}
