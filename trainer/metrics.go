@@ -2,11 +2,8 @@ package trainer
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -98,35 +95,4 @@ func (p *phaseTimer) total() float64 {
 		t += s
 	}
 	return t
-}
-
-// progress draws the step line on a terminal: step, reward, accuracy,
-// tokens/s, ETA.
-type progress struct {
-	w     io.Writer
-	total int
-	start time.Time
-	first int
-}
-
-func (p *progress) update(m StepMetrics) {
-	if p.w == nil {
-		return
-	}
-	done := m.Step - p.first
-	eta := ""
-	if done > 0 {
-		per := time.Since(p.start) / time.Duration(done)
-		eta = (per * time.Duration(p.total-m.Step)).Round(time.Second).String()
-	}
-	const width = 24
-	fill := width * m.Step / max(p.total, 1)
-	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
-	fmt.Fprintf(p.w, "\rstep %d/%d [%s] loss %.4f reward %.3f acc %.3f %.0f tok/s ETA %s\x1b[K", m.Step, p.total, bar, m.Loss, m.RewardMean, m.Accuracy, m.TokensPerS, eta)
-}
-
-func (p *progress) done() {
-	if p.w != nil {
-		fmt.Fprintln(p.w)
-	}
 }

@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"time"
 
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
+	"github.com/lanpo-rl/lanpo/internal/progress"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -40,7 +40,7 @@ type session struct {
 	opt      *AdamW
 	state    TrainerState
 	metrics  *metricsLog
-	prog     *progress
+	prog     *progress.Bar
 	lastSave int
 }
 
@@ -115,7 +115,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if s.metrics, err = openMetrics(cfg.RunDir); err != nil {
 		return nil, err
 	}
-	s.prog = &progress{w: opts.Progress, total: cfg.TotalSteps, start: time.Now(), first: s.state.Step}
+	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
 	return s, nil
 }
 
@@ -137,7 +137,7 @@ func (s *session) Close() {
 func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics, error)) error {
 	cfg := s.cfg
 	ran := 0
-	defer s.prog.done()
+	defer func() { s.prog.Done(fmt.Sprintf("step %d", s.state.Step)) }()
 	for s.state.Step < cfg.TotalSteps {
 		if cfg.StopAfterSteps > 0 && ran == cfg.StopAfterSteps {
 			log.Info().Int("step", s.state.Step).Msg("stop_after_steps reached")
@@ -184,7 +184,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 				return err
 			}
 		}
-		s.prog.update(met)
+		s.prog.Update(met.Step, fmt.Sprintf("loss %.4f reward %.3f acc %.3f %.0f tok/s", met.Loss, met.RewardMean, met.Accuracy, met.TokensPerS))
 		log.Debug().Int("step", met.Step).Float64("loss", met.Loss).Float64("reward", met.RewardMean).Float64("accuracy", met.Accuracy).Msg("step")
 	}
 	return s.save()

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/internal/progress"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -94,7 +95,7 @@ func runGenerate(c *cli.Context) error {
 	g := generator{m: m, tk: tk, p: p, samples: c.Int("samples"), batch: c.Int("batch-size"),
 		chat: chatOpt, skipSpecial: c.Bool("skip-special-tokens")}
 	if isTerminal(os.Stderr) {
-		g.progress = newProgressBar(os.Stderr, "generate", p.MaxNewTokens)
+		g.progress = os.Stderr
 	}
 	return g.run(c.App.Reader, c.App.Writer)
 }
@@ -123,7 +124,7 @@ type generator struct {
 	batch       int
 	chat        tokenizer.ChatOptions
 	skipSpecial bool
-	progress    *progressBar
+	progress    io.Writer // a terminal for the progress line, or nil
 }
 
 func (g *generator) run(r io.Reader, w io.Writer) error {
@@ -137,9 +138,8 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 			return func(id int64) string { return s.Add(int(id)) }
 		}
 	}
-	if g.progress != nil {
-		opt.Progress = g.progress.update
-	}
+	var bar *progress.Bar // one per batch: decode steps of the batch
+	opt.Progress = func(step, finished, rows int) { bar.Update(step, fmt.Sprintf("%d/%d rows done", finished, rows)) }
 	var reqs []model.Request
 	var lines []int
 	flush := func() error {
@@ -147,10 +147,9 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 			return nil
 		}
 		// Seeds follow the prompt's line, not its place in the batch.
+		bar = progress.New(g.progress, "generate", g.p.MaxNewTokens, 0)
 		res, err := g.m.GenerateAt(reqs, lines, g.p, opt)
-		if g.progress != nil {
-			g.progress.done(fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
-		}
+		bar.Done(fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
 		if err != nil {
 			return fmt.Errorf("lines %d-%d: %w", lines[0], lines[len(lines)-1], err)
 		}
