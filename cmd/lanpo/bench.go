@@ -1,24 +1,16 @@
 package main
 
 import (
-	"bytes"
-	_ "embed"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/bench"
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/model"
 )
-
-//go:embed hf_forward_bench.py
-var hfForwardScript []byte
 
 func benchCommand() *cli.Command {
 	return &cli.Command{
@@ -148,7 +140,7 @@ func runBenchForward(c *cli.Context) error {
 	rep := forwardReport{Shape: fmt.Sprintf("qwen2.5-0.5b (%d layers)", cfg.NumHiddenLayers), Batch: r.Batch, Seq: r.Seq,
 		Threads: info.Threads, LanpoMS: r.MedianMS, LanpoTokPerS: r.TokensPerS, AttentionSDPA: m.UsesSDPA()}
 	if py := c.String("hf-python"); py != "" {
-		out, err := runHFScript(m, ids, py, hfForwardScript, "hf_forward_bench.py", fmt.Sprint(info.Threads), fmt.Sprint(c.Int("reps")))
+		out, err := bench.RunHF(m, ids, py, bench.HFForward, fmt.Sprint(info.Threads), fmt.Sprint(c.Int("reps")))
 		if err != nil {
 			rep.HFError = err.Error()
 		} else {
@@ -178,45 +170,6 @@ func runBenchForward(c *cli.Context) error {
 	return nil
 }
 
-// runHFScript saves the model and ids to a temporary directory and runs an
-// embedded transformers script on them: script MODEL_DIR IDS_JSON args...
-func runHFScript(m *model.Model, ids [][]int64, python string, script []byte, name string, args ...string) (json.RawMessage, error) {
-	dir, err := os.MkdirTemp("", "lanpo-bench-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	if err := m.Save(filepath.Join(dir, "model")); err != nil {
-		return nil, err
-	}
-	idsJSON, _ := json.Marshal(ids)
-	if err := os.WriteFile(filepath.Join(dir, "ids.json"), idsJSON, 0o644); err != nil {
-		return nil, err
-	}
-	return runPython(python, script, dir, name, append([]string{filepath.Join(dir, "model"), filepath.Join(dir, "ids.json")}, args...)...)
-}
-
-// runPython writes an embedded script into dir and runs it; it returns the
-// script's stdout (one JSON line) or an error with its last stderr line.
-func runPython(python string, script []byte, dir, name string, args ...string) (json.RawMessage, error) {
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, script, 0o644); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(python, append([]string{path}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if i := strings.LastIndex(msg, "\n"); i >= 0 {
-			msg = msg[i+1:]
-		}
-		return nil, fmt.Errorf("%s: %v: %s", python, err, msg)
-	}
-	return json.RawMessage(bytes.TrimSpace(out)), nil
-}
-
 func parseAttention(s string) (model.AttentionImpl, error) {
 	switch s {
 	case "auto":
@@ -228,9 +181,6 @@ func parseAttention(s string) (model.AttentionImpl, error) {
 	}
 	return 0, usageError{fmt.Errorf("--attention %q: want auto, sdpa or reference", s)}
 }
-
-//go:embed hf_generate_bench.py
-var hfGenerateScript []byte
 
 func benchGenerateCommand() *cli.Command {
 	return &cli.Command{
@@ -293,7 +243,7 @@ func runBenchGenerate(c *cli.Context) error {
 	fmt.Fprintf(w, "  lanpo without KV cache  %8.1f tokens/s (first %d steps)   lanpo/no-cache %.1fx\n", ncTPS, nc.MaxNewTokens, lanpoTPS/ncTPS)
 
 	if py := c.String("hf-python"); py != "" {
-		out, err := runHFScript(m, prompts, py, hfGenerateScript, "hf_generate_bench.py", fmt.Sprint(info.Threads), fmt.Sprint(c.Int("samples")), fmt.Sprint(p.MaxNewTokens))
+		out, err := bench.RunHF(m, prompts, py, bench.HFGenerate, fmt.Sprint(info.Threads), fmt.Sprint(c.Int("samples")), fmt.Sprint(p.MaxNewTokens))
 		if err != nil {
 			fmt.Fprintf(w, "  transformers            unavailable: %v\n", err)
 			return nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -15,12 +14,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/bench"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
-
-//go:embed hf_tokenize_bench.py
-var hfTokenizeScript []byte
 
 func benchTokenizeCommand() *cli.Command {
 	return &cli.Command{
@@ -115,7 +112,7 @@ func runBenchTokenize(c *cli.Context) error {
 	if err := os.WriteFile(filepath.Join(dir, "texts.json"), textsJSON, 0o644); err != nil {
 		return err
 	}
-	raw, err := runPython(py, hfTokenizeScript, dir, "hf_tokenize_bench.py",
+	raw, err := bench.RunPython(py, bench.HFTokenize, dir,
 		filepath.Join(c.String("tokenizer"), tokenizer.TokenizerFile), filepath.Join(dir, "texts.json"), strconv.Itoa(reps))
 	if err != nil {
 		return fmt.Errorf("Hugging Face baseline: %w", err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,12 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/internal/bench"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/reward"
 )
-
-//go:embed mv_bench.py
-var mvBenchScript []byte
 
 func benchVerifyCommand() *cli.Command {
 	return &cli.Command{
@@ -76,7 +73,7 @@ func runBenchVerify(c *cli.Context) error {
 	if err := os.WriteFile(filepath.Join(dir, "pairs.json"), js, 0o644); err != nil {
 		return err
 	}
-	out, err := runPython(py, mvBenchScript, dir, "mv_bench.py", filepath.Join(dir, "pairs.json"))
+	out, err := bench.RunPython(py, bench.MathVerify, dir, filepath.Join(dir, "pairs.json"))
 	if err != nil {
 		return fmt.Errorf("math-verify baseline: %w", err)
 	}
