@@ -50,7 +50,7 @@ func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error
 	run := func() error {
 		var s tensor.Scope
 		defer s.Close()
-		h, err := m.Forward(&s, idsT, posT, maskT)
+		h, err := m.Forward(&s, idsT, posT, maskT, nil)
 		if err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample,
 		var s tensor.Scope
 		l, ids, pos, mask := m.leftPad(&s, rows)
 		n, tmax := l.b, l.t
-		h, err := m.Forward(&s, ids, pos, mask)
+		h, err := m.Forward(&s, ids, pos, mask, nil)
 		if err != nil {
 			s.Close()
 			return nil, err

@@ -161,7 +161,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 			ones[i] = 1
 		}
 		col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{b, 1}, m.Device) }
-		h, err := m.ForwardCached(&st, cache, col(toks), col(pos), col(ones))
+		h, err := m.Forward(&st, col(toks), col(pos), col(ones), cache)
 		if err != nil {
 			st.Close()
 			return nil, err
@@ -233,7 +233,7 @@ func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowProm
 		}
 		defer target.Close()
 	}
-	h, err := m.ForwardCached(s, target, ids, pos, mask)
+	h, err := m.Forward(s, ids, pos, mask, target)
 	if err != nil {
 		return nil, err
 	}

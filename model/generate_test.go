@@ -51,7 +51,7 @@ func TestGreedyEqualsArgmaxOfFullForward(t *testing.T) {
 			for i := range pos {
 				pos[i], mask[i] = int64(i), 1
 			}
-			h, err := m.Forward(&s, int64Tensor(&s, [][]int64{seq}), int64Tensor(&s, [][]int64{pos}), int64Tensor(&s, [][]int64{mask}))
+			h, err := m.Forward(&s, int64Tensor(&s, [][]int64{seq}), int64Tensor(&s, [][]int64{pos}), int64Tensor(&s, [][]int64{mask}), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -111,30 +111,6 @@ func (c *KVCache) Keep(keep []int64) (err error) {
 	return nil
 }
 
-// ForwardCached runs new tokens ids [B, Tn] at positions [B, Tn] with mask
-// [B, Tn] through the model, attending to everything already in the cache,
-// appends their keys and values, and returns the final hidden states
-// [B, Tn, H]. A prefill is one call with the whole (left-padded) prompt;
-// each decode step is a call with Tn = 1.
-func (m *Model) ForwardCached(s *tensor.Scope, c *KVCache, ids, positions, mask *ts.Tensor) (h *ts.Tensor, err error) {
-	defer tensor.Recover("forward with KV cache", &err)
-	tn := ids.MustSize()[1]
-	if c.Len+tn > c.Tmax {
-		return nil, fmt.Errorf("KV cache full: %d + %d positions exceed its %d", c.Len, tn, c.Tmax)
-	}
-	s.Keep(c.Mask.MustNarrow(1, c.Len, tn, false)).Copy_(mask)
-	keyMask := s.Keep(c.Mask.MustNarrow(1, 0, c.Len+tn, false))
-	cos, sin := m.rope.tables(s, positions, m.DType)
-	allowed := attentionMask(s, keyMask, tn)
-	h = s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
-	for i, l := range m.Layers {
-		cache := &layerCache{k: c.K[i], v: c.V[i], start: c.Len, n: tn}
-		h = m.layerStep(s, h, func(ls *tensor.Scope, x *ts.Tensor) *ts.Tensor { return l.forward(ls, m, x, cos, sin, allowed, cache) })
-	}
-	c.Len += tn
-	return rmsNorm(s, h, m.Norm, m.Config.RMSNormEps), nil
-}
-
 // layerCache is one layer's slice of the cache for one call: new keys and
 // values go to [start, start+n); attention reads [0, start+n).
 type layerCache struct {

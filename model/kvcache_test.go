@@ -24,7 +24,7 @@ func TestKVCacheMatchesFullForward(t *testing.T) {
 			var s tensor.Scope
 			defer s.Close()
 			m, ref, ids, pos, mask := loadTiny(t, &s, name, LoadOptions{})
-			full, err := m.Forward(&s, ids, pos, mask)
+			full, err := m.Forward(&s, ids, pos, mask, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,7 +42,7 @@ func TestKVCacheMatchesFullForward(t *testing.T) {
 					steps = append(steps, [2]int64{p, 1})
 				}
 				for _, st := range steps {
-					h, err := m.ForwardCached(&s, c, columns(&s, ids, st[0], st[1]), columns(&s, pos, st[0], st[1]), columns(&s, mask, st[0], st[1]))
+					h, err := m.Forward(&s, columns(&s, ids, st[0], st[1]), columns(&s, pos, st[0], st[1]), columns(&s, mask, st[0], st[1]), c)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -67,7 +67,7 @@ func TestKVCacheMatchesFullForward(t *testing.T) {
 					t.Errorf("cache length %d after 7 positions", c.Len)
 				}
 			}
-			if _, err := m.ForwardCached(&s, c, columns(&s, ids, 0, 2), columns(&s, pos, 0, 2), columns(&s, mask, 0, 2)); err == nil {
+			if _, err := m.Forward(&s, columns(&s, ids, 0, 2), columns(&s, pos, 0, 2), columns(&s, mask, 0, 2), c); err == nil {
 				t.Error("writing past the cache's capacity was accepted")
 			}
 		})
@@ -90,17 +90,17 @@ func TestKVCacheCopyRows(t *testing.T) {
 	three, _ := m.NewKVCache(3, 8)
 	defer three.Close()
 	prompt := [][]int64{{5, 9, 2, 7, 1}}
-	if _, err := m.ForwardCached(&s, one, int64Tensor(&s, prompt), int64Tensor(&s, [][]int64{{0, 1, 2, 3, 4}}), int64Tensor(&s, [][]int64{{1, 1, 1, 1, 1}})); err != nil {
+	if _, err := m.Forward(&s, int64Tensor(&s, prompt), int64Tensor(&s, [][]int64{{0, 1, 2, 3, 4}}), int64Tensor(&s, [][]int64{{1, 1, 1, 1, 1}}), one); err != nil {
 		t.Fatal(err)
 	}
 	if err := three.CopyRows(one, []int64{0, 0, 0}, []int64{0, 1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	hOne, err := m.ForwardCached(&s, one, int64Tensor(&s, [][]int64{{11}}), int64Tensor(&s, [][]int64{{5}}), int64Tensor(&s, [][]int64{{1}}))
+	hOne, err := m.Forward(&s, int64Tensor(&s, [][]int64{{11}}), int64Tensor(&s, [][]int64{{5}}), int64Tensor(&s, [][]int64{{1}}), one)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hThree, err := m.ForwardCached(&s, three, int64Tensor(&s, [][]int64{{11}, {11}, {11}}), int64Tensor(&s, [][]int64{{5}, {5}, {5}}), int64Tensor(&s, [][]int64{{1}, {1}, {1}}))
+	hThree, err := m.Forward(&s, int64Tensor(&s, [][]int64{{11}, {11}, {11}}), int64Tensor(&s, [][]int64{{5}, {5}, {5}}), int64Tensor(&s, [][]int64{{1}, {1}, {1}}), three)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,10 +38,18 @@ type Attention struct {
 	QNorm, KNorm               *ts.Tensor // [D], Qwen3 only
 }
 
+// layerInputs are what every decoder layer of one forward pass shares.
+type layerInputs struct {
+	cfg      *Config
+	sdpa     bool       // attention through libtorch's SDPA
+	cos, sin *ts.Tensor // RoPE at the positions, [B, 1, T, D]
+	allowed  *ts.Tensor // attention mask [B, 1, Tq, Tk]
+}
+
 // Forward maps x [B, T, H] to [B, T, H]. With a cache, the new keys and
-// values are appended to it and attention covers every cached position.
-func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.Tensor, cache *layerCache) *ts.Tensor {
-	c := m.Config
+// values are written into it and attention covers every cached position.
+func (a *Attention) Forward(s *tensor.Scope, in *layerInputs, x *ts.Tensor, cache *layerCache) *ts.Tensor {
+	c := in.cfg
 	size := x.MustSize()
 	b, t := size[0], size[1]
 	heads := func(y *ts.Tensor, n int64, norm *ts.Tensor) *ts.Tensor {
@@ -54,21 +62,21 @@ func (a *Attention) Forward(s *tensor.Scope, m *Model, x, cos, sin, allowed *ts.
 	q := heads(linear(s, x, a.QProj, a.QBias), c.NumAttentionHeads, a.QNorm)
 	k := heads(linear(s, x, a.KProj, a.KBias), c.NumKeyValueHeads, a.KNorm)
 	v := heads(linear(s, x, a.VProj, a.VBias), c.NumKeyValueHeads, nil)
-	q = applyRope(s, q, cos, sin)
-	k = applyRope(s, k, cos, sin)
+	q = applyRope(s, q, in.cos, in.sin)
+	k = applyRope(s, k, in.cos, in.sin)
 	if cache != nil {
 		k, v = cache.update(s, k, v)
 	}
 	var o *ts.Tensor
-	if m.useSDPA {
+	if in.sdpa {
 		// libtorch 2.1's SDPA wants as many key/value heads as query heads.
 		if g := c.KVGroups(); g > 1 {
 			k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
 			v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
 		}
-		o = attentionSDPA(s, q, k, v, allowed)
+		o = attentionSDPA(s, q, k, v, in.allowed)
 	} else {
-		o = attentionGrouped(s, q, k, v, allowed, c.KVGroups())
+		o = attentionGrouped(s, q, k, v, in.allowed, c.KVGroups())
 	}
 	o = s.Keep(s.Keep(o.MustTranspose(1, 2, false)).MustReshape([]int64{b, t, c.NumAttentionHeads * c.HeadDim}, false))
 	return linear(s, o, a.OProj, a.OBias)
@@ -92,17 +100,13 @@ type DecoderLayer struct {
 	MLP                     MLP
 }
 
-func (l *DecoderLayer) Forward(s *tensor.Scope, m *Model, h, cos, sin, allowed *ts.Tensor) *ts.Tensor {
-	return l.forward(s, m, h, cos, sin, allowed, nil)
-}
-
-func (l *DecoderLayer) forward(s *tensor.Scope, m *Model, h, cos, sin, allowed *ts.Tensor, cache *layerCache) *ts.Tensor {
+func (l *DecoderLayer) Forward(s *tensor.Scope, in *layerInputs, h *ts.Tensor, cache *layerCache) *ts.Tensor {
 	residual := h
-	h = rmsNorm(s, h, l.InputNorm, m.Config.RMSNormEps)
-	h = l.Attn.Forward(s, m, h, cos, sin, allowed, cache)
+	h = rmsNorm(s, h, l.InputNorm, in.cfg.RMSNormEps)
+	h = l.Attn.Forward(s, in, h, cache)
 	h = s.Keep(residual.MustAdd(h, false))
 	residual = h
-	h = rmsNorm(s, h, l.PostAttnNorm, m.Config.RMSNormEps)
+	h = rmsNorm(s, h, l.PostAttnNorm, in.cfg.RMSNormEps)
 	h = l.MLP.Forward(s, h)
 	return s.Keep(residual.MustAdd(h, false))
 }
@@ -161,15 +165,34 @@ func (m *Model) UsesSDPA() bool { return m.useSDPA }
 
 // Forward returns the final hidden states [B, T, H] (after the last norm)
 // for ids [B, T] at positions [B, T] with mask [B, T] (1 for tokens, 0 for
-// left padding). Tensors it returns belong to s.
-func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor) (h *ts.Tensor, err error) {
+// left padding). With a cache (nil: none) the tokens are the next T
+// positions of every row: their keys and values are written into the
+// cache, attention covers everything cached before them, and the cache
+// advances by T. A prefill is one call with the whole (left-padded) prompt;
+// each decode step is a call with T = 1. Tensors it returns belong to s.
+func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor, cache *KVCache) (h *ts.Tensor, err error) {
 	defer tensor.Recover("forward", &err)
 	t := ids.MustSize()[1]
-	cos, sin := m.rope.tables(s, positions, m.DType)
-	allowed := attentionMask(s, mask, t)
+	keyMask := mask
+	if cache != nil {
+		if cache.Len+t > cache.Tmax {
+			return nil, fmt.Errorf("KV cache full: %d + %d positions exceed its %d", cache.Len, t, cache.Tmax)
+		}
+		s.Keep(cache.Mask.MustNarrow(1, cache.Len, t, false)).Copy_(mask)
+		keyMask = s.Keep(cache.Mask.MustNarrow(1, 0, cache.Len+t, false))
+	}
+	in := &layerInputs{cfg: m.Config, sdpa: m.useSDPA, allowed: attentionMask(s, keyMask, t)}
+	in.cos, in.sin = m.rope.tables(s, positions, m.DType)
 	h = s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
-	for _, l := range m.Layers {
-		h = m.layerStep(s, h, func(ls *tensor.Scope, x *ts.Tensor) *ts.Tensor { return l.Forward(ls, m, x, cos, sin, allowed) })
+	for i, l := range m.Layers {
+		var lc *layerCache
+		if cache != nil {
+			lc = &layerCache{k: cache.K[i], v: cache.V[i], start: cache.Len, n: t}
+		}
+		h = layerStep(s, h, func(ls *tensor.Scope, x *ts.Tensor) *ts.Tensor { return l.Forward(ls, in, x, lc) })
+	}
+	if cache != nil {
+		cache.Len += t
 	}
 	return rmsNorm(s, h, m.Norm, m.Config.RMSNormEps), nil
 }
@@ -178,7 +201,7 @@ func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor) (h *ts
 // as soon as it returns, keeping only the output (in s): holding every
 // layer's intermediates to the end of the forward costs memory and, from
 // fresh pages, time. Autograd keeps what backward needs by itself.
-func (m *Model) layerStep(s *tensor.Scope, h *ts.Tensor, f func(*tensor.Scope, *ts.Tensor) *ts.Tensor) *ts.Tensor {
+func layerStep(s *tensor.Scope, h *ts.Tensor, f func(*tensor.Scope, *ts.Tensor) *ts.Tensor) *ts.Tensor {
 	var ls tensor.Scope
 	defer ls.Close()
 	return s.Keep(ls.Release(f(&ls, h)))
@@ -197,7 +220,7 @@ func (m *Model) Logits(s *tensor.Scope, h *ts.Tensor) *ts.Tensor {
 // grad mode is on and the parameters require grad.
 func (m *Model) TokenLogProbs(s *tensor.Scope, ids, positions, mask, targets, targetMask *ts.Tensor, opt csrc.LogProbOptions) (logp, entropy *ts.Tensor, err error) {
 	defer tensor.Recover("token log-probs", &err)
-	h, err := m.Forward(s, ids, positions, mask)
+	h, err := m.Forward(s, ids, positions, mask, nil)
 	if err != nil {
 		return nil, nil, err
 	}

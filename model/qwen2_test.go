@@ -107,7 +107,7 @@ func TestForwardMatchesTransformers(t *testing.T) {
 				var s tensor.Scope
 				defer s.Close()
 				m, _, ids, pos, mask := loadTiny(t, &s, name, LoadOptions{Attention: impl})
-				h, err := m.Forward(&s, ids, pos, mask)
+				h, err := m.Forward(&s, ids, pos, mask, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -161,7 +161,7 @@ func TestForwardBF16(t *testing.T) {
 			var s tensor.Scope
 			defer s.Close()
 			m, ref, ids, pos, mask := loadTiny(t, &s, name, LoadOptions{DType: gotch.BFloat16})
-			h, err := m.Forward(&s, ids, pos, mask)
+			h, err := m.Forward(&s, ids, pos, mask, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
