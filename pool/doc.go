@@ -1,7 +1,19 @@
-// Package pool is LANPO's experience pool: storage of trajectory summaries,
-// BM25 retrieval over problem text, the similarity filter, and prompt
-// building for relevant abstraction and reward-agnostic reflection. It is
-// pure Go and never touches tensors.
+// Package pool is LANPO's experience pool: the policy's own past attempts
+// at training problems with its summaries of them, BM25 retrieval over
+// problem texts, near-duplicate detection, the relevance filter's cheap
+// scorer, and the text of every LANPO prompt (reflection, abstraction,
+// summarization, relevance rating). It is pure Go: it never touches
+// tensors; the trainer runs the model and hands text and numbers in.
 //
-// The pool lands with the LANPO issue; this file only names the role.
+// Two rules shape its API:
+//   - Reward-agnostic reflection: an Attempt (what a reflection prompt may
+//     show) has no outcome field, and AttemptFor chooses it without looking
+//     at outcomes, so neither the prompt nor the choice of what it shows
+//     can leak whether the attempt was right.
+//   - No foreign answers: Lessons hand out only principles and pitfalls,
+//     with boxed answers and the other problems' gold answers removed.
+//
+// Files: entry.go (what the pool stores), pool.go (storage, eviction,
+// attempts, lessons), bm25.go (retrieval), dedup.go (near-duplicates),
+// prompts.go (prompt text), io.go (save and load).
 package pool

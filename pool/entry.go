@@ -1,0 +1,66 @@
+package pool
+
+// Summary is the policy's own account of one attempt, written in three
+// fields.
+type Summary struct {
+	FlowOfThought string `json:"flow_of_thought"` // how the attempt went, step by step
+	Principles    string `json:"principles"`      // what is worth reusing on other problems
+	Pitfalls      string `json:"pitfalls"`        // what went, or could go, wrong
+}
+
+// Empty counts the summary's empty fields (a weak model's summary may
+// leave some; the trainer counts them).
+func (s Summary) Empty() int {
+	n := 0
+	for _, f := range []string{s.FlowOfThought, s.Principles, s.Pitfalls} {
+		if f == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// Entry is one attempt at a training problem and what the pool knows of
+// it.
+type Entry struct {
+	ProblemID string  `json:"problem_id"`
+	Step      int     `json:"step"`    // training step that sampled it
+	Attempt   string  `json:"attempt"` // the raw response, capped (Config.MaxAttemptChars)
+	Summary   Summary `json:"summary"`
+	// Outcome metadata. Only Lessons (other problems) and FailedAttempt
+	// (lanpo.reflect_on: failed, a documented leak) read it.
+	Correct        bool    `json:"correct"`
+	Reward         float64 `json:"reward"`
+	Truncated      bool    `json:"truncated"`
+	ResponseTokens int     `json:"response_tokens"`
+	// Which rollout it was: group (global prompt index of its step) and
+	// sample within the group.
+	Group  int `json:"group"`
+	Sample int `json:"sample"`
+	// Seq is the pool's insertion counter: eviction order and a stable
+	// order for saving.
+	Seq uint64 `json:"seq"`
+}
+
+// bytes is what an entry costs against Config.MaxBytes: its text.
+func (e *Entry) bytes() int64 {
+	return int64(len(e.Attempt) + len(e.Summary.FlowOfThought) + len(e.Summary.Principles) + len(e.Summary.Pitfalls) + len(e.ProblemID))
+}
+
+// Attempt is what a reflection prompt may show of an earlier attempt: the
+// raw response and nothing else. It has no outcome, reward or summary
+// field on purpose — the reflection prompt is built from this type only,
+// so it cannot say whether the attempt was right.
+type Attempt struct {
+	ProblemID string
+	Text      string
+}
+
+// Lesson is what abstraction may use of another problem's entry: its
+// principles and pitfalls (summaries may know the outcome: they are about
+// another problem), with final answers removed.
+type Lesson struct {
+	ProblemID  string
+	Principles string
+	Pitfalls   string
+}

@@ -1,0 +1,173 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+)
+
+type testProblem struct {
+	ID, Problem, Answer, Subject string
+}
+
+// realProblems are 40 MATH train problems of each subject plus MATH's one
+// duplicated problem (testdata/math_subset.jsonl).
+func realProblems(t *testing.T) []testProblem {
+	t.Helper()
+	ps, err := jsonl.Read[testProblem]("testdata/math_subset.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// randomPool fills a pool with entries at random problems, random
+// outcomes and rewards, and summaries that state each problem's gold
+// answer (boxed and plain), as careless summaries would.
+func randomPool(t *testing.T, rng *rand.Rand, problems []testProblem, n int) *Pool {
+	p := newPool(t, DefaultConfig())
+	for i := 0; i < n; i++ {
+		pr := problems[rng.Intn(len(problems))]
+		ok := rng.Intn(2) == 0
+		e := Entry{ProblemID: pr.ID, Step: i / 8, Correct: ok, Reward: map[bool]float64{true: 1, false: 0}[ok],
+			Attempt: fmt.Sprintf("attempt-%d: some work ... so the result is %d", i, rng.Intn(1000)),
+			Summary: Summary{FlowOfThought: "I computed it.",
+				Principles: fmt.Sprintf("Reduce to the key quantity; here it came to \\boxed{%s}.", pr.Answer),
+				Pitfalls:   fmt.Sprintf("Do not stop before reaching %s, the final answer.", pr.Answer)}}
+		p.Add(pr.Problem, e)
+	}
+	return p
+}
+
+// TestReflectionLeaksNothing: over random pools, flipping every entry's
+// outcome and reward changes neither which attempt a reflection prompt
+// shows nor one byte of it; the prompt holds the attempt's raw text and the
+// template, never the gold answer or an outcome phrase.
+func TestReflectionLeaksNothing(t *testing.T) {
+	problems := realProblems(t)
+	prompts := DefaultPrompts()
+	for trial := 0; trial < 20; trial++ {
+		rng := rand.New(rand.NewSource(int64(trial)))
+		p := randomPool(t, rng, problems[:40], 300)
+		flipped := randomPool(t, rand.New(rand.NewSource(int64(trial))), problems[:40], 300)
+		for _, pr := range flipped.problems {
+			for _, e := range pr.entries {
+				e.Correct, e.Reward = !e.Correct, 1-e.Reward
+			}
+		}
+		for _, pr := range problems[:40] {
+			u := rng.Float64()
+			a, ok := p.AttemptFor(pr.ID, u)
+			b, ok2 := flipped.AttemptFor(pr.ID, u)
+			if ok != ok2 {
+				t.Fatal("availability depends on outcomes")
+			}
+			if !ok {
+				continue
+			}
+			ctx := prompts.ReflectionContext(a)
+			if ctx != prompts.ReflectionContext(b) {
+				t.Fatalf("flipping outcomes changed the reflection prompt of %s", pr.ID)
+			}
+			if want := strings.ReplaceAll(prompts.Reflection, "{attempt}", a.Text); ctx != want {
+				t.Fatalf("the prompt has more than the template and the attempt:\n%s", ctx)
+			}
+			for _, bad := range []string{prompts.OutcomeCorrect, prompts.OutcomeWrong, "correct", "wrong", "reward", "gold"} {
+				if strings.Contains(strings.ToLower(ctx), strings.ToLower(bad)) && !strings.Contains(strings.ToLower(prompts.Reflection), strings.ToLower(bad)) {
+					t.Fatalf("the reflection prompt says %q", bad)
+				}
+			}
+			if strings.Contains(ctx, `\boxed{`+pr.Answer+`}`) || strings.Contains(ctx, "final answer") {
+				t.Fatalf("the reflection prompt carries summary text:\n%s", ctx)
+			}
+		}
+	}
+}
+
+// TestAttemptChoiceIgnoresOutcome: with 2 right and 6 wrong attempts, the
+// chosen attempt is right 25% of the time (binomial, 20,000 draws, within
+// 4.5 standard deviations); the failed-only variant never shows a right one.
+func TestAttemptChoiceIgnoresOutcome(t *testing.T) {
+	p := newPool(t, DefaultConfig())
+	for i := 0; i < 8; i++ {
+		p.Add("x", entry("p", i%4 == 1, fmt.Sprintf("a%d", i)))
+	}
+	right := map[string]bool{"a1": true, "a5": true}
+	rng := rand.New(rand.NewSource(3))
+	const n = 20000
+	hits := 0
+	for i := 0; i < n; i++ {
+		a, _ := p.AttemptFor("p", rng.Float64())
+		if right[a.Text] {
+			hits++
+		}
+		if f, _ := p.FailedAttempt("p", rng.Float64()); right[f.Text] {
+			t.Fatal("FailedAttempt showed a right attempt")
+		}
+	}
+	sd := math.Sqrt(n * 0.25 * 0.75)
+	if math.Abs(float64(hits)-n*0.25) > 4.5*sd {
+		t.Fatalf("right attempts chosen %d of %d times, want about %d", hits, n, n/4)
+	}
+}
+
+var tokenRE = regexp.MustCompile(`[A-Za-z0-9.]+`)
+
+// TestAbstractionCarriesNoForeignAnswer: lessons of other problems, and the
+// condense request built from them, contain no boxed answer and no gold
+// answer of the problems they come from, as a token of its own.
+func TestAbstractionCarriesNoForeignAnswer(t *testing.T) {
+	problems := realProblems(t)
+	gold := map[string]string{}
+	for _, pr := range problems {
+		gold[pr.ID] = pr.Answer
+	}
+	prompts := DefaultPrompts()
+	for trial := 0; trial < 10; trial++ {
+		rng := rand.New(rand.NewSource(int64(100 + trial)))
+		p := randomPool(t, rng, problems, 600)
+		for _, q := range problems[:60] {
+			var lessons []Lesson
+			for _, c := range p.Candidates(q.ID, q.Problem, 4) {
+				lessons = append(lessons, p.Lessons(c.ProblemID, 3, gold[c.ProblemID])...)
+			}
+			req := prompts.CondenseRequest(q.Problem, lessons)
+			if strings.Contains(req, `\boxed`) {
+				t.Fatalf("a boxed answer reached the condenser:\n%s", req)
+			}
+			for _, l := range lessons {
+				text := l.Principles + " " + l.Pitfalls
+				a := strings.Trim(gold[l.ProblemID], "$ ")
+				if hasToken(text, a) {
+					t.Fatalf("problem %s's answer %q is in its lesson: %s", l.ProblemID, a, text)
+				}
+			}
+		}
+	}
+}
+
+// hasToken reports whether tok stands in text as a token of its own.
+func hasToken(text, tok string) bool {
+	return StripAnswers(text, tok) != StripAnswers(text)
+}
+
+func TestStripAnswers(t *testing.T) {
+	for _, c := range []struct{ in, gold, want string }{
+		{`so \boxed{\frac{1}{2}} is it`, "", "so (answer omitted) is it"},
+		{`nested \boxed{\{1, 2\}} and \fbox{3}.`, "", "nested (answer omitted) and (answer omitted)."},
+		{`unclosed \boxed{12`, "", "unclosed (answer omitted)"},
+		{"the answer 42 and 142 and 42.5 and x42", "42", "the answer (answer omitted) and 142 and 42.5 and x42"},
+		{"3.42 then 42.", "42", "3.42 then (answer omitted)."},
+		{`got $\frac{3}{4}$ here`, `\frac{3}{4}`, "got $(answer omitted)$ here"},
+		{"keep 7 apples", "", "keep 7 apples"},
+	} {
+		if got := StripAnswers(c.in, c.gold); got != c.want {
+			t.Errorf("StripAnswers(%q, %q) = %q, want %q", c.in, c.gold, got, c.want)
+		}
+	}
+}

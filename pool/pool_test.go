@@ -1,0 +1,193 @@
+package pool
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func newPool(t *testing.T, cfg Config) *Pool {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestBM25HandComputed: three documents, query "triangle area", scores
+// worked out from the formula in bm25.go.
+func TestBM25HandComputed(t *testing.T) {
+	x := newBM25()
+	x.add("d1", "The triangle area is base times height") // triangle area base times height: 5 terms
+	x.add("d2", "circle area radius")                     // 3 terms
+	x.add("d3", "triangle angles sum")                    // 3 terms
+	// N = 3, avgdl = 11/3; df(triangle) = df(area) = 2: idf = ln(1 + 1.5/2.5).
+	idf := math.Log(1.6)
+	term := func(dl float64) float64 { return idf * 2.2 / (1 + 1.2*(0.25+0.75*dl/(11.0/3))) }
+	want := []hit{{"d1", 2 * term(5)}, {"d2", term(3)}, {"d3", term(3)}} // d2, d3 tie: by id
+	got := x.search("What is the triangle area?", 10)
+	if len(got) != 3 {
+		t.Fatalf("hits %v", got)
+	}
+	for i := range want {
+		if got[i].id != want[i].id || math.Abs(got[i].score-want[i].score) > 1e-12 {
+			t.Fatalf("hit %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// The query against itself: both terms once, length 2.
+	self := 2 * idf * 2.2 / (1 + 1.2*(0.25+0.75*2/(11.0/3)))
+	if s := x.selfScore("triangle area"); math.Abs(s-self) > 1e-12 {
+		t.Fatalf("self score %v, want %v", s, self)
+	}
+	x.remove("d1")
+	if got := x.search("triangle", 10); len(got) != 1 || got[0].id != "d3" {
+		t.Fatalf("after removing d1: %v", got)
+	}
+}
+
+func entry(problem string, correct bool, attempt string) Entry {
+	return Entry{ProblemID: problem, Attempt: attempt, Correct: correct,
+		Summary: Summary{FlowOfThought: "flow " + attempt, Principles: "principle of " + problem, Pitfalls: "pitfall of " + problem}}
+}
+
+func TestCandidatesAndRelevanceFilter(t *testing.T) {
+	p := newPool(t, DefaultConfig())
+	p.Add("Find the area of a triangle with base 4 and height 6.", entry("tri", true, "12"))
+	p.Add("Find the area of a circle of radius 3.", entry("circle", false, "9"))
+	p.Add("How many ways can 5 books be arranged on a shelf?", entry("books", true, "120"))
+	cands := p.Candidates("q", "What is the area of a triangle with base 10 and height 3?", 2)
+	if len(cands) != 2 || cands[0].ProblemID != "tri" || cands[1].ProblemID != "circle" {
+		t.Fatalf("candidates %+v", cands)
+	}
+	if !(cands[0].Normalized > cands[1].Normalized && cands[0].Normalized <= 1 && cands[1].Normalized > 0) {
+		t.Fatalf("normalized scores %v %v", cands[0].Normalized, cands[1].Normalized)
+	}
+	// The query's own problem is never a candidate.
+	for _, c := range p.Candidates("tri", "Find the area of a triangle with base 4 and height 6.", 5) {
+		if c.ProblemID == "tri" {
+			t.Fatal("a problem retrieved itself")
+		}
+	}
+	kept := Relevant(cands, []float64{0.95, 0.9}, 0.9)
+	if len(kept) != 2 || kept[1].Relevance != 0.9 {
+		t.Fatalf("γ = 0.9 keeps relevance ≥ 0.9: %+v", kept)
+	}
+	if kept := Relevant(cands, []float64{0.95, 0.89}, 0.9); len(kept) != 1 || kept[0].ProblemID != "tri" {
+		t.Fatalf("γ = 0.9 dropped nothing: %+v", kept)
+	}
+}
+
+func TestEvictionPerProblem(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		// outcomes of the 4 added entries (cap 3) and which attempts stay
+		outcomes []bool
+		want     string
+	}{
+		{EvictOldest, []bool{true, false, false, true}, "a1 a2 a3"},
+		// balanced: 2 right, 2 wrong → ties evict a right one (the oldest: a0).
+		{EvictBalanced, []bool{true, false, false, true}, "a1 a2 a3"},
+		// 3 wrong, 1 right: the oldest wrong one (a1) goes, the right one stays.
+		{EvictBalanced, []bool{true, false, false, false}, "a0 a2 a3"},
+	} {
+		t.Run(c.policy, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxEntriesPerProblem, cfg.Eviction = 3, c.policy
+			p := newPool(t, cfg)
+			evicted := 0
+			for i, ok := range c.outcomes {
+				evicted += p.Add("x", entry("p", ok, fmt.Sprintf("a%d", i)))
+			}
+			var got []string
+			for _, e := range p.EntriesOf("p") {
+				got = append(got, e.Attempt)
+			}
+			if strings.Join(got, " ") != c.want || evicted != 1 || p.Entries() != 3 {
+				t.Fatalf("kept %v (evicted %d), want %s", got, evicted, c.want)
+			}
+		})
+	}
+}
+
+// Under the byte cap the largest problem loses its oldest entry; a problem
+// with a single entry keeps it.
+func TestEvictionByBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	big, small := entry("big", true, strings.Repeat("x", 100)), entry("small", true, strings.Repeat("x", 100))
+	cfg.MaxBytes = small.bytes() + 3*big.bytes() // room for one small and three big entries
+	p := newPool(t, cfg)
+	p.Add("small problem", entry("small", true, strings.Repeat("x", 100)))
+	for i := 0; i < 4; i++ {
+		p.Add("big problem", entry("big", true, strings.Repeat("x", 99)+fmt.Sprint(i)))
+	}
+	if p.Bytes() > cfg.MaxBytes || len(p.EntriesOf("small")) != 1 || len(p.EntriesOf("big")) != 3 {
+		t.Fatalf("bytes %d (cap %d), small %d, big %d", p.Bytes(), cfg.MaxBytes, len(p.EntriesOf("small")), len(p.EntriesOf("big")))
+	}
+	if first := p.EntriesOf("big")[0].Attempt; !strings.HasSuffix(first, "1") {
+		t.Fatalf("big kept %q first; its oldest (…0) should have gone", first)
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxEntriesPerProblem = 4
+	p := newPool(t, cfg)
+	problems := realProblems(t)[:30]
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < 200; i++ {
+		pr := problems[rng.Intn(len(problems))]
+		e := entry(pr.ID, rng.Intn(2) == 0, fmt.Sprintf("attempt %d with a tab\t, a \"quote\" and <|im_end|>", i))
+		e.Step, e.Group, e.Sample, e.Reward = i/16, i%16, i%4, float64(rng.Intn(2))
+		p.Add(pr.Problem, e)
+	}
+	dir := t.TempDir()
+	if err := p.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Load(filepath.Join(dir, File), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	p.Write(&a)
+	q.Write(&b)
+	if !bytes.Equal(a.Bytes(), b.Bytes()) || q.Bytes() != p.Bytes() || q.Entries() != p.Entries() {
+		t.Fatal("the reloaded pool differs")
+	}
+	// The rebuilt index answers as the original, and both evolve alike.
+	query := problems[3].Problem
+	if fmt.Sprint(p.Candidates("z", query, 5)) != fmt.Sprint(q.Candidates("z", query, 5)) {
+		t.Fatal("retrieval differs after reload")
+	}
+	p.Add(problems[0].Problem, entry(problems[0].ID, true, "next"))
+	q.Add(problems[0].Problem, entry(problems[0].ID, true, "next"))
+	a.Reset()
+	b.Reset()
+	p.Write(&a)
+	q.Write(&b)
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("the reloaded pool evolves differently")
+	}
+}
+
+func TestLoadErrorsNameTheLine(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ body, want string }{
+		{`{"problem":{"id":"a","text":"x"}}`, ":1: the first line must be the pool header"},
+		{`{"header":{"format":"lanpo-pool","version":1,"problems":1,"entries":1}}` + "\n" + `{"entry":{"problem_id":"a"}}`, ":2: entry of problem \"a\" outside"},
+		{`{"header":{"format":"lanpo-pool","version":1,"problems":1,"entries":2}}` + "\n" + `{"problem":{"id":"a","text":"x"}}` + "\n" + `{"entry":{"problem_id":"a"}}`, "cut short"},
+		{`{"header":{"format":"other","version":1}}`, ":1: not a lanpo pool header"},
+	} {
+		path := filepath.Join(dir, File)
+		os.WriteFile(path, []byte(c.body+"\n"), 0o644)
+		if _, err := Load(path, DefaultConfig()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want %q", c.body, err, c.want)
+		}
+	}
+}

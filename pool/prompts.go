@@ -1,0 +1,275 @@
+package pool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Prompts are the texts of LANPO's prompts. All live here, so SFT seeding
+// and RL ask the same questions; lanpo.prompts (a YAML file with these
+// keys) overrides any of them. Placeholders in braces are filled in; each
+// template must contain the ones its builder fills.
+//
+// The solve prompt itself is the run's data.prompt_template: a
+// feedback-aware prompt replaces its {problem} with the problem followed by
+// a context block (Reflection or Abstraction), so the answer format the
+// template asks for is the same with and without feedback.
+type Prompts struct {
+	// Reflection shows an earlier attempt ({attempt}) and asks for a
+	// critique and a new solution. It must not say whether the attempt was
+	// right.
+	Reflection string `yaml:"reflection"`
+	// Abstraction gives the plan condensed from related problems ({plan}).
+	Abstraction string `yaml:"abstraction"`
+	// Condense asks for a plan for {problem} from {lessons}.
+	Condense   string `yaml:"condense"`
+	PlanHeader string `yaml:"plan_header"` // the condenser's answer starts with it
+	// Summarize asks for the three-field summary of {attempt} at
+	// {problem}, told the {outcome}.
+	Summarize      string `yaml:"summarize"`
+	OutcomeCorrect string `yaml:"outcome_correct"`
+	OutcomeWrong   string `yaml:"outcome_wrong"`
+	// The summary's field headers: each field is generated after its
+	// header, up to the next one.
+	FlowHeader       string `yaml:"flow_header"`
+	PrinciplesHeader string `yaml:"principles_header"`
+	PitfallsHeader   string `yaml:"pitfalls_header"`
+	// Relevance asks the policy to rate, with one digit 0-9, how much the
+	// ideas of {candidate} help with {query}; the answer starts with
+	// RatingPrefix and the rating is read from the next token.
+	Relevance    string `yaml:"relevance"`
+	RatingPrefix string `yaml:"rating_prefix"`
+}
+
+// DefaultPrompts are lanpo's prompts (the paper does not publish its own).
+func DefaultPrompts() Prompts {
+	return Prompts{
+		Reflection: "Here is an earlier attempt at this problem:\n\n<attempt>\n{attempt}\n</attempt>\n\n" +
+			"Go through the attempt step by step and point out anything that is wrong, unjustified or missing. " +
+			"Then solve the problem again from the beginning.",
+		Abstraction: "A plan drawn from related problems you have worked on:\n{plan}",
+		Condense: "You are about to solve this problem:\n\n{problem}\n\n" +
+			"While working on related problems you noted these principles and pitfalls:\n\n{lessons}\n\n" +
+			"Write a short plan (at most five sentences) for the problem above: which ideas apply and what to watch out for. " +
+			"Do not solve the problem and do not state an answer.",
+		PlanHeader: "Plan:",
+		Summarize: "Problem:\n{problem}\n\nAn attempt at it:\n<attempt>\n{attempt}\n</attempt>\n\n{outcome}\n\n" +
+			"Summarize the attempt for your future self in three parts: the flow of thought (how it went), " +
+			"the principles worth reusing on other problems, and the pitfalls (what went or could go wrong).",
+		OutcomeCorrect:   "Its final answer was checked and is correct.",
+		OutcomeWrong:     "Its final answer was checked and is wrong.",
+		FlowHeader:       "Flow of thought:",
+		PrinciplesHeader: "Principles:",
+		PitfallsHeader:   "Pitfalls:",
+		Relevance: "Problem A:\n{query}\n\nProblem B:\n{candidate}\n\n" +
+			"Would the ideas that solve Problem B help to solve Problem A? " +
+			"Rate from 0 (not at all) to 9 (the same ideas apply). Answer with one digit.",
+		RatingPrefix: "Rating: ",
+	}
+}
+
+// LoadPrompts reads overrides from a YAML file onto the defaults; unknown
+// keys are errors with their line.
+func LoadPrompts(path string) (Prompts, error) {
+	p := DefaultPrompts()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return p, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
+		return p, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Validate checks that each template has its placeholders.
+func (p Prompts) Validate() error {
+	for _, c := range []struct {
+		key, text string
+		need      []string
+	}{
+		{"reflection", p.Reflection, []string{"{attempt}"}},
+		{"abstraction", p.Abstraction, []string{"{plan}"}},
+		{"condense", p.Condense, []string{"{problem}", "{lessons}"}},
+		{"summarize", p.Summarize, []string{"{problem}", "{attempt}", "{outcome}"}},
+		{"relevance", p.Relevance, []string{"{query}", "{candidate}"}},
+	} {
+		for _, ph := range c.need {
+			if !strings.Contains(c.text, ph) {
+				return fmt.Errorf("prompt %s must contain %s", c.key, ph)
+			}
+		}
+	}
+	for key, h := range map[string]string{"flow_header": p.FlowHeader, "principles_header": p.PrinciplesHeader, "pitfalls_header": p.PitfallsHeader} {
+		if strings.TrimSpace(h) == "" {
+			return fmt.Errorf("prompt %s must not be empty", key)
+		}
+	}
+	return nil
+}
+
+// WithContext is the problem text a feedback-aware prompt puts where the
+// solve template has {problem}: the problem, then the context block.
+func WithContext(problem, context string) string { return problem + "\n\n" + context }
+
+// ReflectionContext is the context block showing an earlier attempt. It is
+// built from an Attempt, which has no outcome, so it cannot say whether the
+// attempt was right.
+func (p Prompts) ReflectionContext(a Attempt) string {
+	return strings.ReplaceAll(p.Reflection, "{attempt}", a.Text)
+}
+
+// AbstractionContext is the context block with a condensed plan.
+func (p Prompts) AbstractionContext(plan string) string {
+	return strings.ReplaceAll(p.Abstraction, "{plan}", plan)
+}
+
+// CondenseRequest asks for a plan for problem from other problems'
+// lessons (already stripped of answers by Pool.Lessons).
+func (p Prompts) CondenseRequest(problem string, lessons []Lesson) string {
+	var b strings.Builder
+	for i, l := range lessons {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if l.Principles != "" {
+			fmt.Fprintf(&b, "- Principle: %s\n", oneLine(l.Principles))
+		}
+		if l.Pitfalls != "" {
+			fmt.Fprintf(&b, "- Pitfall: %s\n", oneLine(l.Pitfalls))
+		}
+	}
+	return strings.NewReplacer("{problem}", problem, "{lessons}", strings.TrimRight(b.String(), "\n")).Replace(p.Condense)
+}
+
+// SummarizeRequest asks for the summary of an attempt, told its outcome
+// (the summary is used only for other problems, via lessons).
+func (p Prompts) SummarizeRequest(problem, attempt string, correct bool) string {
+	outcome := p.OutcomeWrong
+	if correct {
+		outcome = p.OutcomeCorrect
+	}
+	return strings.NewReplacer("{problem}", problem, "{attempt}", attempt, "{outcome}", outcome).Replace(p.Summarize)
+}
+
+// RelevanceRequest asks how much candidate's ideas help with query.
+func (p Prompts) RelevanceRequest(query, candidate string) string {
+	return strings.NewReplacer("{query}", query, "{candidate}", candidate).Replace(p.Relevance)
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// answerOmitted replaces a removed answer.
+const answerOmitted = "(answer omitted)"
+
+var boxedCmd = regexp.MustCompile(`\\(boxed|fbox)\s*`)
+
+// StripAnswers removes final answers from text written about another
+// problem: the content of every \boxed{…} and \fbox{…}, and every
+// occurrence of each given answer (a gold answer) that stands as a token of
+// its own (not inside a longer number or word). A single-digit gold answer
+// takes every such digit with it; lessons should be about ideas, not
+// numbers.
+func StripAnswers(text string, answers ...string) string {
+	text = stripBoxed(text)
+	for _, a := range answers {
+		a = strings.TrimSpace(strings.Trim(strings.TrimSpace(a), "$"))
+		if a == "" {
+			continue
+		}
+		text = replaceToken(text, a, answerOmitted)
+	}
+	return text
+}
+
+// stripBoxed replaces each \boxed{…}/\fbox{…} (braces balanced) and its
+// content; an unclosed one loses everything after it.
+func stripBoxed(s string) string {
+	var b strings.Builder
+	for {
+		loc := boxedCmd.FindStringIndex(s)
+		if loc == nil {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:loc[0]])
+		b.WriteString(answerOmitted)
+		rest := s[loc[1]:]
+		if !strings.HasPrefix(rest, "{") {
+			// \boxed 5: the following word.
+			end := strings.IndexFunc(rest, func(r rune) bool { return r == ' ' || r == '\n' || r == '$' || r == '.' || r == ',' })
+			if end < 0 {
+				return b.String()
+			}
+			s = rest[end:]
+			continue
+		}
+		depth, end := 0, -1
+		for i := 0; i < len(rest) && end < 0; i++ {
+			switch rest[i] {
+			case '\\':
+				i++
+			case '{':
+				depth++
+			case '}':
+				if depth--; depth == 0 {
+					end = i + 1
+				}
+			}
+		}
+		if end < 0 {
+			return b.String()
+		}
+		s = rest[end:]
+	}
+}
+
+// replaceToken replaces the occurrences of tok in s that are not part of a
+// longer number or word.
+func replaceToken(s, tok, with string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, tok)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(tok)
+		if !continues(s, i-1, i-2, tok[0]) && !continues(s, end, end+1, tok[len(tok)-1]) {
+			b.WriteString(s[:i])
+			b.WriteString(with)
+		} else {
+			b.WriteString(s[:end])
+		}
+		s = s[end:]
+	}
+}
+
+// continues reports whether the character at next extends a token whose
+// edge character is edge: a letter or digit next to a letter or digit, or
+// a decimal point with a digit beyond it (at beyond) next to a digit.
+func continues(s string, next, beyond int, edge byte) bool {
+	if next < 0 || next >= len(s) {
+		return false
+	}
+	c := s[next]
+	if isAlnum(c) && isAlnum(edge) {
+		return true
+	}
+	return c == '.' && isDigit(edge) && beyond >= 0 && beyond < len(s) && isDigit(s[beyond])
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isAlnum(c byte) bool { return isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
