@@ -367,3 +367,73 @@ func BenchmarkTopP(b *testing.B) {
 	b.ReportMetric(float64(fast.Microseconds())/float64(b.N)/1000, "ms/top-k-first")
 	b.ReportMetric(float64(full)/float64(fast), "speedup")
 }
+
+// NextTokenLogProbs equals the last value Score gives for the prompt with
+// the token appended, whatever the batch split; MeanHidden equals the mean
+// of an unpadded forward's hidden states.
+func TestNextTokenLogProbsAndMeanHidden(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen2-gqa2-tied")
+	prompts := [][]int64{{5, 9, 13}, {7}, {2, 4, 6, 8, 10, 12}}
+	tokens := []int64{1, 17, 42}
+	all, err := m.NextTokenLogProbs(prompts, tokens, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := m.NextTokenLogProbs(prompts, tokens, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range prompts {
+		for j, tok := range tokens {
+			sc, err := m.Score([][]int64{append(append([]int64(nil), p...), tok)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := float64(sc[0][len(p)-1])
+			if math.Abs(all[i][j]-want) > 1e-5 || math.Abs(one[i][j]-all[i][j]) > 1e-5 {
+				t.Fatalf("prompt %d token %d: %v (batched), %v (alone), Score %v", i, tok, all[i][j], one[i][j], want)
+			}
+		}
+	}
+	emb, err := m.MeanHidden(prompts, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range prompts {
+		var s tensor.Scope
+		h, err := m.Forward(&s, int64Tensor(&s, [][]int64{p}), int64Tensor(&s, [][]int64{seqPositions(len(p))}), int64Tensor(&s, [][]int64{ones(len(p))}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := tensor.Float64s(h)
+		hs := int(m.Config.HiddenSize)
+		for j := 0; j < hs; j++ {
+			var mean float64
+			for k := range p {
+				mean += vals[k*hs+j]
+			}
+			mean /= float64(len(p))
+			if math.Abs(mean-float64(emb[i][j])) > 1e-5 {
+				t.Fatalf("prompt %d dim %d: %v, want %v", i, j, emb[i][j], mean)
+			}
+		}
+		s.Close()
+	}
+}
+
+func seqPositions(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
+}
+
+func ones(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}

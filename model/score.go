@@ -2,6 +2,9 @@ package model
 
 import (
 	"fmt"
+	"slices"
+
+	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -60,4 +63,81 @@ func (m *Model) Score(seqs [][]int64) (out [][]float32, err error) {
 		out = append(out, row)
 	}
 	return out, nil
+}
+
+// NextTokenLogProbs returns, for each prompt, log p(t | prompt) of each of
+// the given tokens at the position after the prompt (softmax over the whole
+// vocabulary, fp32): one forward pass per batch of at most batch prompts,
+// no generation. LANPO's relevance rating reads the policy's probabilities
+// of the digits 0-9 with it. Never differentiable.
+func (m *Model) NextTokenLogProbs(prompts [][]int64, tokens []int64, batch int) (out [][]float64, err error) {
+	defer tensor.Recover("next-token log-probs", &err)
+	for i, ids := range prompts {
+		if err := m.CheckIDs(ids); err != nil {
+			return nil, fmt.Errorf("prompt %d: %w", i, err)
+		}
+	}
+	if err := m.CheckIDs(tokens); err != nil {
+		return nil, fmt.Errorf("tokens: %w", err)
+	}
+	err = csrc.NoGrad(func() error {
+		for part := range slices.Chunk(prompts, max(batch, 1)) {
+			var s tensor.Scope
+			l, ids, pos, mask := m.leftPad(&s, part)
+			h, err := m.Forward(&s, ids, pos, mask, nil)
+			if err != nil {
+				s.Close()
+				return err
+			}
+			last := s.Keep(s.Keep(h.MustNarrow(1, l.t-1, 1, false)).MustSqueezeDim(1, false)) // [b, H]
+			lp := s.Keep(m.Logits(&s, last).MustLogSoftmax(-1, gotch.Float, false))           // [b, V]
+			idx := tensor.FromSlice(&s, tokens, nil, m.Device)
+			vals := tensor.Float64s(s.Keep(lp.MustIndexSelect(1, idx, false))) // sync: [b, K]
+			for r := range part {
+				out = append(out, vals[r*len(tokens):(r+1)*len(tokens)])
+			}
+			s.Close()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// MeanHidden returns, for each sequence, the mean of its final hidden
+// states (after the last norm) over its tokens, in fp32: a text embedding
+// from the model itself, batch sequences per forward pass. Never
+// differentiable.
+func (m *Model) MeanHidden(seqs [][]int64, batch int) (out [][]float32, err error) {
+	defer tensor.Recover("mean hidden states", &err)
+	for i, ids := range seqs {
+		if err := m.CheckIDs(ids); err != nil {
+			return nil, fmt.Errorf("sequence %d: %w", i, err)
+		}
+	}
+	err = csrc.NoGrad(func() error {
+		for part := range slices.Chunk(seqs, max(batch, 1)) {
+			var s tensor.Scope
+			_, ids, pos, mask := m.leftPad(&s, part)
+			h, err := m.Forward(&s, ids, pos, mask, nil)
+			if err != nil {
+				s.Close()
+				return err
+			}
+			h32 := s.Keep(h.MustTotype(gotch.Float, false))
+			w := s.Keep(s.Keep(mask.MustTotype(gotch.Float, false)).MustUnsqueeze(-1, false))                     // [b, T, 1]
+			sum := s.Keep(s.Keep(h32.MustMul(w, false)).MustSumDimIntlist([]int64{1}, false, gotch.Float, false)) // [b, H]
+			vals := tensor.Float64s(sum)                                                                          // sync
+			hs := int(m.Config.HiddenSize)
+			for r, seq := range part {
+				v := make([]float32, hs)
+				for j := range v {
+					v[j] = float32(vals[r*hs+j] / float64(len(seq)))
+				}
+				out = append(out, v)
+			}
+			s.Close()
+		}
+		return nil
+	})
+	return out, err
 }
