@@ -381,3 +381,25 @@ func Ints(ids []int64) []int {
 	}
 	return out
 }
+
+// StripAddedTokens removes every occurrence of an added token's text
+// (<|im_start|>, <|endoftext|>, <think>, …) from text and says how many it
+// removed. Text a model wrote goes into later prompts as text; encoded as
+// it is, "<|im_start|>system" inside it would become a real turn boundary
+// (encoding recognizes added tokens anywhere, as Hugging Face does).
+// Removal repeats until none is left, so pieces around a removed token
+// cannot join into a new one.
+func (t *Tokenizer) StripAddedTokens(text string) (string, int) {
+	removed := 0
+	for changed := true; changed; {
+		changed = false
+		for _, a := range t.added { // longest first
+			if n := strings.Count(text, a.content); n > 0 {
+				text = strings.ReplaceAll(text, a.content, "")
+				removed += n
+				changed = true
+			}
+		}
+	}
+	return text, removed
+}
