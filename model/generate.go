@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -113,7 +114,13 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		for i, r := range active {
 			u[i] = draws[r]()
 		}
-		toks, lps := sampleStep(&st, logits, p, u)
+		cur := logits
+		if step < p.MinNewTokens && len(p.StopIDs) > 0 {
+			// Too early to stop: the stop ids get no probability.
+			ids := tensor.FromSlice(&st, p.StopIDs, nil, m.Device)
+			cur = st.Keep(logits.MustIndexFill(1, ids, st.Float(math.Inf(-1)), false))
+		}
+		toks, lps := sampleStep(&st, cur, p, u)
 		var keep []int64 // batch rows still running
 		for i, r := range active {
 			if done[r] {

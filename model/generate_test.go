@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -436,4 +437,46 @@ func ones(n int) []int64 {
 		out[i] = 1
 	}
 	return out
+}
+
+// MinNewTokens keeps the stop ids from being sampled early: with the greedy
+// first token of every prompt made a stop id, plain decoding stops at once
+// and decoding with MinNewTokens 3 runs at least 3 tokens, none of the
+// first 3 a stop id.
+func TestMinNewTokens(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-gqa3")
+	first, err := m.Generate(genPrompts, SamplingParams{MaxNewTokens: 1}, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stops []int64
+	for _, s := range first {
+		stops = append(stops, s.IDs[0])
+	}
+	for _, temp := range []float64{0, 1} {
+		plain, err := m.Generate(genPrompts, SamplingParams{MaxNewTokens: 6, StopIDs: stops, Temperature: temp, Seed: 3}, GenerateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := m.Generate(genPrompts, SamplingParams{MaxNewTokens: 6, MinNewTokens: 3, StopIDs: stops, Temperature: temp, Seed: 3}, GenerateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		short := 0
+		for i, s := range held {
+			if len(plain[i].IDs) == 1 {
+				short++
+			}
+			if len(s.IDs) < 3 || slices.Contains(stops, s.IDs[0]) || slices.Contains(stops, s.IDs[1]) || slices.Contains(stops, s.IDs[2]) {
+				t.Fatalf("temperature %g, row %d: %v (stops %v)", temp, i, s.IDs, stops)
+			}
+		}
+		if temp == 0 && short != len(plain) {
+			t.Fatalf("greedy without MinNewTokens stopped at once on %d of %d rows: the test shows nothing", short, len(plain))
+		}
+	}
+	if err := (SamplingParams{MaxNewTokens: 2, MinNewTokens: 3}).Validate(); err == nil {
+		t.Fatal("min_new_tokens > max_new_tokens accepted")
+	}
 }

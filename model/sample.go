@@ -21,6 +21,7 @@ type SamplingParams struct {
 	TopK         int64    // keep the K most likely tokens; 0: off
 	MinP         float64  // drop tokens with p < MinP · p_max; 0: off
 	MaxNewTokens int      // ≥ 1
+	MinNewTokens int      // the stop ids cannot be sampled before this many tokens (0: off)
 	StopIDs      []int64  // finish when one is sampled (it is kept in the output)
 	StopStrings  []string // finish when the decoded output contains one (needs a decoder)
 	Seed         uint64
@@ -39,6 +40,8 @@ func (p SamplingParams) Validate() error {
 		return fmt.Errorf("min_p must lie in [0, 1), got %g", p.MinP)
 	case p.MaxNewTokens < 1:
 		return fmt.Errorf("max_new_tokens must be ≥ 1, got %d", p.MaxNewTokens)
+	case p.MinNewTokens < 0 || p.MinNewTokens > p.MaxNewTokens:
+		return fmt.Errorf("min_new_tokens must lie in [0, max_new_tokens %d], got %d", p.MaxNewTokens, p.MinNewTokens)
 	}
 	return nil
 }

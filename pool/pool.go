@@ -8,10 +8,10 @@ import (
 // Config bounds the pool.
 type Config struct {
 	// MaxEntriesPerProblem caps each problem's entries (the paper's 32).
-	MaxEntriesPerProblem int
+	MaxEntriesPerProblem int `json:"max_entries_per_problem"`
 	// MaxBytes caps the text the whole pool holds (it is written into
 	// every checkpoint); 0: no cap.
-	MaxBytes int64
+	MaxBytes int64 `json:"max_pool_bytes"`
 	// Eviction says which entry goes when a cap is reached:
 	//   oldest   — the problem's oldest entry: entries written by an older
 	//              policy describe behaviour it has moved away from.
@@ -20,13 +20,13 @@ type Config struct {
 	//              principles and pitfalls).
 	// Under the byte cap the entry comes from the problem with the most
 	// entries, so no problem loses its only attempt while others have many.
-	Eviction string
+	Eviction string `json:"eviction"`
 	// MaxAttemptChars caps the raw attempt stored (its end is kept: the
 	// final answer is there).
-	MaxAttemptChars int
+	MaxAttemptChars int `json:"max_attempt_chars"`
 	// NearDuplicate is the similarity (dedup.go) at or above which two
 	// problem texts are the same problem.
-	NearDuplicate float64
+	NearDuplicate float64 `json:"near_duplicate_threshold"`
 }
 
 // Eviction policies.

@@ -15,6 +15,7 @@ type batch struct {
 	targets, tmask   *ts.Tensor // [B, T] int64, bool
 	tmaskF           *ts.Tensor // [B, T] float64
 	old, ref, weight *ts.Tensor // [B, T] float64 (ref nil without reference log-probs)
+	tis              *ts.Tensor // [B, T] float64 importance weights, nil when every rollout is on-policy
 	adv              *ts.Tensor // [B, 1] float64
 	t                int64
 	starts           []int // first target position of each row's response
@@ -32,7 +33,14 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 	tmask := make([]bool, n)
 	tmaskF, old, ref, w := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	adv := make([]float64, len(rolls))
-	hasRef := true
+	hasRef, hasTIS := true, false
+	for _, r := range rolls {
+		hasTIS = hasTIS || r.tis != nil
+	}
+	var tis []float64
+	if hasTIS {
+		tis = make([]float64, n)
+	}
 	for i, r := range rolls {
 		row := int64(i) * b.t
 		seq := append(append([]int64(nil), r.promptIDs...), r.ids...)
@@ -47,6 +55,12 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 			w[at] = r.weight
 			if r.refLogp != nil {
 				ref[at] = float64(r.refLogp[k])
+			}
+			if hasTIS {
+				tis[at] = 1
+				if r.tis != nil {
+					tis[at] = float64(r.tis[k])
+				}
 			}
 		}
 		if r.refLogp == nil {
@@ -66,6 +80,9 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 	b.adv = tensor.FromSlice(s, adv, []int64{int64(len(rolls)), 1}, dev)
 	if hasRef {
 		b.ref = tensor.FromSlice(s, ref, shape, dev)
+	}
+	if hasTIS {
+		b.tis = tensor.FromSlice(s, tis, shape, dev)
 	}
 	return b
 }

@@ -36,7 +36,7 @@ const (
 // TrainerState is everything besides weights and optimizer that resuming
 // needs to continue exactly: all randomness derives from Seed and Step.
 type TrainerState struct {
-	Kind     string `json:"kind"` // "grpo" or "sft"
+	Kind     string `json:"kind"` // "grpo", "lanpo" or "sft"
 	Step     int    `json:"step"` // completed training steps
 	Seed     uint64 `json:"seed"`
 	Cursor   Cursor `json:"cursor"`
@@ -82,9 +82,19 @@ type manifest struct {
 
 func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 
+// checkpointParts are what a checkpoint holds.
+type checkpointParts struct {
+	m        *model.Model
+	tokFiles []namedFile // the run's tokenizer files
+	opt      *AdamW
+	state    TrainerState
+	extra    []func(dir string) error // more state (the LANPO pool), written before the manifest
+}
+
 // SaveCheckpoint writes a checkpoint for state.Step and keeps the newest
-// keep checkpoints. tokFiles are the run's tokenizer files.
-func SaveCheckpoint(runDir string, m *model.Model, tokFiles []namedFile, opt *AdamW, state TrainerState, keep int) (string, error) {
+// keep checkpoints.
+func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, error) {
+	m, tokFiles, opt, state := parts.m, parts.tokFiles, parts.opt, parts.state
 	root := filepath.Join(runDir, checkpointsDir)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", err
@@ -109,6 +119,11 @@ func SaveCheckpoint(runDir string, m *model.Model, tokFiles []namedFile, opt *Ad
 	js, _ := json.MarshalIndent(state, "", "  ")
 	if err := fsutil.WriteFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
 		return "", err
+	}
+	for _, save := range parts.extra {
+		if err := save(tmp); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if b, err := os.ReadFile(filepath.Join(runDir, metricsFile)); err == nil {
 		if err := fsutil.WriteFileSync(filepath.Join(tmp, metricsFile), b); err != nil {

@@ -33,6 +33,8 @@ type Config struct {
 	SFT        SFTConfig        `yaml:"sft"`
 	Optim      OptimConfig      `yaml:"optim"`
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
+	LANPO      LANPOConfig      `yaml:"lanpo"`
+	Log        LogConfig        `yaml:"log"`
 }
 
 // DataConfig names the dataset and how problems become prompts.
@@ -55,8 +57,9 @@ type RolloutConfig struct {
 	EnableThinking   *bool   `yaml:"enable_thinking"`
 }
 
-// AlgoConfig are GRPO's loss settings.
+// AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).
 type AlgoConfig struct {
+	Name            string  `yaml:"name"` // grpo or lanpo (lanpo: the lanpo section applies)
 	AdvNoStd        bool    `yaml:"adv_no_std"`
 	ClipLow         float64 `yaml:"clip_low"`
 	ClipHigh        float64 `yaml:"clip_high"`
@@ -92,6 +95,13 @@ type OptimConfig struct {
 	GradClip    float64 `yaml:"grad_clip"`
 }
 
+// LogConfig are optional run logs.
+type LogConfig struct {
+	// Rollouts writes RUN_DIR/rollouts/step-NNNNNN.jsonl: every rollout's
+	// problem, mode, full prompt text, response and reward.
+	Rollouts bool `yaml:"rollouts"`
+}
+
 // CheckpointConfig says when to save and how many to keep.
 type CheckpointConfig struct {
 	Every int `yaml:"every"`
@@ -109,6 +119,7 @@ func DefaultConfig() Config {
 		SFT:        SFTConfig{MaxLen: 2048, MicroBatchSize: 4, GradAccum: 1},
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
 		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
+		LANPO:      defaultLANPO(),
 	}
 }
 
@@ -229,6 +240,16 @@ func (c *Config) Validate() error {
 	case c.MaxBadSteps < 1:
 		return bad("max_bad_steps", "must be ≥ 1")
 	}
+	switch c.Algo.Name {
+	case "", AlgoGRPO:
+		c.Algo.Name = AlgoGRPO
+	case AlgoLANPO:
+		if err := c.LANPO.validate(); err != nil {
+			return err
+		}
+	default:
+		return bad("algo.name", "%q: want %s or %s", c.Algo.Name, AlgoGRPO, AlgoLANPO)
+	}
 	if _, err := TokenWeights([]int{1}, nil, c.Algo.LossAggMode, 1); err != nil {
 		return bad("algo.loss_agg_mode", "%v", err)
 	}
@@ -250,6 +271,12 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// Algorithms (algo.name).
+const (
+	AlgoGRPO  = "grpo"
+	AlgoLANPO = "lanpo"
+)
 
 // YAML renders the resolved configuration (written into the run
 // directory and printed by --dry-run).

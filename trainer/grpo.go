@@ -112,6 +112,10 @@ type PolicyLossInput struct {
 	RefLogp *ts.Tensor // log π_ref(token); nil when Beta = 0
 	Adv     *ts.Tensor // advantage of the sequence
 	Weight  *ts.Tensor // aggregation weight of each token (0 on padding and prompt)
+	// TIS is each token's truncated importance weight (detached) when the
+	// behaviour policy differs from π_old (LANPO's original-prompt
+	// training); nil: all 1.
+	TIS *ts.Tensor
 }
 
 // PolicyLossConfig are the clipping and KL settings.
@@ -130,8 +134,8 @@ type PolicyLossStats struct {
 }
 
 // PolicyLoss is the clipped surrogate with an optional KL penalty, summed
-// with the token weights: Σ w·(max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)) +
-// β·kl). It returns the scalar loss (differentiable) and its statistics
+// with the token weights: Σ w·tis·(max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)) +
+// β·kl), tis = 1 unless given. It returns the scalar loss (differentiable) and its statistics
 // (one host read: sync).
 func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.Tensor, PolicyLossStats, error) {
 	logRatio := s.Keep(in.Logp.MustSub(in.OldLogp, false))
@@ -157,6 +161,11 @@ func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.
 			return nil, PolicyLossStats{}, err
 		}
 		tokenLoss = s.Keep(pgLoss.MustAdd(s.Keep(kl.MustMulScalar(s.Float(cfg.Beta), false)), false))
+	}
+	if in.TIS != nil {
+		// The whole token loss is an expectation under the policy that the
+		// update conditions on, estimated from samples of another.
+		tokenLoss = s.Keep(tokenLoss.MustMul(in.TIS, false))
 	}
 	loss := s.Keep(s.Keep(tokenLoss.MustMul(in.Weight, false)).MustSum(tokenLoss.DType(), false))
 

@@ -39,35 +39,57 @@ import (
 // whole batch (no mini-batches), π_old is the sampler's record instead of
 // a second forward pass, and the loss aggregation is configurable.
 
+// prompt is what one problem of a step is sampled from.
+type prompt struct {
+	problem  int     // index into the run's problems
+	index    int     // global index in the step (round·P + i): keys its random draws and sample streams
+	ids      []int64 // what the sampler sees
+	trainIDs []int64 // what the update conditions on: ids, or the bare prompt (lanpo.train_prompt: original)
+	mode     string  // scratch, reflection or abstraction
+	feedback bool    // drawn feedback-aware (LANPO)
+	context  int     // tokens the context added
+	shown    string  // reflection: the final answer of the attempt shown
+}
+
 // rollout is one sampled response and what the update needs of it.
 type rollout struct {
 	problem   int // index into the run's problems
-	group     int // index of its group among the step's kept groups
-	promptIDs []int64
-	ids       []int64   // generated ids
-	oldLogp   []float32 // the sampler's log-probs
-	text      string
-	reward    float64
-	correct   bool
-	adv       float64
-	truncated bool
-	refLogp   []float32
-	weight    float64 // loss weight of each of its tokens (TokenWeights)
+	prompt    *prompt
+	sample    int     // index within its group
+	group     int     // index of its group among the step's kept groups
+	promptIDs []int64 // the prompt the update conditions on
+	ids       []int64 // generated ids
+	oldLogp   []float32
+	// behaviorLogp are the sampler's log-probs when the sampler saw another
+	// prompt than the update (lanpo.train_prompt: original): oldLogp is then
+	// π_old on the update's prompt and the loss is importance-weighted.
+	behaviorLogp []float32
+	text         string
+	reward       float64
+	correct      bool
+	adv          float64
+	truncated    bool
+	refLogp      []float32
+	tis          []float32 // truncated importance weight of each token (nil: 1)
+	weight       float64   // loss weight of each of its tokens (TokenWeights)
 }
 
-// grpoRun holds a GRPO run's long-lived objects.
+// grpoRun holds a GRPO (or LANPO) run's long-lived objects.
 type grpoRun struct {
 	*session
-	ref      *model.Model // nil when β = 0
-	problems []Problem
-	prompts  [][]int64 // each problem's prompt ids
-	eos      []int64
+	ref        *model.Model // nil when β = 0
+	problems   []Problem
+	prompts    [][]int64 // each problem's prompt ids
+	eos        []int64
+	lanpo      *lanpoRun // nil for GRPO
+	stepTokens struct{ prefilled, generated int }
 }
 
-// RunGRPO runs (or resumes) GRPO training as cfg says. It returns
-// ErrInterrupted after saving a checkpoint when ctx is cancelled.
+// RunGRPO runs (or resumes) GRPO or LANPO training (algo.name) as cfg
+// says. It returns ErrInterrupted after saving a checkpoint when ctx is
+// cancelled.
 func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) error {
-	s, err := openSession(cfg, resume, "grpo", opts)
+	s, err := openSession(cfg, resume, cfg.Algo.Name, opts)
 	if err != nil {
 		return err
 	}
@@ -88,17 +110,29 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		}
 		defer g.ref.Close()
 	}
+	if cfg.Algo.Name == AlgoLANPO {
+		if g.lanpo, err = newLANPO(g); err != nil {
+			return err
+		}
+	}
 	return s.loop(ctx, g.step)
 }
 
-// buildPrompt renders one problem as the chat the policy sees.
-func (g *grpoRun) buildPrompt(p Problem) []tokenizer.Message {
+// solveMessages renders a problem text (the problem, or the problem with a
+// LANPO context block) as the chat the policy solves.
+func (g *grpoRun) solveMessages(problem string) []tokenizer.Message {
 	var msgs []tokenizer.Message
 	if g.cfg.Data.SystemPrompt != "" {
 		msgs = append(msgs, tokenizer.Message{Role: "system", Content: g.cfg.Data.SystemPrompt})
 	}
-	user := strings.ReplaceAll(g.cfg.Data.PromptTemplate, "{problem}", p.Problem)
+	user := strings.ReplaceAll(g.cfg.Data.PromptTemplate, "{problem}", problem)
 	return append(msgs, tokenizer.Message{Role: "user", Content: user})
+}
+
+// solveIDs is solveMessages as prompt ids with the assistant header.
+func (g *grpoRun) solveIDs(problem string) ([]int64, error) {
+	ids, err := g.tk.ChatIDs(g.solveMessages(problem), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: g.cfg.Rollout.EnableThinking})
+	return tokenizer.Int64s(ids), err
 }
 
 // renderPrompts tokenizes every problem's prompt once and checks that the
@@ -108,7 +142,7 @@ func (g *grpoRun) renderPrompts() error {
 	maxPos := g.m.Config.MaxPositionEmbeddings
 	g.prompts = make([][]int64, len(g.problems))
 	for i, p := range g.problems {
-		ids, err := g.tk.ChatIDs(g.buildPrompt(p), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: g.cfg.Rollout.EnableThinking})
+		ids, err := g.solveIDs(p.Problem)
 		if err != nil {
 			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
 		}
@@ -116,32 +150,61 @@ func (g *grpoRun) renderPrompts() error {
 			return fmt.Errorf("%s: problem %s: its prompt of %d tokens + rollout.max_new_tokens %d exceed the model's max_position_embeddings %d",
 				p.Where, p.ID, len(ids), g.cfg.Rollout.MaxNewTokens, maxPos)
 		}
-		g.prompts[i] = tokenizer.Int64s(ids)
+		g.prompts[i] = ids
 	}
 	return nil
 }
 
-// step runs one GRPO step and returns its metrics (timings included).
+// step runs one GRPO or LANPO step and returns its metrics (timings
+// included).
 func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var met StepMetrics
+	g.stepTokens.prefilled, g.stepTokens.generated = 0, 0
 	kept, sampled, err := g.collect(t)
 	if err != nil {
 		return met, err
 	}
 	g.fillMetrics(&met, kept, sampled)
+	if g.cfg.Log.Rollouts {
+		if err := g.logRollouts(sampled); err != nil {
+			return met, err
+		}
+	}
 	if len(kept) == 0 {
 		met.Skipped = true
 		log.Warn().Int("step", g.state.Step+1).Msg("no group with reward variance: update skipped")
-		return met, nil
+	} else if err := g.train(t, kept, &met); err != nil {
+		return met, err
+	}
+	if g.lanpo != nil {
+		t.enter("pool")
+		if err := g.lanpo.write(sampled); err != nil {
+			return met, err
+		}
+		g.lanpo.finish(&met, sampled)
+	}
+	met.PrefillTokens, met.GenTokens = g.stepTokens.prefilled, g.stepTokens.generated
+	return met, nil
+}
+
+// train computes what the update needs besides the rollouts (π_old on the
+// update's prompt when the sampler saw another, reference log-probs) and
+// runs the update.
+func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error {
+	if g.lanpo != nil && g.lanpo.cfg.TrainPrompt == trainOriginal {
+		t.enter("old_logprobs")
+		if err := g.offPolicy(kept); err != nil {
+			return err
+		}
 	}
 	if g.ref != nil {
 		t.enter("ref_logprobs")
 		if err := g.refLogprobs(kept); err != nil {
-			return met, err
+			return err
 		}
 	}
 	t.enter("update")
-	return met, g.update(kept, &met)
+	return g.update(kept, met)
 }
 
 // collect runs rounds of prompts → rollout → reward → filter until P
@@ -154,14 +217,17 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, err error) {
 	for round := 0; len(kept) < P*cfg.Rollout.SamplesPerPrompt && round <= cfg.Algo.MaxResample; round++ {
 		t.enter("prompts")
 		idx := g.state.Cursor.Next(len(g.problems), P-len(kept)/cfg.Rollout.SamplesPerPrompt)
-		reqs := make([]model.Request, len(idx))
-		streams := make([]int, len(idx))
+		ps := make([]*prompt, len(idx))
 		for i, k := range idx {
-			reqs[i] = model.Request{PromptIDs: g.prompts[k], Samples: cfg.Rollout.SamplesPerPrompt}
-			streams[i] = round*P + i
+			ps[i] = &prompt{problem: k, index: round*P + i, ids: g.prompts[k], trainIDs: g.prompts[k], mode: modeScratch}
+		}
+		if g.lanpo != nil {
+			if err := g.lanpo.addContext(t, ps); err != nil {
+				return nil, nil, err
+			}
 		}
 		t.enter("rollout")
-		batch, err := g.rollout(reqs, streams, idx)
+		batch, err := g.rollout(ps)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -173,15 +239,23 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, err error) {
 	return kept, sampled, nil
 }
 
-// rollout samples G responses to each request; problems[i] is request i's
-// problem (named in errors).
-func (g *grpoRun) rollout(reqs []model.Request, streams, problems []int) ([]*rollout, error) {
+// rollout samples G responses to each prompt, each prompt's randomness
+// keyed by its index in the step.
+func (g *grpoRun) rollout(ps []*prompt) ([]*rollout, error) {
 	cfg := g.cfg
-	p := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
+	reqs := make([]model.Request, len(ps))
+	streams := make([]int, len(ps))
+	problems := make([]int, len(ps))
+	for i, p := range ps {
+		reqs[i] = model.Request{PromptIDs: p.ids, Samples: cfg.Rollout.SamplesPerPrompt}
+		streams[i], problems[i] = p.index, p.problem
+		g.stepTokens.prefilled += len(p.ids) // once per prompt: the engine shares the prefix across the group
+	}
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
 		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: stepSeed(cfg.Seed, g.state.Step)}
 	var res []model.Sample
 	err := csrc.NoGrad(func() (err error) {
-		res, err = g.m.GenerateAt(reqs, streams, p, model.GenerateOptions{})
+		res, err = g.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{})
 		return err
 	})
 	if err != nil {
@@ -189,8 +263,10 @@ func (g *grpoRun) rollout(reqs []model.Request, streams, problems []int) ([]*rol
 	}
 	batch := make([]*rollout, len(res))
 	for i, r := range res {
-		batch[i] = &rollout{problem: problems[r.Prompt], promptIDs: reqs[r.Prompt].PromptIDs, ids: r.IDs, oldLogp: r.Logprobs,
+		p := ps[r.Prompt]
+		batch[i] = &rollout{problem: p.problem, prompt: p, sample: r.Index, promptIDs: p.ids, ids: r.IDs, oldLogp: r.Logprobs,
 			truncated: r.FinishReason == "length", text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}
+		g.stepTokens.generated += len(r.IDs)
 	}
 	return batch, nil
 }
@@ -309,23 +385,78 @@ func (g *grpoRun) fillMetrics(m *StepMetrics, kept, sampled []*rollout) {
 
 // refLogprobs computes log π_ref of every response token (no grad).
 func (g *grpoRun) refLogprobs(rolls []*rollout) error {
+	err := g.logprobs(g.ref, rolls, func(r *rollout, lp []float32) { r.refLogp = lp })
+	if err != nil {
+		return fmt.Errorf("reference log-probs: %w", err)
+	}
+	return nil
+}
+
+// logprobs computes, with no grad, the log-probs under m of every response
+// token of rolls given each rollout's promptIDs, micro-batch by
+// micro-batch, and hands each rollout's to set.
+func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, []float32)) error {
 	return csrc.NoGrad(func() error {
 		for _, mb := range g.microBatches(rolls) {
 			var s tensor.Scope
-			b := buildBatch(&s, g.ref.Device, mb)
-			lp, _, err := g.ref.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
+			b := buildBatch(&s, m.Device, mb)
+			lp, _, err := m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
 			if err != nil {
 				s.Close()
-				return fmt.Errorf("reference log-probs: %w", err)
+				return err
 			}
 			vals := tensor.Float64s(lp) // sync: one read per micro-batch
 			for i, r := range mb {
-				r.refLogp = b.gather(vals, i, len(r.ids))
+				set(r, b.gather(vals, i, len(r.ids)))
 			}
 			s.Close()
 		}
 		return nil
 	})
+}
+
+// offPolicy prepares the rollouts sampled from a context prompt for
+// training as answers to the bare problem (lanpo.train_prompt: original).
+// The behaviour policy was μ = π_old(·|x, c); the update's ratio is taken
+// against π_old(y|x), recomputed here, and each token's loss is weighted by
+// the truncated importance weight min(π_old(y_t|x, y<t) / μ(y_t|x, c, y<t),
+// lanpo.tis_cap) (detached): an unbiased correction up to the truncation,
+// which bounds the variance that rare tokens would otherwise add.
+func (g *grpoRun) offPolicy(rolls []*rollout) error {
+	var off []*rollout
+	for _, r := range rolls {
+		if !slices.Equal(r.prompt.trainIDs, r.prompt.ids) {
+			r.behaviorLogp, r.promptIDs = r.oldLogp, r.prompt.trainIDs
+			off = append(off, r)
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	if err := g.logprobs(g.m, off, func(r *rollout, lp []float32) { r.oldLogp = lp }); err != nil {
+		return fmt.Errorf("log-probs on the bare prompts: %w", err)
+	}
+	tisCap := g.lanpo.cfg.TISCap
+	var gap float64
+	tokens, clipped := 0, 0
+	for _, r := range off {
+		r.tis = make([]float32, len(r.ids))
+		for k := range r.ids {
+			logRatio := float64(r.oldLogp[k]) - float64(r.behaviorLogp[k])
+			gap -= logRatio // log π(y|x,c) − log π(y|x)
+			w := math.Exp(math.Min(logRatio, 30))
+			if w > tisCap {
+				w = tisCap
+				clipped++
+			}
+			r.tis[k] = float32(w)
+			tokens++
+		}
+	}
+	if tokens > 0 {
+		g.lanpo.met.ContextLogpGap, g.lanpo.met.TISClipped = gap/float64(tokens), float64(clipped)/float64(tokens)
+	}
+	return nil
 }
 
 // microBatches splits the step's rollouts into the micro-batches every
@@ -375,7 +506,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 				s.Close()
 				return where(err)
 			}
-			in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight}
+			in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis}
 			l, mst, err := PolicyLoss(&s, in, lossCfg)
 			if err != nil {
 				s.Close()

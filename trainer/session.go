@@ -42,6 +42,11 @@ type session struct {
 	metrics  *metricsLog
 	prog     *progress.Bar
 	lastSave int
+	// resumedFrom is the checkpoint the run resumed from ("" for a fresh
+	// run); saveExtra write more state into each checkpoint directory (the
+	// LANPO pool).
+	resumedFrom string
+	saveExtra   []func(dir string) error
 }
 
 // openSession loads the policy (from the resume checkpoint if any), the
@@ -107,7 +112,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		if s.state.Kind != kind {
 			return nil, fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, s.state.Kind, kind)
 		}
-		s.lastSave = s.state.Step
+		s.lastSave, s.resumedFrom = s.state.Step, ckpt
 		log.Info().Str("checkpoint", ckpt).Int("step", s.state.Step).Msg("resumed")
 	} else if err := os.Remove(filepath.Join(cfg.RunDir, metricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -221,7 +226,7 @@ func (s *session) save() error {
 	if s.lastSave == s.state.Step {
 		return nil
 	}
-	dir, err := SaveCheckpoint(s.cfg.RunDir, s.m, s.tokFiles, s.opt, s.state, s.cfg.Checkpoint.Keep)
+	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra}, s.cfg.Checkpoint.Keep)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", s.state.Step, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"unicode"
@@ -82,6 +83,16 @@ func (t *Tokenizer) Token(id int) (string, bool) {
 // IsSpecial reports whether id is an added token marked special (what
 // skip-special-tokens decoding drops).
 func (t *Tokenizer) IsSpecial(id int) bool { return t.special[id] }
+
+// SpecialIDs lists the special tokens' ids in increasing order.
+func (t *Tokenizer) SpecialIDs() []int {
+	var ids []int
+	for id := range t.special {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
+}
 
 // Encode returns the token ids of text. addSpecial adds the tokens of the
 // post-processor (Llama-3's <|begin_of_text|>; nothing for Qwen), like

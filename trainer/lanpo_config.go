@@ -1,0 +1,167 @@
+package trainer
+
+import (
+	"fmt"
+
+	"github.com/lanpo-rl/lanpo/pool"
+)
+
+// LANPOConfig is the lanpo: section (algo.name: lanpo). Defaults and why
+// are in defaultLANPO; docs/lanpo.md describes each choice.
+type LANPOConfig struct {
+	// FeedbackRatio is p_t: the probability that a prompt is
+	// feedback-aware (the paper's best: 0.75; 1.0 collapsed there). With
+	// FeedbackSchedule linear it grows from 0 to FeedbackRatio over
+	// FeedbackWarmupSteps.
+	FeedbackRatio       float64 `yaml:"feedback_ratio"`
+	FeedbackSchedule    string  `yaml:"feedback_schedule"` // constant or linear
+	FeedbackWarmupSteps int     `yaml:"feedback_warmup_steps"`
+	// Modes weigh the two kinds of feedback among the modes available for
+	// a prompt. Unset: reflection 1 and abstraction 1 (abstraction only
+	// with train_prompt: original).
+	Modes LANPOModes `yaml:"modes"`
+	// ReflectOn: any (default) picks the attempt to show without looking
+	// at its outcome; failed shows only failed attempts — what the
+	// paper's summaries speak of, but being shown then tells the model the
+	// attempt was wrong.
+	ReflectOn string `yaml:"reflect_on"`
+	// TrainPrompt: sampled (default) trains each sample as an answer to the
+	// prompt it was sampled from (on-policy); original trains
+	// feedback-guided samples as answers to the problem alone, with
+	// truncated importance weights min(π_old(y|x)/μ(y|x,c), TISCap)
+	// against the sampler's log-probs (the behaviour policy μ saw the
+	// context). Reflection is not used with original.
+	TrainPrompt string  `yaml:"train_prompt"`
+	TISCap      float64 `yaml:"tis_cap"`
+	// Similarity is the relevance filter's scorer: policy (the policy rates
+	// relevance 0-9, read from its digit probabilities; default), bm25
+	// (normalized BM25, cheap) or embedding (cosine of centred mean-pooled
+	// hidden states). SimilarityThreshold is γ.
+	Similarity          string  `yaml:"similarity"`
+	SimilarityThreshold float64 `yaml:"similarity_threshold"`
+	// RetrievalCandidates other problems come from BM25; of those passing
+	// γ, the MaxRelatedProblems most relevant give LessonsPerProblem
+	// lessons each to the condenser.
+	RetrievalCandidates int `yaml:"retrieval_candidates"`
+	MaxRelatedProblems  int `yaml:"max_related_problems"`
+	LessonsPerProblem   int `yaml:"lessons_per_problem"`
+	// Pool bounds (pool.Config).
+	MaxEntriesPerProblem int     `yaml:"max_entries_per_problem"`
+	MaxPoolBytes         int64   `yaml:"max_pool_bytes"`
+	Eviction             string  `yaml:"eviction"`
+	MaxAttemptChars      int     `yaml:"max_attempt_chars"`
+	NearDuplicate        float64 `yaml:"near_duplicate_threshold"`
+	// SummariesPerGroup trajectories of each group are stored and
+	// summarized after each step, each field in at most SummaryFieldTokens.
+	SummariesPerGroup  int `yaml:"summaries_per_group"`
+	SummaryFieldTokens int `yaml:"summary_field_tokens"`
+	PlanTokens         int `yaml:"plan_tokens"`
+	// MaxContextTokens bounds what model-written text adds to a prompt: the
+	// attempt shown, the plan, and the summarizer's and condenser's inputs.
+	MaxContextTokens int `yaml:"max_context_tokens"`
+	// AuxTemperature samples summaries, plans (0: greedy).
+	AuxTemperature float64 `yaml:"aux_temperature"`
+	// Prompts is a YAML file overriding the prompt texts (pool.Prompts).
+	Prompts string `yaml:"prompts"`
+	// InitialPool is a pool.jsonl to start a fresh run from.
+	InitialPool string `yaml:"initial_pool"`
+}
+
+// LANPOModes weigh the feedback modes; nil: the default.
+type LANPOModes struct {
+	Reflection  *float64 `yaml:"reflection"`
+	Abstraction *float64 `yaml:"abstraction"`
+}
+
+// LANPO's option values.
+const (
+	scheduleConstant = "constant"
+	scheduleLinear   = "linear"
+	reflectAny       = "any"
+	reflectFailed    = "failed"
+	trainSampled     = "sampled"
+	trainOriginal    = "original"
+	simPolicy        = "policy"
+	simBM25          = "bm25"
+	simEmbedding     = "embedding"
+)
+
+func defaultLANPO() LANPOConfig {
+	pc := pool.DefaultConfig()
+	return LANPOConfig{
+		FeedbackRatio: 0.75, FeedbackSchedule: scheduleConstant, ReflectOn: reflectAny, TrainPrompt: trainSampled, TISCap: 2,
+		Similarity: simPolicy, SimilarityThreshold: 0.9, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
+		MaxEntriesPerProblem: pc.MaxEntriesPerProblem, MaxPoolBytes: pc.MaxBytes, Eviction: pc.Eviction,
+		MaxAttemptChars: pc.MaxAttemptChars, NearDuplicate: pc.NearDuplicate,
+		SummariesPerGroup: 2, SummaryFieldTokens: 96, PlanTokens: 128, MaxContextTokens: 1024,
+	}
+}
+
+// poolConfig is the pool's part of the section.
+func (l LANPOConfig) poolConfig() pool.Config {
+	return pool.Config{MaxEntriesPerProblem: l.MaxEntriesPerProblem, MaxBytes: l.MaxPoolBytes, Eviction: l.Eviction,
+		MaxAttemptChars: l.MaxAttemptChars, NearDuplicate: l.NearDuplicate}
+}
+
+// feedbackRatio is p_t at a step.
+func (l LANPOConfig) feedbackRatio(step int) float64 {
+	if l.FeedbackSchedule == scheduleLinear && step < l.FeedbackWarmupSteps {
+		return l.FeedbackRatio * float64(step) / float64(l.FeedbackWarmupSteps)
+	}
+	return l.FeedbackRatio
+}
+
+// validate checks the section and fills the mode weights.
+func (l *LANPOConfig) validate() error {
+	bad := func(key string, format string, args ...any) error {
+		return fmt.Errorf("config key lanpo.%s: %s", key, fmt.Sprintf(format, args...))
+	}
+	weight := func(w *float64, def float64) float64 {
+		if w == nil {
+			return def
+		}
+		return *w
+	}
+	switch {
+	case l.FeedbackRatio < 0 || l.FeedbackRatio > 1:
+		return bad("feedback_ratio", "must be in [0, 1], got %g", l.FeedbackRatio)
+	case l.FeedbackSchedule != scheduleConstant && l.FeedbackSchedule != scheduleLinear:
+		return bad("feedback_schedule", "%q: want %s or %s", l.FeedbackSchedule, scheduleConstant, scheduleLinear)
+	case l.FeedbackSchedule == scheduleLinear && l.FeedbackWarmupSteps < 1:
+		return bad("feedback_warmup_steps", "must be ≥ 1 with feedback_schedule: linear")
+	case l.ReflectOn != reflectAny && l.ReflectOn != reflectFailed:
+		return bad("reflect_on", "%q: want %s or %s", l.ReflectOn, reflectAny, reflectFailed)
+	case l.TrainPrompt != trainSampled && l.TrainPrompt != trainOriginal:
+		return bad("train_prompt", "%q: want %s or %s", l.TrainPrompt, trainSampled, trainOriginal)
+	case l.TISCap < 1:
+		return bad("tis_cap", "must be ≥ 1, got %g", l.TISCap)
+	case l.Similarity != simPolicy && l.Similarity != simBM25 && l.Similarity != simEmbedding:
+		return bad("similarity", "%q: want %s, %s or %s", l.Similarity, simPolicy, simBM25, simEmbedding)
+	case l.SimilarityThreshold < 0 || l.SimilarityThreshold > 1:
+		return bad("similarity_threshold", "must be in [0, 1], got %g", l.SimilarityThreshold)
+	case l.RetrievalCandidates < 1 || l.MaxRelatedProblems < 1 || l.LessonsPerProblem < 1:
+		return bad("retrieval_candidates", "retrieval_candidates, max_related_problems and lessons_per_problem must be ≥ 1")
+	case l.SummariesPerGroup < 0:
+		return bad("summaries_per_group", "must be ≥ 0")
+	case l.SummaryFieldTokens < 1 || l.PlanTokens < 1 || l.MaxContextTokens < 16:
+		return bad("max_context_tokens", "summary_field_tokens and plan_tokens must be ≥ 1, max_context_tokens ≥ 16")
+	case l.AuxTemperature < 0:
+		return bad("aux_temperature", "must be ≥ 0")
+	}
+	if err := l.poolConfig().Validate(); err != nil {
+		return fmt.Errorf("config key lanpo: %w", err)
+	}
+	refl := weight(l.Modes.Reflection, 1)
+	if l.TrainPrompt == trainOriginal {
+		if l.Modes.Reflection != nil && *l.Modes.Reflection > 0 {
+			return bad("modes.reflection", "must be 0 with train_prompt: original (a critique trained without the attempt it critiques teaches nothing)")
+		}
+		refl = 0
+	}
+	abst := weight(l.Modes.Abstraction, 1)
+	if refl < 0 || abst < 0 || refl+abst == 0 {
+		return bad("modes", "weights must be ≥ 0 and not both 0 (reflection %g, abstraction %g)", refl, abst)
+	}
+	l.Modes.Reflection, l.Modes.Abstraction = &refl, &abst
+	return nil
+}

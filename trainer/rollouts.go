@@ -1,0 +1,48 @@
+package trainer
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+// rolloutLine is one line of RUN_DIR/rollouts/step-NNNNNN.jsonl (log.rollouts):
+// what the model saw and wrote, so a user can read what feedback did.
+type rolloutLine struct {
+	Step      int     `json:"step"`
+	ProblemID string  `json:"problem_id"`
+	Group     int     `json:"group"` // the prompt's index in the step
+	Sample    int     `json:"sample"`
+	Mode      string  `json:"mode"` // scratch, reflection or abstraction
+	Prompt    string  `json:"prompt"`
+	Response  string  `json:"response"`
+	Reward    float64 `json:"reward"`
+	Correct   bool    `json:"correct"`
+	Truncated bool    `json:"truncated"`
+}
+
+// logRollouts writes the step's rollouts (every sampled one) to
+// RUN_DIR/rollouts/step-NNNNNN.jsonl, replacing the file if the step is run
+// again after a resume.
+func (g *grpoRun) logRollouts(sampled []*rollout) error {
+	dir := filepath.Join(g.cfg.RunDir, "rollouts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	step := g.state.Step + 1
+	rows := make([]rolloutLine, len(sampled))
+	prompts := map[*prompt]string{}
+	for i, r := range sampled {
+		text, ok := prompts[r.prompt]
+		if !ok {
+			text = g.tk.Decode(tokenizer.Ints(r.prompt.ids), false)
+			prompts[r.prompt] = text
+		}
+		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.problem].ID, Group: r.prompt.index, Sample: r.sample, Mode: r.prompt.mode,
+			Prompt: text, Response: r.text, Reward: r.reward, Correct: r.correct, Truncated: r.truncated}
+	}
+	return jsonl.WriteFile(filepath.Join(dir, fmt.Sprintf("step-%06d.jsonl", step)), rows)
+}
