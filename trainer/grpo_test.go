@@ -120,13 +120,25 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 			w[i] = rng.Float64() / float64(n)
 		}
 	}
-	for _, cfg := range []PolicyLossConfig{
-		{ClipLow: 0.2, ClipHigh: 0.2},
-		{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.05, KL: KLK1},
-		{ClipLow: 0.1, ClipHigh: 0.3, Beta: 0.1, KL: KLK2},
-		{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.04, KL: KLK3},
+	// Truncated importance weights (LANPO's original-prompt training):
+	// min(π_old/μ, cap), some at the cap.
+	tis := make([]float64, n)
+	for i := range tis {
+		tis[i] = math.Min(math.Exp((rng.Float64()-0.5)*2), 2)
+	}
+	for _, c := range []struct {
+		cfg     PolicyLossConfig
+		withTIS bool
+	}{
+		{PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.2}, false},
+		{PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.05, KL: KLK1}, false},
+		{PolicyLossConfig{ClipLow: 0.1, ClipHigh: 0.3, Beta: 0.1, KL: KLK2}, false},
+		{PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.04, KL: KLK3}, false},
+		{PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.28, Beta: 0.04, KL: KLK3}, true},
+		{PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.28}, true},
 	} {
-		t.Run(cfg.KL, func(t *testing.T) {
+		cfg := c.cfg
+		t.Run(fmt.Sprintf("%s/tis=%v", cfg.KL, c.withTIS), func(t *testing.T) {
 			var s tensor.Scope
 			defer s.Close()
 			mk := func(v []float64, shape []int64) *ts.Tensor { return tensor.FromSlice(&s, v, shape, gotch.CPU) }
@@ -134,6 +146,16 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 			in := PolicyLossInput{Logp: lp, OldLogp: mk(old, []int64{b, tt}), Adv: mk(adv, []int64{b, 1}), Weight: mk(w, []int64{b, tt})}
 			if cfg.Beta != 0 {
 				in.RefLogp = mk(ref, []int64{b, tt})
+			}
+			iw := make([]float64, n) // the importance weight each token's loss gets
+			for i := range iw {
+				iw[i] = 1
+				if c.withTIS {
+					iw[i] = tis[i]
+				}
+			}
+			if c.withTIS {
+				in.TIS = mk(tis, []int64{b, tt})
 			}
 			loss, st, err := PolicyLoss(&s, in, cfg)
 			if err != nil {
@@ -145,7 +167,8 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 			sawClip, sawFree := false, false
 			for i := range logp {
 				l, dl, clipped, kl := slowTokenLoss(logp[i], old[i], ref[i], adv[i/tt], cfg)
-				wantLoss += w[i] * l
+				wantLoss += w[i] * iw[i] * l
+				dl *= iw[i]
 				wantKL += w[i] * kl
 				if clipped {
 					wantClip += w[i]

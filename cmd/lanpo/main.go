@@ -70,6 +70,7 @@ func newApp() *cli.App {
 			verifyCommand(),
 			sftCommand(),
 			trainCommand(),
+			poolCommand(),
 			demoCommand(),
 			reportCommand(),
 		},

@@ -27,10 +27,14 @@ func runFlags() []cli.Flag {
 func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "train",
-		Usage: "GRPO training from verified math rewards (config file + overrides)",
+		Usage: "GRPO or LANPO training from verified math rewards (config file + overrides)",
 		Description: "Runs GRPO as the config says: prompts from data.train ({\"id\",\"problem\",\"answer\"} JSONL) through the\n" +
 			"chat template, rollout.samples_per_prompt samples each, rewards from the math verifier, group-normalized\n" +
 			"advantages, clipped policy loss (clip_low/clip_high), optional KL to the initial policy, AdamW.\n" +
+			"algo.name: lanpo adds LANPO: with probability lanpo.feedback_ratio a prompt carries feedback from the\n" +
+			"experience pool — the model's own earlier attempt to critique and redo (reflection) or a plan condensed\n" +
+			"from related problems' principles and pitfalls (abstraction); after each step the policy summarizes\n" +
+			"its rollouts into the pool, which every checkpoint holds (see lanpo pool, docs/lanpo.md).\n" +
 			"Writes RUN_DIR/metrics.jsonl, config.resolved.yaml and checkpoints/step-NNNNNN/ (a Hugging Face model\n" +
 			"directory plus optimizer and trainer state). SIGINT/SIGTERM: the step finishes, a checkpoint is saved,\n" +
 			"exit 130; a second signal exits 130 at once without saving the step in progress. Continue with\n" +
