@@ -121,6 +121,23 @@ func (x *bm25) search(query string, k int) []hit {
 	return hits
 }
 
+// scoreDoc is the query's score against document id (0 if it is not in
+// the index).
+func (x *bm25) scoreDoc(query, id string) float64 {
+	tf, ok := x.docs[id]
+	if !ok {
+		return 0
+	}
+	avg := x.avgdl()
+	var s float64
+	for _, t := range distinct(terms(query)) {
+		if n := tf[t]; n > 0 {
+			s += x.termScore(t, n, x.lengths[id], avg)
+		}
+	}
+	return s
+}
+
 // selfScore is the query's score against itself as a document under the
 // index's statistics: the most any document can score for it, short of
 // repeating its terms. Normalized BM25 divides by it.

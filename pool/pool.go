@@ -332,6 +332,16 @@ func (p *Pool) Candidates(problemID, text string, k int) []Candidate {
 	return out
 }
 
+// NormalizedBM25 is the normalized BM25 of problemID's text for a query
+// (as Candidates computes it), for any problem in the pool.
+func (p *Pool) NormalizedBM25(problemID, query string) float64 {
+	self := p.index.selfScore(query)
+	if self == 0 {
+		return 0
+	}
+	return math.Min(1, p.index.scoreDoc(query, problemID)/self)
+}
+
 // NearestProblem returns the pool problem most similar to text by the
 // near-duplicate measure (dedup.go) and that similarity, for contamination
 // reports; ok is false for an empty pool. It looks at BM25's top 32.

@@ -74,6 +74,11 @@ func TestCandidatesAndRelevanceFilter(t *testing.T) {
 			t.Fatal("a problem retrieved itself")
 		}
 	}
+	for _, c := range cands {
+		if got := p.NormalizedBM25(c.ProblemID, "What is the area of a triangle with base 10 and height 3?"); got != c.Normalized {
+			t.Fatalf("NormalizedBM25(%s) = %v, Candidates said %v", c.ProblemID, got, c.Normalized)
+		}
+	}
 	kept := Relevant(cands, []float64{0.95, 0.9}, 0.9)
 	if len(kept) != 2 || kept[1].Relevance != 0.9 {
 		t.Fatalf("γ = 0.9 keeps relevance ≥ 0.9: %+v", kept)

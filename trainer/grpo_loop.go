@@ -118,23 +118,6 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	return s.loop(ctx, g.step)
 }
 
-// solveMessages renders a problem text (the problem, or the problem with a
-// LANPO context block) as the chat the policy solves.
-func (g *grpoRun) solveMessages(problem string) []tokenizer.Message {
-	var msgs []tokenizer.Message
-	if g.cfg.Data.SystemPrompt != "" {
-		msgs = append(msgs, tokenizer.Message{Role: "system", Content: g.cfg.Data.SystemPrompt})
-	}
-	user := strings.ReplaceAll(g.cfg.Data.PromptTemplate, "{problem}", problem)
-	return append(msgs, tokenizer.Message{Role: "user", Content: user})
-}
-
-// solveIDs is solveMessages as prompt ids with the assistant header.
-func (g *grpoRun) solveIDs(problem string) ([]int64, error) {
-	ids, err := g.tk.ChatIDs(g.solveMessages(problem), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: g.cfg.Rollout.EnableThinking})
-	return tokenizer.Int64s(ids), err
-}
-
 // renderPrompts tokenizes every problem's prompt once and checks that the
 // prompt and the generation budget fit the model's context, naming the
 // file and line of the first that does not.
@@ -142,7 +125,7 @@ func (g *grpoRun) renderPrompts() error {
 	maxPos := g.m.Config.MaxPositionEmbeddings
 	g.prompts = make([][]int64, len(g.problems))
 	for i, p := range g.problems {
-		ids, err := g.solveIDs(p.Problem)
+		ids, err := solveIDs(g.tk, g.cfg.Data, g.cfg.Rollout.EnableThinking, p.Problem)
 		if err != nil {
 			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
 		}
@@ -182,6 +165,9 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 			return met, err
 		}
 		g.lanpo.finish(&met, sampled)
+		g.stepTokens.prefilled += g.lanpo.tokens.prefilled
+		g.stepTokens.generated += g.lanpo.tokens.generated
+		g.lanpo.tokens.prefilled, g.lanpo.tokens.generated = 0, 0
 	}
 	met.PrefillTokens, met.GenTokens = g.stepTokens.prefilled, g.stepTokens.generated
 	return met, nil

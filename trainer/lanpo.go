@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"sort"
 
 	"github.com/rs/zerolog/log"
 
-	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/reward"
 )
@@ -48,62 +46,59 @@ const (
 	modeAbstraction = "abstraction"
 )
 
-// lanpoRun is LANPO's part of a run.
+// lanpoRun is LANPO's part of a training run: the feedback builder (with
+// the pool) and the per-step draws, pool writes and metrics.
 type lanpoRun struct {
-	g       *grpoRun
-	cfg     LANPOConfig
-	pool    *pool.Pool
-	prompts pool.Prompts
-	scorer  relevanceScorer
-	gold    map[string]string // problem id → answer, to strip from lessons
-	stopIDs []int64           // end auxiliary text: the stop ids and every special token
-	met     LANPOMetrics      // the current step's
+	*feedback
+	g *grpoRun
 }
 
 // newLANPO sets up the pool (from the resumed checkpoint, lanpo.initial_pool
-// or empty), the prompts and the relevance scorer, and registers the pool
-// with the checkpoints.
+// or empty) and the feedback builder, and registers the pool with the
+// checkpoints.
 func newLANPO(g *grpoRun) (*lanpoRun, error) {
 	cfg := g.cfg.LANPO
-	l := &lanpoRun{g: g, cfg: cfg, prompts: pool.DefaultPrompts(), gold: map[string]string{}}
-	for _, p := range g.problems {
-		l.gold[p.ID] = p.Answer
-	}
-	l.stopIDs = append(append([]int64(nil), g.eos...), tokenizer.Int64s(g.tk.SpecialIDs())...)
+	var p *pool.Pool
 	var err error
-	if cfg.Prompts != "" {
-		if l.prompts, err = pool.LoadPrompts(cfg.Prompts); err != nil {
-			return nil, fmt.Errorf("config key lanpo.prompts: %w", err)
-		}
-	}
 	switch from := g.resumedFrom; {
 	case from != "":
-		if l.pool, err = pool.Load(filepath.Join(from, pool.File), cfg.poolConfig()); err != nil {
+		if p, err = pool.Load(filepath.Join(from, pool.File), cfg.poolConfig()); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	case cfg.InitialPool != "":
-		if l.pool, err = pool.Load(cfg.InitialPool, cfg.poolConfig()); err != nil {
+		if p, err = pool.Load(cfg.InitialPool, cfg.poolConfig()); err != nil {
 			return nil, fmt.Errorf("config key lanpo.initial_pool: %w", err)
 		}
 	default:
-		if l.pool, err = pool.New(cfg.poolConfig()); err != nil {
+		if p, err = pool.New(cfg.poolConfig()); err != nil {
 			return nil, err
 		}
 	}
-	if l.scorer, err = newScorer(l); err != nil {
+	f, err := newFeedback(g.m, g.tk, g.cfg, p)
+	if err != nil {
 		return nil, err
 	}
-	g.saveExtra = append(g.saveExtra, l.pool.Save)
-	log.Info().Int("problems", l.pool.Problems()).Int("entries", l.pool.Entries()).Str("similarity", cfg.Similarity).
+	f.gold = map[string]string{}
+	for _, pr := range g.problems {
+		f.gold[pr.ID] = pr.Answer
+	}
+	g.saveExtra = append(g.saveExtra, p.Save)
+	log.Info().Int("problems", p.Problems()).Int("entries", p.Entries()).Str("similarity", cfg.Similarity).
 		Float64("p_t", cfg.FeedbackRatio).Msg("LANPO pool ready")
-	return l, nil
+	return &lanpoRun{feedback: f, g: g}, nil
+}
+
+// draw is a uniform number in [0, 1) from (run seed, step, prompt index,
+// purpose).
+func (l *lanpoRun) draw(index int, purpose string) float64 {
+	return rand.New(rand.NewPCG(l.g.cfg.Seed, drawKey(l.g.state.Step, index, purpose))).Float64()
 }
 
 // addContext decides, for each prompt of a round, whether it is
 // feedback-aware and in which mode, and builds its context.
 func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
-	step := l.g.state.Step
-	pt := l.cfg.feedbackRatio(step)
+	l.step = l.g.state.Step
+	pt := l.cfg.feedbackRatio(l.step)
 	l.met.PT = pt
 	var abstraction []*prompt
 	for _, p := range ps {
@@ -131,8 +126,22 @@ func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
 			l.met.Fallback++
 		}
 	}
-	if len(abstraction) > 0 {
-		return l.abstract(t, abstraction)
+	if len(abstraction) == 0 {
+		return nil
+	}
+	items := make([]abstractionItem, len(abstraction))
+	for i, p := range abstraction {
+		pr := l.g.problems[p.problem]
+		items[i] = abstractionItem{id: pr.ID, problem: pr.Problem, index: p.index}
+	}
+	ids, err := l.abstraction(t, items)
+	if err != nil {
+		return err
+	}
+	for i, p := range abstraction {
+		if ids[i] != nil {
+			l.use(p, ids[i], modeAbstraction)
+		}
 	}
 	return nil
 }
@@ -164,7 +173,7 @@ func (l *lanpoRun) hasAttempt(id string) bool {
 }
 
 // reflect gives p an earlier attempt at its problem to critique and redo.
-// The attempt is an pool.Attempt (no outcome), chosen by a seeded draw.
+// The attempt is a pool.Attempt (no outcome), chosen by a seeded draw.
 func (l *lanpoRun) reflect(p *prompt) error {
 	pr := l.g.problems[p.problem]
 	u := l.draw(p.index, "attempt")
@@ -173,109 +182,17 @@ func (l *lanpoRun) reflect(p *prompt) error {
 		a, _ = l.pool.FailedAttempt(pr.ID, u)
 	}
 	shown, _ := reward.ExtractResponse(a.Text, false)
-	a.Text = l.modelText(a.Text)
-	ctx := l.prompts.ReflectionContext(a)
-	if !l.setContext(p, pr.Problem, ctx, modeReflection) {
-		return nil
+	ids, ok, err := l.reflection(pr.Problem, a)
+	if err != nil || !ok {
+		return err
 	}
+	l.use(p, ids, modeReflection)
 	p.shown = shown
 	return nil
 }
 
-// abstract retrieves related problems for each prompt, filters them by
-// relevance, condenses their lessons into a plan with the policy, and puts
-// the plan into the prompt.
-func (l *lanpoRun) abstract(t *phaseTimer, ps []*prompt) error {
-	t.enter("relevance")
-	var pairs []relevancePair
-	cands := make([][]pool.Candidate, len(ps))
-	for i, p := range ps {
-		pr := l.g.problems[p.problem]
-		cands[i] = l.pool.Candidates(pr.ID, pr.Problem, l.cfg.RetrievalCandidates)
-		for _, c := range cands[i] {
-			pairs = append(pairs, relevancePair{query: pr.Problem, candidate: c.Text, bm25: c.Normalized})
-		}
-	}
-	rel, err := l.scorer.score(pairs)
-	if err != nil {
-		return fmt.Errorf("relevance (lanpo.similarity %s): %w", l.cfg.Similarity, err)
-	}
-	t.enter("condense")
-	var requests []string
-	var waiting []*prompt
-	var related [][]string // gold answers of each request's related problems
-	k := 0
-	for i, p := range ps {
-		passed := pool.Relevant(cands[i], rel[k:k+len(cands[i])], l.cfg.SimilarityThreshold)
-		k += len(cands[i])
-		l.met.Candidates += len(cands[i])
-		l.met.Passed += len(passed)
-		for _, r := range rel[k-len(cands[i]) : k] {
-			l.met.relevanceSum += r
-		}
-		sort.SliceStable(passed, func(a, b int) bool { return passed[a].Relevance > passed[b].Relevance })
-		if len(passed) > l.cfg.MaxRelatedProblems {
-			passed = passed[:l.cfg.MaxRelatedProblems]
-		}
-		var lessons []pool.Lesson
-		var golds []string
-		for _, c := range passed {
-			for _, ls := range l.pool.Lessons(c.ProblemID, l.cfg.LessonsPerProblem, l.gold[c.ProblemID]) {
-				ls.Principles, ls.Pitfalls = l.modelText(ls.Principles), l.modelText(ls.Pitfalls)
-				lessons = append(lessons, ls)
-			}
-			golds = append(golds, l.gold[c.ProblemID])
-		}
-		if len(lessons) == 0 {
-			l.met.FallbackNotRelevant++
-			continue
-		}
-		req := l.prompts.CondenseRequest(l.g.problems[p.problem].Problem, lessons)
-		for len(lessons) > 1 && l.tokens(req) > l.cfg.MaxContextTokens {
-			lessons = lessons[:len(lessons)-1] // the least relevant go first
-			req = l.prompts.CondenseRequest(l.g.problems[p.problem].Problem, lessons)
-			l.met.ContextTruncated++
-		}
-		requests = append(requests, req)
-		waiting = append(waiting, p)
-		related = append(related, golds)
-	}
-	if len(requests) == 0 {
-		return nil
-	}
-	prefixes := make([]string, len(requests))
-	indexes := make([]int, len(requests))
-	for i := range requests {
-		prefixes[i] = l.prompts.PlanHeader + " "
-		indexes[i] = waiting[i].index
-	}
-	plans, err := l.generate(requests, prefixes, indexes, l.cfg.PlanTokens, nil, "plan")
-	if err != nil {
-		return fmt.Errorf("condensing plans: %w", err)
-	}
-	for i, p := range waiting {
-		// No foreign answers in the plan either: a condenser may copy one
-		// from a lesson that slipped through in another form.
-		plan := pool.StripAnswers(l.modelText(plans[i]), related[i]...)
-		if plan == "" {
-			l.met.FallbackNotRelevant++
-			continue
-		}
-		l.setContext(p, l.g.problems[p.problem].Problem, l.prompts.AbstractionContext(plan), modeAbstraction)
-	}
-	return nil
-}
-
-// setContext renders the problem with a context block as p's solve prompt;
-// it reports false (a fallback to scratch, counted) when the prompt would
-// not fit the model's context with the generation budget.
-func (l *lanpoRun) setContext(p *prompt, problem, context, mode string) bool {
-	ids, err := l.g.solveIDs(pool.WithContext(problem, context))
-	maxPos := l.g.m.Config.MaxPositionEmbeddings
-	if err != nil || maxPos > 0 && int64(len(ids)+l.g.cfg.Rollout.MaxNewTokens) > maxPos {
-		l.met.FallbackTooLong++
-		return false
-	}
+// use makes ids (a prompt with context) p's prompt.
+func (l *lanpoRun) use(p *prompt, ids []int64, mode string) {
 	p.context = len(ids) - len(p.ids)
 	p.ids, p.mode = ids, mode
 	if l.cfg.TrainPrompt == trainSampled {
@@ -289,19 +206,6 @@ func (l *lanpoRun) setContext(p *prompt, problem, context, mode string) bool {
 	}
 	l.met.contextSum += p.context
 	l.met.ContextTokensMax = max(l.met.ContextTokensMax, p.context)
-	return true
-}
-
-// modelText prepares text the model wrote for a prompt: added-token strings
-// removed (counted), cut to lanpo.max_context_tokens.
-func (l *lanpoRun) modelText(text string) string {
-	text, n := l.g.tk.StripAddedTokens(text)
-	l.met.SpecialRemoved += n
-	text, cut := l.clip(text, l.cfg.MaxContextTokens)
-	if cut {
-		l.met.ContextTruncated++
-	}
-	return text
 }
 
 // write stores up to lanpo.summaries_per_group rollouts of every sampled
@@ -309,6 +213,9 @@ func (l *lanpoRun) modelText(text string) string {
 // summary of each, in global group order. Which rollouts are stored is a
 // seeded draw that does not look at outcomes: storing failed attempts
 // preferentially would make "the attempt shown is usually wrong" true.
+// The problem's gold answer is stripped from the principles and pitfalls
+// as they enter the pool, so lessons never carry it, whoever reads the
+// pool (lanpo eval does not know the training answers).
 func (l *lanpoRun) write(sampled []*rollout) error {
 	G := l.g.cfg.Rollout.SamplesPerPrompt
 	k := min(l.cfg.SummariesPerGroup, G)
@@ -323,23 +230,32 @@ func (l *lanpoRun) write(sampled []*rollout) error {
 	if len(chosen) == 0 {
 		return nil
 	}
-	sums, err := l.summarize(chosen)
+	problems, attempts := make([]string, len(chosen)), make([]string, len(chosen))
+	correct, indexes := make([]bool, len(chosen)), make([]int, len(chosen))
+	for i, r := range chosen {
+		problems[i], attempts[i], correct[i] = l.g.problems[r.problem].Problem, r.text, r.correct
+		indexes[i] = r.prompt.index*G + r.sample
+	}
+	l.step = l.g.state.Step
+	sums, err := l.summarize(problems, attempts, correct, indexes)
 	if err != nil {
 		return fmt.Errorf("summaries: %w", err)
 	}
 	for i, r := range chosen {
 		pr := l.g.problems[r.problem]
-		text, _ := l.g.tk.StripAddedTokens(r.text)
-		e := pool.Entry{ProblemID: pr.ID, Step: l.g.state.Step + 1, Attempt: text, Summary: sums[i], Correct: r.correct,
+		text, _ := l.tk.StripAddedTokens(r.text)
+		sum := sums[i]
+		sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
+		e := pool.Entry{ProblemID: pr.ID, Step: l.g.state.Step + 1, Attempt: text, Summary: sum, Correct: r.correct,
 			Reward: r.reward, Truncated: r.truncated, ResponseTokens: len(r.ids), Group: r.prompt.index, Sample: r.sample}
-		l.met.SummaryEmptyFields += sums[i].Empty()
+		l.met.SummaryEmptyFields += sum.Empty()
 		l.met.PoolEvicted += l.pool.Add(pr.Problem, e)
 		l.met.PoolAdded++
 	}
 	return nil
 }
 
-// finish completes the step's metrics.
+// finish completes the step's metrics and resets the counters.
 func (l *lanpoRun) finish(m *StepMetrics, sampled []*rollout) {
 	lm := l.met
 	var fb, fbRight, sc, scRight, refl, copied float64

@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lanpo-rl/lanpo/internal/bench"
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/bench"
 	"github.com/lanpo-rl/lanpo/model"
 )
 
@@ -22,6 +22,7 @@ func benchCommand() *cli.Command {
 			benchGenerateCommand(),
 			benchTokenizeCommand(),
 			benchVerifyCommand(),
+			benchRelevanceCommand(),
 		},
 	}
 }

@@ -1,0 +1,218 @@
+package trainer
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
+)
+
+// LANPO's relevance filter: the scorers whose score γ
+// (lanpo.similarity_threshold) applies to. Calibrate them on your own model
+// with lanpo bench relevance (calibrate.go); docs/lanpo.md has measured
+// pass rates.
+
+// relevancePair is one (query problem, candidate problem) to score.
+type relevancePair struct {
+	query, candidate string
+	bm25             float64 // normalized BM25, from retrieval
+}
+
+// relevanceScorer rates pairs in [0, 1]; γ (lanpo.similarity_threshold)
+// applies to its scores.
+type relevanceScorer interface {
+	score(pairs []relevancePair) ([]float64, error)
+}
+
+// scorerEnv is what the model-backed scorers use.
+type scorerEnv struct {
+	m          *model.Model
+	tk         *tokenizer.Tokenizer
+	prompts    pool.Prompts
+	maxContext int   // each pair's texts are clipped to half of it
+	thinking   *bool // rollout.enable_thinking, for the chat template
+	prefilled  *int  // counts the tokens the scorer prefills
+}
+
+// scorerNamed returns the scorer lanpo.similarity names.
+func scorerNamed(name string, env scorerEnv) (relevanceScorer, error) {
+	switch name {
+	case simBM25:
+		return bm25Scorer{}, nil
+	case simEmbedding:
+		return embeddingScorer{env}, nil
+	case simPolicy:
+	default:
+		return nil, fmt.Errorf("similarity %q: want %s, %s or %s", name, simPolicy, simBM25, simEmbedding)
+	}
+	ps := &policyScorer{env: env}
+	for d := 0; d <= 9; d++ {
+		id, ok := env.tk.TokenID(fmt.Sprint(d))
+		if !ok {
+			return nil, fmt.Errorf("policy needs the digit %d to be one token of the vocabulary; use bm25 or embedding", d)
+		}
+		ps.digits = append(ps.digits, int64(id))
+	}
+	return ps, nil
+}
+
+// bm25Scorer is normalized BM25 (the cheap mode): the candidate's score
+// over the query's score against itself.
+type bm25Scorer struct{}
+
+func (bm25Scorer) score(pairs []relevancePair) ([]float64, error) {
+	out := make([]float64, len(pairs))
+	for i, p := range pairs {
+		out[i] = p.bm25
+	}
+	return out, nil
+}
+
+// policyScorer asks the policy itself to rate each pair 0-9 and reads the
+// answer from its next-token probabilities over the ten digit tokens in one
+// batched scoring pass (no generation): relevance = E[digit]/9 with the
+// probabilities renormalized over the digits. γ = 0.9 then means an
+// expected rating of at least 8.1 — the policy is confident the same ideas
+// apply.
+type policyScorer struct {
+	env    scorerEnv
+	digits []int64
+}
+
+func (s *policyScorer) score(pairs []relevancePair) ([]float64, error) {
+	e := s.env
+	prompts := make([][]int64, len(pairs))
+	half := e.maxContext / 2
+	pre, err := e.tk.Encode(e.prompts.RatingPrefix, false)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range pairs {
+		q, _ := clipText(e.tk, p.query, half)
+		c, _ := clipText(e.tk, p.candidate, half)
+		ids, err := e.tk.ChatIDs([]tokenizer.Message{{Role: "user", Content: e.prompts.RelevanceRequest(q, c)}}, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: e.thinking})
+		if err != nil {
+			return nil, err
+		}
+		prompts[i] = tokenizer.Int64s(append(ids, pre...))
+		*e.prefilled += len(prompts[i])
+	}
+	lps, err := e.m.NextTokenLogProbs(prompts, s.digits, 16)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(pairs))
+	for i, lp := range lps {
+		out[i] = expectedDigit(lp) / 9
+	}
+	return out, nil
+}
+
+// expectedDigit is Σ d·p(d) with p the softmax of the digits' log-probs.
+func expectedDigit(lp []float64) float64 {
+	top := math.Inf(-1)
+	for _, v := range lp {
+		top = math.Max(top, v)
+	}
+	var z, e float64
+	for d, v := range lp {
+		w := math.Exp(v - top)
+		z += w
+		e += float64(d) * w
+	}
+	return e / z
+}
+
+// embeddingScorer is the cosine of centred mean-pooled hidden states of the
+// policy, recomputed at query time (the policy changes): every text of the
+// call is embedded, the mean over them is subtracted (raw hidden states
+// share a large common direction that makes every cosine high), and
+// relevance is max(0, cosine).
+type embeddingScorer struct{ env scorerEnv }
+
+func (s embeddingScorer) score(pairs []relevancePair) ([]float64, error) {
+	e := s.env
+	index := map[string]int{}
+	var seqs [][]int64
+	add := func(text string) error {
+		if _, ok := index[text]; ok {
+			return nil
+		}
+		t, _ := clipText(e.tk, text, e.maxContext)
+		ids, err := e.tk.Encode(t, false)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			ids = []int{0}
+		}
+		index[text] = len(seqs)
+		seqs = append(seqs, tokenizer.Int64s(ids))
+		*e.prefilled += len(ids)
+		return nil
+	}
+	for _, p := range pairs {
+		if err := add(p.query); err != nil {
+			return nil, err
+		}
+		if err := add(p.candidate); err != nil {
+			return nil, err
+		}
+	}
+	embs, err := e.m.MeanHidden(seqs, 16)
+	if err != nil {
+		return nil, err
+	}
+	centred := centre(embs)
+	out := make([]float64, len(pairs))
+	for i, p := range pairs {
+		out[i] = math.Max(0, cosine(centred[index[p.query]], centred[index[p.candidate]]))
+	}
+	return out, nil
+}
+
+// centre subtracts the mean vector from each vector (float64).
+func centre(vs [][]float32) [][]float64 {
+	if len(vs) == 0 {
+		return nil
+	}
+	mean := make([]float64, len(vs[0]))
+	for _, v := range vs {
+		for j, x := range v {
+			mean[j] += float64(x) / float64(len(vs))
+		}
+	}
+	out := make([][]float64, len(vs))
+	for i, v := range vs {
+		out[i] = make([]float64, len(v))
+		for j, x := range v {
+			out[i][j] = float64(x) - mean[j]
+		}
+	}
+	return out
+}
+
+func cosine(a, b []float64) float64 {
+	var ab, aa, bb float64
+	for i := range a {
+		ab += a[i] * b[i]
+		aa += a[i] * a[i]
+		bb += b[i] * b[i]
+	}
+	if aa == 0 || bb == 0 {
+		return 0
+	}
+	return ab / math.Sqrt(aa*bb)
+}
+
+// drawKey keys a random stream by (step, prompt index, purpose): LANPO's
+// draws never depend on what else ran, so resume and, later, data
+// parallelism (where each rank sees a share of the prompts) reproduce them.
+func drawKey(step, index int, purpose string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(purpose))
+	return stepSeed(h.Sum64()^uint64(index)<<20, step)
+}
