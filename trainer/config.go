@@ -35,6 +35,24 @@ type Config struct {
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
 	LANPO      LANPOConfig      `yaml:"lanpo"`
 	Log        LogConfig        `yaml:"log"`
+	Eval       EvalConfig       `yaml:"eval"`
+}
+
+// EvalConfig is benchmark evaluation: during training (every > 0: the
+// current policy, every that many steps, results as eval/… keys in
+// metrics.jsonl) and the defaults of lanpo eval --config.
+type EvalConfig struct {
+	Every        int      `yaml:"every"`
+	Bench        []string `yaml:"bench"` // names (gsm8k, math500, …) or JSONL paths
+	DataDir      string   `yaml:"data_dir"`
+	K            int      `yaml:"k"`
+	Limit        int      `yaml:"limit"` // problems per benchmark (0: all)
+	Modes        []string `yaml:"modes"` // zero-shot (default), retrieval, self-correct
+	Temperature  float64  `yaml:"temperature"`
+	TopP         float64  `yaml:"top_p"`
+	MaxNewTokens int      `yaml:"max_new_tokens"` // 0: rollout.max_new_tokens
+	BatchSize    int      `yaml:"batch_size"`
+	Seed         uint64   `yaml:"seed"`
 }
 
 // DataConfig names the dataset and how problems become prompts.
@@ -120,6 +138,7 @@ func DefaultConfig() Config {
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
 		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
 		LANPO:      defaultLANPO(),
+		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
 	}
 }
 
@@ -239,6 +258,12 @@ func (c *Config) Validate() error {
 		return bad("checkpoint", "every must be ≥ 0 and keep ≥ 1")
 	case c.MaxBadSteps < 1:
 		return bad("max_bad_steps", "must be ≥ 1")
+	case c.Eval.Every < 0 || c.Eval.K < 1 || c.Eval.Limit < 0 || c.Eval.BatchSize < 1:
+		return bad("eval", "every and limit must be ≥ 0, k and batch_size ≥ 1")
+	case c.Eval.Every > 0 && len(c.Eval.Bench) == 0:
+		return bad("eval.bench", "is required with eval.every > 0")
+	case c.Eval.Temperature == 0 && c.Eval.K > 1:
+		return bad("eval.k", "%d samples at eval.temperature 0 are all the same", c.Eval.K)
 	}
 	switch c.Algo.Name {
 	case "", AlgoGRPO:

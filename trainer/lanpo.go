@@ -82,7 +82,7 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 	for _, pr := range g.problems {
 		f.gold[pr.ID] = pr.Answer
 	}
-	g.saveExtra = append(g.saveExtra, p.Save)
+	g.saveExtra, g.session.pool = append(g.saveExtra, p.Save), p
 	log.Info().Int("problems", p.Problems()).Int("entries", p.Entries()).Str("similarity", cfg.Similarity).
 		Float64("p_t", cfg.FeedbackRatio).Msg("LANPO pool ready")
 	return &lanpoRun{feedback: f, g: g}, nil

@@ -49,6 +49,10 @@ type StepMetrics struct {
 	// LANPO's metrics, flattened into the line (nil for GRPO).
 	*LANPOMetrics
 
+	// Eval holds benchmark results of this step (eval.every), written as
+	// eval/NAME keys of the line.
+	Eval map[string]float64 `json:"-"`
+
 	// Timings differ between runs; everything above does not.
 	TokensPerS float64            `json:"tokens_per_s"`
 	Seconds    map[string]float64 `json:"seconds"`
@@ -69,6 +73,18 @@ func (l *metricsLog) write(m StepMetrics) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
+	}
+	if len(m.Eval) > 0 {
+		var line map[string]any
+		if err := json.Unmarshal(b, &line); err != nil {
+			return err
+		}
+		for k, v := range m.Eval {
+			line["eval/"+k] = v
+		}
+		if b, err = json.Marshal(line); err != nil {
+			return err
+		}
 	}
 	if _, err := l.f.Write(append(b, '\n')); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/rs/zerolog/log"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
 )
 
 // ErrInterrupted is returned when a run stopped on a signal after saving a
@@ -26,7 +28,18 @@ var ErrInterrupted = errors.New("interrupted")
 // RunOptions are the caller's switches that are not part of the config.
 type RunOptions struct {
 	Progress io.Writer // a terminal for the progress line, or nil
+	// Evaluate runs the eval: section's benchmarks on the current policy
+	// every eval.every steps (lanpo train wires in eval's evaluator; nil: no
+	// evaluation). It must leave the model as it found it and draw no
+	// randomness from the run; its results go into that step's metrics line
+	// as eval/… keys.
+	Evaluate Evaluator
 }
+
+// Evaluator evaluates the policy after a step and returns named results;
+// p is the run's experience pool (nil for GRPO and SFT), which it must not
+// change.
+type Evaluator func(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error)
 
 // session is what SFT and GRPO share: the policy, tokenizer, optimizer,
 // state, metrics and the step loop with its checkpoints.
@@ -47,6 +60,8 @@ type session struct {
 	// LANPO pool).
 	resumedFrom string
 	saveExtra   []func(dir string) error
+	evaluate    Evaluator
+	pool        *pool.Pool // LANPO's, for evaluation
 }
 
 // openSession loads the policy (from the resume checkpoint if any), the
@@ -59,7 +74,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	sess := &session{cfg: cfg, kind: kind, lastSave: -1}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate}
 	s = sess
 	defer func() {
 		if err != nil {
@@ -179,6 +194,14 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 		total := t.total()
 		if total > 0 {
 			met.TokensPerS = float64(met.Tokens) / total
+		}
+		if s.evaluate != nil && cfg.Eval.Every > 0 && s.state.Step%cfg.Eval.Every == 0 {
+			start := time.Now()
+			res, err := s.evaluate(s.state.Step, s.m, s.tk, s.pool)
+			if err != nil {
+				return fmt.Errorf("evaluation after step %d: %w", s.state.Step, err)
+			}
+			met.Eval, met.Seconds["eval"] = res, time.Since(start).Seconds()
 		}
 		// Metrics first: the checkpoint keeps the series up to its step.
 		if err := s.metrics.write(met); err != nil {

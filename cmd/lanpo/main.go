@@ -71,6 +71,7 @@ func newApp() *cli.App {
 			sftCommand(),
 			trainCommand(),
 			poolCommand(),
+			evalCommand(),
 			demoCommand(),
 			reportCommand(),
 		},

@@ -101,7 +101,12 @@ func openPool(c *cli.Context) (*pool.Pool, error) {
 	if c.NArg() != 1 {
 		return nil, usageError{fmt.Errorf("pool %s: want exactly one CHECKPOINT_DIR argument", c.Command.Name)}
 	}
-	path := c.Args().First()
+	return loadPool(c.Args().First())
+}
+
+// loadPool loads a pool from a checkpoint directory, a run directory (its
+// newest checkpoint) or a pool.jsonl file.
+func loadPool(path string) (*pool.Pool, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		if _, err := os.Stat(filepath.Join(path, pool.File)); err != nil {
 			// A run directory: its newest complete checkpoint.

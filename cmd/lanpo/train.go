@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -79,6 +80,11 @@ func runTraining(c *cli.Context, run runFunc) error {
 	opts := trainer.RunOptions{}
 	if isTerminal(os.Stderr) {
 		opts.Progress = os.Stderr
+	}
+	if cfg.Eval.Every > 0 {
+		if opts.Evaluate, err = eval.TrainingEvaluator(cfg); err != nil {
+			return usageError{err}
+		}
 	}
 	err = run(ctx, cfg, resume, opts)
 	if errors.Is(err, trainer.ErrInterrupted) {

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/trainer"
+)
+
+func evalCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "eval",
+		Usage: "math benchmarks (mean@k, pass@k, maj@k) in LANPO's three inference modes",
+		Description: "Samples --k answers to every problem of each benchmark, verifies them (the trainer's verifier) and\n" +
+			"prints a table: mean@k (average accuracy over the k samples; greedy: --k 1 --temperature 0), unbiased\n" +
+			"pass@k for k = 1, 2, 4, …, maj@k (majority over extracted answers, equivalence-aware), mean response\n" +
+			"length and truncation rate. Modes (--mode, repeatable): zero-shot (the problem alone), retrieval (a plan\n" +
+			"condensed from related problems of --pool, through the trainer's retrieval, γ filter and condenser; the\n" +
+			"table also reports pool problems that are near-duplicates of benchmark problems) and self-correct (the\n" +
+			"model's first attempt, then the training run's reflection prompt and a second attempt; first-attempt and\n" +
+			"after-reflection accuracy, wrong→right and right→wrong counts).\n\n" +
+			"--bench takes names (" + strings.Join(eval.BenchmarkNames(), ", ") + "), resolved in --data-dir or\n" +
+			"$" + eval.DataDirEnv + " (README: where to get the files), or paths to JSONL files of {\"id\",\"problem\",\"answer\"}.\n" +
+			"Prompts come from --config (data.prompt_template, data.system_prompt, the lanpo section) or the flags.\n" +
+			"Results go to --out (default RUN/eval/step-N for a checkpoint RUN/checkpoints/step-N, else\n" +
+			"runs/eval/MODEL): samples.jsonl (appended per batch) and summary.json. --resume continues a killed\n" +
+			"evaluation; the final summary is the same, byte for byte.\n" +
+			"Example: lanpo eval --model runs/x/checkpoints/step-000100 --bench gsm8k,math500 --limit 100 --data-dir data",
+		Flags: append(append([]cli.Flag{
+			&cli.StringFlag{Name: "model", Usage: "Hugging Face model directory or checkpoint (default: the config's model)"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
+		}, tokenizerFlags(false)...), []cli.Flag{
+			&cli.StringFlag{Name: "bench", Usage: "benchmark names or JSONL paths, comma-separated (default: the config's eval.bench)"},
+			&cli.StringFlag{Name: "data-dir", Usage: "directory holding the benchmark files", EnvVars: []string{eval.DataDirEnv}},
+			&cli.IntFlag{Name: "k", Usage: "samples per problem (default: eval.k, 1)"},
+			&cli.IntFlag{Name: "limit", Usage: "evaluate this many problems per benchmark, evenly spaced through the file"},
+			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval or self-correct (repeatable; default zero-shot)"},
+			&cli.StringFlag{Name: "pool", Usage: "retrieval's pool: a LANPO checkpoint directory, run directory or pool.jsonl"},
+			&cli.StringFlag{Name: "config", Usage: "a run config (YAML) for prompts, the lanpo section and eval defaults"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a config key (repeatable)"},
+			&cli.StringFlag{Name: "prompt-template", Usage: "user message, {problem} replaced (default: the config's)"},
+			&cli.StringFlag{Name: "system-prompt", Usage: "system message (default: the config's)"},
+			&cli.Float64Flag{Name: "temperature", Value: -1, Usage: "sampling temperature; 0 greedy (default: eval.temperature, 0)"},
+			&cli.Float64Flag{Name: "top-p", Value: 1},
+			&cli.Int64Flag{Name: "top-k"},
+			&cli.IntFlag{Name: "max-new-tokens", Usage: "per answer (default: eval.max_new_tokens, else rollout.max_new_tokens)"},
+			&cli.Uint64Flag{Name: "seed", Value: 1},
+			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "problems per generation batch (each with its k samples)"},
+			&cli.StringFlag{Name: "out", Usage: "results directory"},
+			&cli.BoolFlag{Name: "resume", Usage: "continue the evaluation in --out"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON instead of a table"},
+		}...),
+		Action: runEval,
+	}
+}
+
+func runEval(c *cli.Context) error {
+	cfg := trainer.DefaultConfig()
+	if path := c.String("config"); path != "" {
+		var err error
+		if cfg, err = trainer.LoadConfig(path, c.StringSlice("set")); err != nil {
+			return usageError{err}
+		}
+	}
+	if v := c.String("prompt-template"); v != "" {
+		if !strings.Contains(v, "{problem}") {
+			return usageError{fmt.Errorf("--prompt-template must contain {problem}")}
+		}
+		cfg.Data.PromptTemplate = v
+	}
+	if c.IsSet("system-prompt") {
+		cfg.Data.SystemPrompt = c.String("system-prompt")
+	}
+	ec := cfg.Eval
+	if v := c.String("bench"); v != "" {
+		ec.Bench = strings.Split(v, ",")
+	}
+	if len(ec.Bench) == 0 {
+		return usageError{fmt.Errorf("--bench is required (or eval.bench in --config)")}
+	}
+	dataDir := c.String("data-dir")
+	if dataDir == "" {
+		dataDir = ec.DataDir
+	}
+	if c.IsSet("k") {
+		ec.K = c.Int("k")
+	}
+	if c.IsSet("limit") {
+		ec.Limit = c.Int("limit")
+	}
+	if c.Float64("temperature") >= 0 {
+		ec.Temperature = c.Float64("temperature")
+	}
+	modes := c.StringSlice("mode")
+	if len(modes) == 0 {
+		modes = ec.Modes
+	}
+	if len(modes) == 0 {
+		modes = []string{eval.ModeZeroShot}
+	}
+	maxNew := c.Int("max-new-tokens")
+	if maxNew == 0 {
+		maxNew = ec.MaxNewTokens
+	}
+	if maxNew == 0 {
+		maxNew = cfg.Rollout.MaxNewTokens
+	}
+	var benches []eval.Benchmark
+	for _, spec := range ec.Bench {
+		name, path, err := eval.ResolveBenchmark(strings.TrimSpace(spec), dataDir)
+		if err != nil {
+			return usageError{err}
+		}
+		b, err := eval.LoadBenchmark(name, path, ec.Limit)
+		if err != nil {
+			return err
+		}
+		benches = append(benches, b)
+	}
+	modelDir := c.String("model")
+	if modelDir == "" {
+		modelDir = cfg.Model
+	}
+	if modelDir == "" || strings.HasPrefix(modelDir, "builtin:") {
+		return usageError{fmt.Errorf("--model is required (a Hugging Face model directory or checkpoint)")}
+	}
+	var p *pool.Pool
+	if c.String("pool") != "" {
+		var err error
+		if p, err = loadPool(c.String("pool")); err != nil {
+			return err
+		}
+	}
+	m, tk, err := loadModelAndTokenizer(c, modelDir)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	thinking, err := chatOptions(c)
+	if err != nil {
+		return err
+	}
+	if thinking.EnableThinking != nil {
+		cfg.Rollout.EnableThinking = thinking.EnableThinking
+	}
+	if f := c.String("chat-format"); f == "" && cfg.ChatFormat != "" {
+		if err := tk.SetChatFormat(cfg.ChatFormat); err != nil {
+			return usageError{fmt.Errorf("config key chat_format: %w", err)}
+		}
+	}
+	out := c.String("out")
+	if out == "" {
+		out = defaultEvalDir(modelDir)
+	}
+	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Config: cfg, Pool: p, Out: out, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
+		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
+	if isTerminal(os.Stderr) {
+		o.Progress = os.Stderr
+	}
+	sums, err := eval.Run(m, tk, o)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return jsonl.Encoder(c.App.Writer).Encode(sums)
+	}
+	eval.PrintTable(c.App.Writer, sums)
+	fmt.Fprintf(c.App.Writer, "results: %s\n", out)
+	return nil
+}
+
+// defaultEvalDir is RUN/eval/step-N for a checkpoint RUN/checkpoints/step-N,
+// else runs/eval/<model directory name>.
+func defaultEvalDir(modelDir string) string {
+	clean := filepath.Clean(modelDir)
+	if parent := filepath.Dir(clean); filepath.Base(parent) == "checkpoints" {
+		return filepath.Join(filepath.Dir(parent), "eval", filepath.Base(clean))
+	}
+	return filepath.Join("runs", "eval", filepath.Base(clean))
+}
+
+// loadModelAndTokenizer loads the model with --device and --dtype and its
+// tokenizer (the directory's own, or --tokenizer), with --chat-format.
+func loadModelAndTokenizer(c *cli.Context, dir string) (*model.Model, *tokenizer.Tokenizer, error) {
+	dev, err := parseDevice(c.String("device"))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	opts := model.LoadOptions{Device: dev}
+	if d := c.String("dtype"); d != "" {
+		if opts.DType, err = parseDTypeFlag(d); err != nil {
+			return nil, nil, err
+		}
+	}
+	tokDir := dir
+	if t := c.String("tokenizer"); t != "" {
+		tokDir = t
+	}
+	tk, err := tokenizer.Load(tokDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s has no usable tokenizer (%w); pass --tokenizer DIR", tokDir, err)
+	}
+	if f := c.String("chat-format"); f != "" {
+		if err := tk.SetChatFormat(f); err != nil {
+			return nil, nil, usageError{fmt.Errorf("--chat-format: %w", err)}
+		}
+	}
+	m, err := model.Load(dir, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, tk, nil
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/trainer"
+)
+
+// TestEvalCLI: lanpo eval on the built-in model and a real benchmark file
+// prints the table and writes samples and summary; bad input is named.
+func TestEvalCLI(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "tiny")
+	if err := trainer.WriteBuiltin("tiny", model, 1); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "eval")
+	bench := "../../eval/testdata/gsm8k_mini.jsonl"
+	got, err := runWithStdin(t, "", "--log-level", "error", "eval", "--model", model, "--bench", bench, "--limit", "2",
+		"--max-new-tokens", "8", "--out", out, "--mode", "zero-shot", "--mode", "self-correct")
+	if err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	for _, want := range []string{"mean@k", "pass@1", "gsm8k_mini", "zero-shot", "self-correct", "first 0.000 → after reflection"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("the table lacks %q:\n%s", want, got)
+		}
+	}
+	for _, f := range []string{"samples.jsonl", "summary.json", "eval.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noTok := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, _ := os.ReadFile(filepath.Join(model, f))
+		os.WriteFile(filepath.Join(noTok, f), b, 0o644)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "--model", model, "--bench", "gsm9k"}, `--bench "gsm9k": not a benchmark name`},
+		{[]string{"eval", "--model", model, "--bench", "aime24", "--data-dir", t.TempDir()}, "aime24.jsonl not found; looked in"},
+		{[]string{"eval", "--model", noTok, "--bench", bench}, noTok + " has no usable tokenizer"},
+		{[]string{"eval", "--model", model, "--bench", bench, "--k", "4"}, "greedy samples are all the same"},
+		{[]string{"eval", "--model", model, "--bench", bench, "--mode", "retrieval"}, "--mode retrieval needs --pool"},
+		{[]string{"eval", "--bench", bench}, "--model is required"},
+	} {
+		if out, err := runWithStdin(t, "", append([]string{"--log-level", "error"}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v (%s), want %q", c.args, err, out, c.want)
+		}
+	}
+}

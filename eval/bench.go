@@ -1,0 +1,126 @@
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+)
+
+// Benchmarks lanpo knows by name, and the file each is in (JSONL of
+// {"id","problem","answer"}; ../shared/data in lanpo's own environment,
+// docs/eval.md for where to get them).
+var Benchmarks = map[string]string{
+	"aime24":        "aime24.jsonl",
+	"aime25":        "aime25.jsonl",
+	"amc23":         "amc23.jsonl",
+	"math500":       "math500.jsonl",
+	"gsm8k":         "gsm8k_test.jsonl",
+	"minerva":       "minerva_math.jsonl",
+	"olympiadbench": "olympiadbench.jsonl",
+}
+
+// BenchmarkNames lists the known names, sorted.
+func BenchmarkNames() []string {
+	var names []string
+	for n := range Benchmarks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Problem is one benchmark problem.
+type Problem struct {
+	ID      string `json:"id"`
+	Problem string `json:"problem"`
+	Answer  string `json:"answer"`
+}
+
+// Benchmark is a loaded benchmark (possibly a subset).
+type Benchmark struct {
+	Name     string
+	Path     string
+	Problems []Problem
+	Total    int // problems in the file, before --limit
+}
+
+// DataDirEnv names the directory benchmark names resolve in when --data-dir
+// is not given.
+const DataDirEnv = "LANPO_DATA"
+
+// ResolveBenchmark finds a benchmark: a path to a JSONL file (it contains a
+// path separator or ends in .jsonl), or a known name looked up in dataDir,
+// then $LANPO_DATA. The error says every place it looked.
+func ResolveBenchmark(spec, dataDir string) (name, path string, err error) {
+	if strings.ContainsRune(spec, os.PathSeparator) || strings.HasSuffix(spec, ".jsonl") {
+		if _, err := os.Stat(spec); err != nil {
+			return "", "", fmt.Errorf("benchmark file %s: %w", spec, err)
+		}
+		return strings.TrimSuffix(filepath.Base(spec), ".jsonl"), spec, nil
+	}
+	file, ok := Benchmarks[spec]
+	if !ok {
+		return "", "", fmt.Errorf("--bench %q: not a benchmark name (%s) nor a path to a JSONL file", spec, strings.Join(BenchmarkNames(), ", "))
+	}
+	var looked []string
+	for _, c := range []struct{ dir, from string }{{dataDir, "--data-dir"}, {os.Getenv(DataDirEnv), "$" + DataDirEnv}} {
+		if c.dir == "" {
+			looked = append(looked, c.from+" (not set)")
+			continue
+		}
+		p := filepath.Join(c.dir, file)
+		if _, err := os.Stat(p); err == nil {
+			return spec, p, nil
+		}
+		looked = append(looked, p)
+	}
+	return "", "", fmt.Errorf("benchmark %s: %s not found; looked in %s. Pass --data-dir DIR (or set %s) to the directory that holds it",
+		spec, file, strings.Join(looked, " and "), DataDirEnv)
+}
+
+// LoadBenchmark reads a benchmark file; limit > 0 keeps that many problems,
+// evenly spaced through the file (the same subset every time, spread over
+// the file's order, which often follows difficulty or year). A malformed
+// line is an error naming file:line.
+func LoadBenchmark(name, path string, limit int) (Benchmark, error) {
+	b := Benchmark{Name: name, Path: path}
+	seen := map[string]int{}
+	err := jsonl.File(path, func(n int, line []byte) error {
+		var p Problem
+		if err := json.Unmarshal(line, &p); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if strings.TrimSpace(p.Problem) == "" || strings.TrimSpace(p.Answer) == "" {
+			return fmt.Errorf("%s:%d: want non-empty \"problem\" and \"answer\" strings", path, n)
+		}
+		if p.ID == "" {
+			p.ID = fmt.Sprintf("%s-%d", name, n)
+		}
+		if first, dup := seen[p.ID]; dup {
+			return fmt.Errorf("%s:%d: id %q already used on line %d", path, n, p.ID, first)
+		}
+		seen[p.ID] = n
+		b.Problems = append(b.Problems, p)
+		return nil
+	})
+	if err != nil {
+		return b, err
+	}
+	if len(b.Problems) == 0 {
+		return b, fmt.Errorf("%s: no problems", path)
+	}
+	b.Total = len(b.Problems)
+	if limit > 0 && limit < b.Total {
+		sub := make([]Problem, limit)
+		for i := range sub {
+			sub[i] = b.Problems[i*b.Total/limit]
+		}
+		b.Problems = sub
+	}
+	return b, nil
+}

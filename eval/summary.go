@@ -1,0 +1,196 @@
+package eval
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Summary is one benchmark in one mode: a row of the table.
+type Summary struct {
+	Bench string `json:"bench"`
+	Mode  string `json:"mode"`
+	N     int    `json:"problems"`
+	K     int    `json:"k"`
+	// mean@k: accuracy averaged over the k samples of every problem (the
+	// paper's mean@32). In self-correct it is after reflection.
+	MeanAtK float64  `json:"mean_at_k"`
+	PassAtK []KValue `json:"pass_at_k"` // unbiased, for k = 1, 2, 4, …
+	MajAtK  float64  `json:"maj_at_k"`  // majority vote over extracted answers
+	// Responses: mean length in tokens, share cut off by the token limit.
+	ResponseTokens float64 `json:"response_tokens_mean"`
+	Truncated      float64 `json:"truncation_rate"`
+	// Self-correct: accuracy of the first attempts, after reflection, and
+	// how verdicts moved between them.
+	FirstAttempt    float64 `json:"first_attempt_accuracy,omitempty"`
+	AfterReflection float64 `json:"after_reflection_accuracy,omitempty"`
+	WrongToRight    int     `json:"wrong_to_right,omitempty"`
+	RightToWrong    int     `json:"right_to_wrong,omitempty"`
+	// Retrieval: problems whose prompt carried a plan, and contamination:
+	// problems with a near-duplicate in the pool and their mean similarity
+	// to their nearest pool problem.
+	WithContext    int     `json:"with_context,omitempty"`
+	NearDuplicates int     `json:"near_duplicates_in_pool,omitempty"`
+	NearestMean    float64 `json:"nearest_pool_similarity_mean,omitempty"`
+}
+
+// KValue is one pass@k.
+type KValue struct {
+	K     int     `json:"k"`
+	Value float64 `json:"value"`
+}
+
+// nearDuplicate is the similarity at which a pool problem counts as the
+// benchmark problem itself (pool.DefaultConfig's threshold).
+const nearDuplicate = 0.8
+
+// Summarize computes the table from sample lines (so a resumed run's
+// summary equals an uninterrupted one's), in benchmark then mode order.
+func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string) []Summary {
+	type key struct{ bench, mode, problem string }
+	byProblem := map[key][]SampleLine{}
+	for _, l := range lines {
+		kk := key{l.Bench, l.Mode, l.ProblemID}
+		byProblem[kk] = append(byProblem[kk], l)
+	}
+	var out []Summary
+	for _, b := range benches {
+		for _, mode := range modes {
+			s := Summary{Bench: b.Name, Mode: mode, K: k}
+			pass := make([]float64, len(powersOfTwo(k)))
+			var tokens, trunc, count float64
+			for _, p := range b.Problems {
+				ls := byProblem[key{b.Name, mode, p.ID}]
+				if len(ls) == 0 {
+					continue
+				}
+				s.N++
+				final := ls
+				if mode == ModeSelfCorrect {
+					first, redo := stage(ls, "first"), stage(ls, "reflect")
+					for j := range first {
+						if first[j].Correct {
+							s.FirstAttempt++
+						}
+						if j < len(redo) {
+							switch {
+							case !first[j].Correct && redo[j].Correct:
+								s.WrongToRight++
+							case first[j].Correct && !redo[j].Correct:
+								s.RightToWrong++
+							}
+						}
+					}
+					final = redo
+				}
+				c := 0
+				var votes []vote
+				for _, l := range final {
+					if l.Correct {
+						c++
+					}
+					votes = append(votes, vote{l.Extracted, l.Correct})
+				}
+				for _, l := range ls {
+					tokens += float64(l.Tokens)
+					if l.Truncated {
+						trunc++
+					}
+					count++
+				}
+				s.MeanAtK += float64(c) / float64(len(final))
+				for i, kk := range powersOfTwo(len(final)) {
+					if i < len(pass) {
+						pass[i] += PassAtK(len(final), c, kk)
+					}
+				}
+				if majorityCorrect(votes) {
+					s.MajAtK++
+				}
+				if mode == ModeRetrieval {
+					if ls[0].Context {
+						s.WithContext++
+					}
+					s.NearestMean += ls[0].NearSim
+					if ls[0].NearSim >= nearDuplicate {
+						s.NearDuplicates++
+					}
+				}
+			}
+			if s.N == 0 {
+				continue
+			}
+			n := float64(s.N)
+			s.MeanAtK /= n
+			s.MajAtK /= n
+			for i, kk := range powersOfTwo(k) {
+				s.PassAtK = append(s.PassAtK, KValue{kk, pass[i] / n})
+			}
+			s.ResponseTokens, s.Truncated = tokens/count, trunc/count
+			if mode == ModeSelfCorrect {
+				s.FirstAttempt /= n * float64(k)
+				s.AfterReflection = s.MeanAtK
+			}
+			if mode == ModeRetrieval {
+				s.NearestMean /= n
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func stage(ls []SampleLine, name string) []SampleLine {
+	var out []SampleLine
+	for _, l := range ls {
+		if l.Stage == name {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// PrintTable writes the summary as a text table.
+func PrintTable(w io.Writer, sums []Summary) {
+	if len(sums) == 0 {
+		return
+	}
+	k := sums[0].K
+	head := []string{"bench", "mode", "n", "k", "mean@k"}
+	for _, kv := range sums[0].PassAtK {
+		head = append(head, fmt.Sprintf("pass@%d", kv.K))
+	}
+	head = append(head, "maj@k", "tokens", "trunc", "notes")
+	rows := [][]string{head}
+	for _, s := range sums {
+		row := []string{s.Bench, s.Mode, fmt.Sprint(s.N), fmt.Sprint(k), fmt.Sprintf("%.3f", s.MeanAtK)}
+		for _, kv := range s.PassAtK {
+			row = append(row, fmt.Sprintf("%.3f", kv.Value))
+		}
+		notes := ""
+		switch s.Mode {
+		case ModeSelfCorrect:
+			notes = fmt.Sprintf("first %.3f → after reflection %.3f (wrong→right %d, right→wrong %d)", s.FirstAttempt, s.AfterReflection, s.WrongToRight, s.RightToWrong)
+		case ModeRetrieval:
+			notes = fmt.Sprintf("plan for %d/%d; near-duplicates in pool %d", s.WithContext, s.N, s.NearDuplicates)
+		}
+		row = append(row, fmt.Sprintf("%.3f", s.MajAtK), fmt.Sprintf("%.0f", s.ResponseTokens), fmt.Sprintf("%.3f", s.Truncated), notes)
+		rows = append(rows, row)
+	}
+	width := make([]int, len(head))
+	for _, r := range rows {
+		for i, c := range r {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", width[i]-len([]rune(c))+2))
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
