@@ -15,12 +15,12 @@ func TestPassAtK(t *testing.T) {
 	}{
 		{5, 0, 1, 0}, {5, 0, 4, 0}, // c = 0: never
 		{5, 5, 1, 1}, {5, 5, 5, 1}, // c = n: always
-		{4, 1, 4, 1},               // k = n with one right
-		{4, 1, 2, 0.5},             // 1 − C(3,2)/C(4,2) = 1 − 3/6
-		{10, 3, 1, 0.3},            // pass@1 = c/n
-		{10, 3, 2, 1 - 21.0/45},    // 1 − C(7,2)/C(10,2)
-		{8, 6, 4, 1},               // fewer wrong than k
-		{100, 1, 8, 0.08},          // 1 − C(99,8)/C(100,8) = 8/100
+		{4, 1, 4, 1},            // k = n with one right
+		{4, 1, 2, 0.5},          // 1 − C(3,2)/C(4,2) = 1 − 3/6
+		{10, 3, 1, 0.3},         // pass@1 = c/n
+		{10, 3, 2, 1 - 21.0/45}, // 1 − C(7,2)/C(10,2)
+		{8, 6, 4, 1},            // fewer wrong than k
+		{100, 1, 8, 0.08},       // 1 − C(99,8)/C(100,8) = 8/100
 	} {
 		if got := PassAtK(c.n, c.c, c.k); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("pass@%d with %d/%d right = %v, want %v", c.k, c.c, c.n, got, c.want)

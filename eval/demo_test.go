@@ -3,7 +3,6 @@ package eval
 import (
 	"context"
 	"encoding/json"
-	"image"
 	"io"
 	"os"
 	"path/filepath"
@@ -105,12 +104,11 @@ func TestDemoFast(t *testing.T) {
 		}
 	}
 	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
-	if err != nil || !strings.Contains(string(page), "Held-out accuracy") || !strings.Contains(string(page), ".png") {
+	if err != nil || !strings.Contains(string(page), "Held-out accuracy") {
 		t.Fatalf("report: %v", err)
 	}
-	pngs, _ := filepath.Glob(filepath.Join(dir, "*.png"))
-	if len(pngs) < 4 {
-		t.Fatalf("%d charts", len(pngs))
+	if n := strings.Count(string(page), "<svg"); n < 4 {
+		t.Fatalf("%d charts", n)
 	}
 	// lanpo report regenerates it.
 	os.Remove(filepath.Join(dir, "report.html"))
@@ -120,44 +118,6 @@ func TestDemoFast(t *testing.T) {
 	var r Result
 	b, _ := os.ReadFile(filepath.Join(dir, "eval_rl.json"))
 	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// Lines in every direction end (a Bresenham step that reused the updated
-// error once looped forever).
-func TestLineEnds(t *testing.T) {
-	img := image.NewRGBA(image.Rect(0, 0, 50, 50))
-	for _, c := range [][4]int{{0, 0, 49, 49}, {49, 0, 0, 49}, {5, 40, 45, 2}, {10, 10, 10, 30}, {3, 7, 48, 9}, {20, 20, 20, 20}} {
-		line(img, c[0], c[1], c[2], c[3], palette[0])
-	}
-}
-
-// A --run-dir with files but no demo marker is refused and left as it is;
-// an earlier demo run, an empty directory and --force are replaced.
-func TestDemoRunDirIsClaimedSafely(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	os.MkdirAll(dir, 0o755)
-	precious := filepath.Join(dir, "precious.jsonl")
-	os.WriteFile(precious, []byte("{}\n"), 0o644)
-	err := RunDemo(context.Background(), DemoOptions{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard})
-	if err == nil || !strings.Contains(err.Error(), "--force") {
-		t.Fatalf("err = %v", err)
-	}
-	if _, err := os.Stat(precious); err != nil {
-		t.Fatalf("the refused directory lost its file: %v", err)
-	}
-	if err := claimRunDir(dir, 1, true, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(precious); !os.IsNotExist(err) {
-		t.Fatal("--force kept the old files")
-	}
-	os.WriteFile(filepath.Join(dir, "sft.log"), nil, 0o644)
-	if err := claimRunDir(dir, 1, true, false); err != nil { // an earlier demo run
-		t.Fatal(err)
-	}
-	if err := claimRunDir(filepath.Join(t.TempDir(), "new"), 1, true, false); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,26 +4,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
-	"image"
-	"image/color"
-	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 )
 
-// A run's report: RUN_DIR/report.html with its charts as PNGs beside it.
-// It reads what the run wrote — metrics.jsonl of each stage (RUN_DIR itself,
-// or RUN_DIR/sft and RUN_DIR/rl for the demo), eval_*.json and
-// config.resolved.yaml — so `lanpo report RUN_DIR` can regenerate it.
-
-type series struct {
-	name   string
-	points [][2]float64 // (step, value)
-}
+// A run's report: RUN_DIR/report.html, charts inline as SVG. It reads what
+// the run wrote — metrics.jsonl of each stage (RUN_DIR itself, or
+// RUN_DIR/sft and RUN_DIR/rl for the demo), eval_*.json, evaluation
+// summaries (RUN_DIR/summary.json for an evaluation directory,
+// RUN_DIR/eval/*/summary.json for a run) and config.resolved.yaml — so
+// `lanpo report RUN_DIR` can regenerate it.
 
 // WriteReport writes RUN_DIR/report.html from the files of a run.
 func WriteReport(runDir string) error {
@@ -35,10 +30,13 @@ func WriteReport(runDir string) error {
 		}
 	}
 	if len(found) == 0 {
-		if _, err := os.Stat(filepath.Join(runDir, "metrics.jsonl")); err != nil {
-			return fmt.Errorf("report %s: no metrics.jsonl in it (or in sft/, rl/)", runDir)
+		if _, err := os.Stat(filepath.Join(runDir, "metrics.jsonl")); err == nil {
+			found = []string{"."}
 		}
-		found = []string{"."}
+	}
+	evals := evalSummaries(runDir)
+	if len(found) == 0 && len(evals) == 0 {
+		return fmt.Errorf("report %s: no metrics.jsonl in it (or in sft/, rl/) and no evaluation summary", runDir)
 	}
 	var body strings.Builder
 	fmt.Fprintf(&body, "<h1>lanpo run report</h1><p>%s</p>", html.EscapeString(runDir))
@@ -63,6 +61,10 @@ func WriteReport(runDir string) error {
 		}
 		body.WriteString("</table>")
 	}
+	for _, e := range evals {
+		fmt.Fprintf(&body, "<h2>Evaluation: %s</h2>", html.EscapeString(e.name))
+		writeEvalTable(&body, e.sums)
+	}
 	for _, stage := range found {
 		rows, err := readMetrics(filepath.Join(runDir, stage, "metrics.jsonl"))
 		if err != nil {
@@ -70,37 +72,145 @@ func WriteReport(runDir string) error {
 		}
 		title := map[string]string{"sft": "Stage 1: SFT", "rl": "Stage 2: GRPO", ".": "Training"}[stage]
 		fmt.Fprintf(&body, "<h2>%s</h2>", title)
-		charts := [][]string{{"loss"}, {"eval_loss"}, {"reward_mean", "accuracy"}, {"response_length_mean"}, {"entropy"}, {"kl", "clip_frac"}}
+		charts := [][]string{{"loss"}, {"eval_loss"}, {"reward_mean", "accuracy"}, {"response_length_mean"}, {"entropy"}, {"kl", "clip_frac"},
+			{"accuracy_feedback", "accuracy_scratch"}, {"pool_entries"}}
 		for _, keys := range charts {
-			var ss []series
+			c := chart{title: strings.Join(keys, ", "), xLabel: "step", yLabel: strings.Join(keys, ", ")}
 			for _, k := range keys {
-				s := series{name: k}
-				for _, r := range rows {
-					if v, ok := r[k].(float64); ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
-						s.points = append(s.points, [2]float64{r["step"].(float64), v})
-					}
-				}
-				if len(s.points) > 0 {
-					ss = append(ss, s)
-				}
+				c.series = append(c.series, metricSeries(rows, k))
 			}
-			if len(ss) == 0 || allZero(ss) { // e.g. accuracy during SFT, KL without a reference
-				continue
-			}
-			name := strings.ReplaceAll(filepath.Clean(stage), ".", "run") + "_" + strings.Join(keys, "_") + ".png"
-			if err := writeChart(filepath.Join(runDir, name), ss); err != nil {
-				return err
-			}
-			fmt.Fprintf(&body, "<figure><img src=%q alt=%q><figcaption>%s</figcaption></figure>", name, strings.Join(keys, ", "), html.EscapeString(legend(ss)))
+			writeChart(&body, c)
+		}
+		for _, c := range evalCurves(rows) {
+			writeChart(&body, c)
 		}
 		if cfg, err := os.ReadFile(filepath.Join(runDir, stage, "config.resolved.yaml")); err == nil {
 			fmt.Fprintf(&body, "<details><summary>config</summary><pre>%s</pre></details>", html.EscapeString(string(cfg)))
 		}
 	}
-	page := "<!doctype html><meta charset=utf-8><title>lanpo report</title><style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}" +
-		"table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px}.ok{background:#dfd}.bad{background:#fdd}" +
-		"figure{display:inline-block;margin:8px}figcaption{font-size:12px}</style>" + body.String()
+	page := "<!doctype html><meta charset=utf-8><title>lanpo report</title><style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}" +
+		"table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px}.ok{background:#dfd}.bad{background:#fdd}" +
+		"figure{display:inline-block;margin:8px}</style>" + body.String()
 	return os.WriteFile(filepath.Join(runDir, "report.html"), []byte(page), 0o644)
+}
+
+// metricSeries is a metric against step (NaN/Inf and missing values left out).
+func metricSeries(rows []map[string]any, key string) series {
+	s := series{name: key}
+	for _, r := range rows {
+		if v, ok := r[key].(float64); ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			s.points = append(s.points, [2]float64{r["step"].(float64), v})
+		}
+	}
+	return s
+}
+
+// writeChart adds a chart unless it has nothing to show (no points, or
+// only zeros: accuracy during SFT, KL without a reference).
+func writeChart(b *strings.Builder, c chart) {
+	var kept []series
+	nonzero := false
+	for _, s := range c.series {
+		if len(s.points) == 0 {
+			continue
+		}
+		kept = append(kept, s)
+		for _, p := range s.points {
+			nonzero = nonzero || p[1] != 0
+		}
+	}
+	if len(kept) == 0 || !nonzero {
+		return
+	}
+	c.series = kept
+	fmt.Fprintf(b, "<figure>%s</figure>", c.svg())
+}
+
+// evalCurves are the eval/BENCH/MODE/METRIC keys of metrics.jsonl, one chart
+// per benchmark with a series per mode and metric.
+func evalCurves(rows []map[string]any) []chart {
+	var keys []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		for k := range r {
+			if strings.HasPrefix(k, "eval/") && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Strings(keys)
+	byBench := map[string]*chart{}
+	var order []string
+	for _, k := range keys {
+		parts := strings.SplitN(strings.TrimPrefix(k, "eval/"), "/", 2)
+		if len(parts) != 2 || !(strings.HasSuffix(k, "mean@k") || strings.HasSuffix(k, "first_attempt")) {
+			continue
+		}
+		c := byBench[parts[0]]
+		if c == nil {
+			c = &chart{title: "evaluation: " + parts[0], xLabel: "training step", yLabel: "accuracy"}
+			byBench[parts[0]] = c
+			order = append(order, parts[0])
+		}
+		s := metricSeries(rows, k)
+		s.name = parts[1]
+		c.series = append(c.series, s)
+	}
+	var out []chart
+	for _, b := range order {
+		out = append(out, *byBench[b])
+	}
+	return out
+}
+
+type evalSection struct {
+	name string
+	sums []Summary
+}
+
+// evalSummaries finds evaluation summaries: RUN_DIR/summary.json (an
+// evaluation directory) and RUN_DIR/eval/*/summary.json.
+func evalSummaries(runDir string) []evalSection {
+	var out []evalSection
+	paths := []string{filepath.Join(runDir, SummaryFile)}
+	more, _ := filepath.Glob(filepath.Join(runDir, "eval", "*", SummaryFile))
+	sort.Strings(more)
+	for _, p := range append(paths, more...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var sums []Summary
+		if json.Unmarshal(b, &sums) == nil && len(sums) > 0 {
+			rel, _ := filepath.Rel(runDir, filepath.Dir(p))
+			out = append(out, evalSection{rel, sums})
+		}
+	}
+	return out
+}
+
+func writeEvalTable(b *strings.Builder, sums []Summary) {
+	b.WriteString("<table><tr><th>benchmark</th><th>mode</th><th>problems</th><th>k</th><th>mean@k</th>")
+	for _, kv := range sums[0].PassAtK {
+		fmt.Fprintf(b, "<th>pass@%d</th>", kv.K)
+	}
+	b.WriteString("<th>maj@k</th><th>tokens</th><th>truncated</th><th>notes</th></tr>")
+	for _, s := range sums {
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.3f</td>", html.EscapeString(s.Bench), s.Mode, s.N, s.K, s.MeanAtK)
+		for _, kv := range s.PassAtK {
+			fmt.Fprintf(b, "<td>%.3f</td>", kv.Value)
+		}
+		notes := ""
+		switch s.Mode {
+		case ModeSelfCorrect:
+			notes = fmt.Sprintf("first attempt %.3f → after reflection %.3f; wrong→right %d, right→wrong %d", s.FirstAttempt, s.AfterReflection, s.WrongToRight, s.RightToWrong)
+		case ModeRetrieval:
+			notes = fmt.Sprintf("plan for %d of %d; %d with a near-duplicate in the pool", s.WithContext, s.N, s.NearDuplicates)
+		}
+		fmt.Fprintf(b, "<td>%.3f</td><td>%.0f</td><td>%.3f</td><td>%s</td></tr>", s.MajAtK, s.ResponseTokens, s.Truncated, html.EscapeString(notes))
+	}
+	b.WriteString("</table>")
 }
 
 func mark(ok bool) string {
@@ -108,31 +218,6 @@ func mark(ok bool) string {
 		return "ok"
 	}
 	return "bad"
-}
-
-func allZero(ss []series) bool {
-	for _, s := range ss {
-		for _, p := range s.points {
-			if p[1] != 0 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-var palette = []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}}
-
-func legend(ss []series) string {
-	var parts []string
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for i, s := range ss {
-		parts = append(parts, fmt.Sprintf("%s (%s)", s.name, []string{"blue", "red", "green"}[i%3]))
-		for _, p := range s.points {
-			lo, hi = math.Min(lo, p[1]), math.Max(hi, p[1])
-		}
-	}
-	return fmt.Sprintf("%s vs step; y from %.4g (bottom) to %.4g (top)", strings.Join(parts, ", "), lo, hi)
 }
 
 func readEval(path string) (Result, error) {
@@ -148,91 +233,3 @@ func readEval(path string) (Result, error) {
 }
 
 func readMetrics(path string) ([]map[string]any, error) { return jsonl.Read[map[string]any](path) }
-
-// writeChart draws line series into a 480×260 PNG with a light grid; the
-// y range spans the data, labelled in the caption rather than with fonts.
-func writeChart(path string, ss []series) error {
-	const w, h, pad = 480, 260, 20
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for i := range img.Pix {
-		img.Pix[i] = 255
-	}
-	minX, maxX, minY, maxY := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
-	for _, s := range ss {
-		for _, p := range s.points {
-			minX, maxX = math.Min(minX, p[0]), math.Max(maxX, p[0])
-			minY, maxY = math.Min(minY, p[1]), math.Max(maxY, p[1])
-		}
-	}
-	if maxX == minX {
-		maxX = minX + 1
-	}
-	if maxY == minY {
-		maxY = minY + 1
-	}
-	grid := color.RGBA{225, 225, 225, 255}
-	for k := 0; k <= 4; k++ {
-		y := pad + k*(h-2*pad)/4
-		for x := pad; x < w-pad; x++ {
-			img.Set(x, y, grid)
-		}
-	}
-	px := func(p [2]float64) (int, int) {
-		x := pad + int((p[0]-minX)/(maxX-minX)*float64(w-2*pad))
-		y := h - pad - int((p[1]-minY)/(maxY-minY)*float64(h-2*pad))
-		return min(max(x, 0), w-1), min(max(y, 0), h-1)
-	}
-	for i, s := range ss {
-		c := palette[i%len(palette)]
-		for k := 1; k < len(s.points); k++ {
-			x0, y0 := px(s.points[k-1])
-			x1, y1 := px(s.points[k])
-			line(img, x0, y0, x1, y1, c)
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// line draws with Bresenham's algorithm.
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := 1, 1
-	if x0 > x1 {
-		sx = -1
-	}
-	if y0 > y1 {
-		sy = -1
-	}
-	e := dx + dy
-	for {
-		img.Set(x0, y0, c)
-		img.Set(x0, y0+1, c)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		e2 := 2 * e // both tests use the error before this step's updates
-		if e2 >= dy {
-			e += dy
-			x0 += sx
-		}
-		if e2 <= dx {
-			e += dx
-			y0 += sy
-		}
-	}
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}

@@ -311,20 +311,20 @@ func appendLines(f *os.File, lines []SampleLine) error {
 
 // SampleLine is one line of samples.jsonl: one sample of one problem.
 type SampleLine struct {
-	Bench     string `json:"bench"`
-	Mode      string `json:"mode"`
-	Batch     int    `json:"batch"` // index of the batch's first problem (resume unit)
-	ProblemID string `json:"problem_id"`
-	Stage     string `json:"stage,omitempty"` // self-correct: first or reflect
-	Sample    int    `json:"sample"`
-	Prompt    string `json:"prompt"`
-	Response  string `json:"response"`
-	Extracted string `json:"extracted"`
-	Correct   bool   `json:"correct"`
-	Tokens    int    `json:"tokens"`
-	Truncated bool   `json:"truncated"`
-	Context   bool   `json:"context,omitempty"` // retrieval: the prompt carried a plan
-	Nearest   string `json:"nearest_pool_problem,omitempty"`
+	Bench     string  `json:"bench"`
+	Mode      string  `json:"mode"`
+	Batch     int     `json:"batch"` // index of the batch's first problem (resume unit)
+	ProblemID string  `json:"problem_id"`
+	Stage     string  `json:"stage,omitempty"` // self-correct: first or reflect
+	Sample    int     `json:"sample"`
+	Prompt    string  `json:"prompt"`
+	Response  string  `json:"response"`
+	Extracted string  `json:"extracted"`
+	Correct   bool    `json:"correct"`
+	Tokens    int     `json:"tokens"`
+	Truncated bool    `json:"truncated"`
+	Context   bool    `json:"context,omitempty"` // retrieval: the prompt carried a plan
+	Nearest   string  `json:"nearest_pool_problem,omitempty"`
 	NearSim   float64 `json:"nearest_similarity,omitempty"`
 }
 

@@ -97,6 +97,12 @@ func TestEvalAllModes(t *testing.T) {
 			t.Fatal("zero-shot prompt with an attempt")
 		}
 	}
+	if err := WriteReport(out); err != nil {
+		t.Fatal(err)
+	}
+	if page, _ := os.ReadFile(filepath.Join(out, "report.html")); !strings.Contains(string(page), "<th>pass@2</th>") || !strings.Contains(string(page), "first attempt") {
+		t.Fatal("the report lacks the evaluation table")
+	}
 	var table strings.Builder
 	PrintTable(&table, sums)
 	if !strings.Contains(table.String(), "pass@2") || !strings.Contains(table.String(), "self-correct") {
@@ -194,5 +200,12 @@ func TestTrainingWithEvaluationTrainsTheSame(t *testing.T) {
 		if _, ok := rows[2][k].(float64); !ok {
 			t.Fatalf("metrics lack %s: %v", k, rows[2])
 		}
+	}
+	if err := WriteReport(filepath.Join(dir, "with")); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "with", "report.html"))
+	if !strings.Contains(string(page), "evaluation: tiny-arith-lanpo") || !strings.Contains(string(page), "Evaluation: eval/step-000003") {
+		t.Fatal("the run report lacks the evaluation curve or the last evaluation's table")
 	}
 }

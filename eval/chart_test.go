@@ -1,0 +1,41 @@
+package eval
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestNiceTicks(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   string
+	}{
+		{0, 1, "[0 0.25 0.5 0.75 1]"},
+		{1, 60, "[0 20 40 60]"},
+		{0.13, 0.52, "[0.1 0.2 0.3 0.4 0.5 0.6]"},
+		{5, 5, "[4 4.5 5 5.5 6]"}, // a flat series still gets an axis
+	} {
+		if got := fmt.Sprint(niceTicks(c.lo, c.hi, 5)); got != c.want {
+			t.Errorf("ticks of [%v, %v] = %s, want %s", c.lo, c.hi, got, c.want)
+		}
+	}
+}
+
+// A chart carries its title, axis labels, tick labels and a legend entry
+// per series.
+func TestChartSVG(t *testing.T) {
+	c := chart{title: "held-out accuracy", xLabel: "step", yLabel: "accuracy", series: []series{
+		{name: "GRPO", points: [][2]float64{{0, 0.2}, {30, 0.4}, {60, 0.5}}},
+		{name: "LANPO", points: [][2]float64{{0, 0.2}, {30, 0.45}, {60, 0.55}}},
+	}}
+	svg := c.svg()
+	for _, want := range []string{"<svg", "held-out accuracy", ">step<", ">accuracy<", ">GRPO<", ">LANPO<", ">0.6<", ">60<", "<polyline"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the chart lacks %q", want)
+		}
+	}
+	if (chart{title: "empty"}).svg() != "" {
+		t.Error("a chart without points rendered")
+	}
+}
