@@ -80,10 +80,15 @@ func (m *Model) NextTokenLogProbs(prompts [][]int64, tokens []int64, batch int) 
 	if err := m.CheckIDs(tokens); err != nil {
 		return nil, fmt.Errorf("tokens: %w", err)
 	}
+	out = make([][]float64, len(prompts))
 	err = csrc.NoGrad(func() error {
-		for part := range slices.Chunk(prompts, max(batch, 1)) {
+		for _, part := range byLength(prompts, batch) {
+			seqs := make([][]int64, len(part))
+			for r, i := range part {
+				seqs[r] = prompts[i]
+			}
 			var s tensor.Scope
-			l, ids, pos, mask := m.leftPad(&s, part)
+			l, ids, pos, mask := m.leftPad(&s, seqs)
 			h, err := m.Forward(&s, ids, pos, mask, nil)
 			if err != nil {
 				s.Close()
@@ -93,8 +98,8 @@ func (m *Model) NextTokenLogProbs(prompts [][]int64, tokens []int64, batch int) 
 			lp := s.Keep(m.Logits(&s, last).MustLogSoftmax(-1, gotch.Float, false))           // [b, V]
 			idx := tensor.FromSlice(&s, tokens, nil, m.Device)
 			vals := tensor.Float64s(s.Keep(lp.MustIndexSelect(1, idx, false))) // sync: [b, K]
-			for r := range part {
-				out = append(out, vals[r*len(tokens):(r+1)*len(tokens)])
+			for r, i := range part {
+				out[i] = vals[r*len(tokens) : (r+1)*len(tokens)]
 			}
 			s.Close()
 		}
@@ -114,10 +119,15 @@ func (m *Model) MeanHidden(seqs [][]int64, batch int) (out [][]float32, err erro
 			return nil, fmt.Errorf("sequence %d: %w", i, err)
 		}
 	}
+	out = make([][]float32, len(seqs))
 	err = csrc.NoGrad(func() error {
-		for part := range slices.Chunk(seqs, max(batch, 1)) {
+		for _, part := range byLength(seqs, batch) {
+			group := make([][]int64, len(part))
+			for r, i := range part {
+				group[r] = seqs[i]
+			}
 			var s tensor.Scope
-			_, ids, pos, mask := m.leftPad(&s, part)
+			_, ids, pos, mask := m.leftPad(&s, group)
 			h, err := m.Forward(&s, ids, pos, mask, nil)
 			if err != nil {
 				s.Close()
@@ -128,16 +138,28 @@ func (m *Model) MeanHidden(seqs [][]int64, batch int) (out [][]float32, err erro
 			sum := s.Keep(s.Keep(h32.MustMul(w, false)).MustSumDimIntlist([]int64{1}, false, gotch.Float, false)) // [b, H]
 			vals := tensor.Float64s(sum)                                                                          // sync
 			hs := int(m.Config.HiddenSize)
-			for r, seq := range part {
+			for r, i := range part {
 				v := make([]float32, hs)
 				for j := range v {
-					v[j] = float32(vals[r*hs+j] / float64(len(seq)))
+					v[j] = float32(vals[r*hs+j] / float64(len(seqs[i])))
 				}
-				out = append(out, v)
+				out[i] = v
 			}
 			s.Close()
 		}
 		return nil
 	})
 	return out, err
+}
+
+// byLength groups the indexes of seqs into batches of at most size whose
+// members have similar lengths (sorted, stable): left padding to a
+// batch's longest sequence then wastes little compute.
+func byLength(seqs [][]int64, size int) [][]int {
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(seqs[a]) - len(seqs[b]) })
+	return slices.Collect(slices.Chunk(order, max(size, 1)))
 }
