@@ -93,6 +93,9 @@ func (p *Pool) Problems() int { return len(p.problems) }
 func (p *Pool) Entries() int  { return p.entries }
 func (p *Pool) Bytes() int64  { return p.bytes }
 
+// ProblemAt returns the id and text of the i-th problem (insertion order).
+func (p *Pool) ProblemAt(i int) (id, text string) { return p.problems[i].id, p.problems[i].text }
+
 // Has reports whether the pool holds entries of a problem.
 func (p *Pool) Has(problemID string) bool { return p.byID[problemID] != nil }
 

@@ -44,8 +44,12 @@ type ScorerCalibration struct {
 	MeanSame  float64         `json:"mean_same_subject"`
 	MeanOther float64         `json:"mean_other_subject"`
 	AUC       float64         `json:"auc"` // P(a same-subject pair scores above an other-subject pair)
-	Pass      []ThresholdPass `json:"pass"`
-	Seconds   float64         `json:"seconds"`
+	Pass      []ThresholdPass `json:"pass"`  // raw scores ≥ γ
+	// QuantilePass is the pass rate on lanpo's default scale: each score's
+	// quantile among the scores of random pairs (a reference set drawn apart
+	// from the pairs evaluated).
+	QuantilePass []ThresholdPass `json:"quantile_pass"`
+	Seconds      float64         `json:"seconds"`
 }
 
 // ThresholdPass is the share of each kind of pair scoring ≥ Gamma.
@@ -64,6 +68,10 @@ func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 	if err != nil {
 		return nil, err
 	}
+	reference, err := randomPairs(o.Problems, o.Pairs, o.Seed+1)
+	if err != nil {
+		return nil, err
+	}
 	pc := pool.DefaultConfig()
 	pc.MaxBytes = 0
 	index, err := pool.New(pc)
@@ -74,7 +82,7 @@ func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 		index.Add(p.Problem, pool.Entry{ProblemID: p.ID})
 	}
 	pairs := make([]relevancePair, 0, len(same)+len(other))
-	for _, pr := range append(append([][2]CalibrationProblem(nil), same...), other...) {
+	for _, pr := range append(append(append([][2]CalibrationProblem(nil), same...), other...), reference...) {
 		pairs = append(pairs, relevancePair{query: pr[0].Problem, candidate: pr[1].Problem, bm25: index.NormalizedBM25(pr[1].ID, pr[0].Problem)})
 	}
 	var env scorerEnv
@@ -108,7 +116,11 @@ func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		out = append(out, summarizeCalibration(name, rel[:len(same)], rel[len(same):], o.Thresholds, time.Since(start)))
+		c := summarizeCalibration(name, rel[:len(same)], rel[len(same):len(same)+len(other)], o.Thresholds, time.Since(start))
+		ref := rel[len(same)+len(other):]
+		qs := summarizeCalibration(name, quantiles(rel[:len(same)], ref), quantiles(rel[len(same):len(same)+len(other)], ref), o.Thresholds, 0)
+		c.QuantilePass = qs.Pass
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -152,6 +164,23 @@ func calibrationPairs(ps []CalibrationProblem, n int, seed int64) (same, other [
 		return nil, nil, fmt.Errorf("could draw only %d same-subject and %d other-subject pairs of %d", len(same), len(other), n)
 	}
 	return same, other, nil
+}
+
+// randomPairs draws n pairs of distinct, not near-duplicate problems,
+// whatever their subjects: the reference for the quantile scale.
+func randomPairs(ps []CalibrationProblem, n int, seed int64) ([][2]CalibrationProblem, error) {
+	rng := rand.New(rand.NewSource(seed))
+	var out [][2]CalibrationProblem
+	for tries := 0; len(out) < n && tries < 100*n; tries++ {
+		a, b := ps[rng.Intn(len(ps))], ps[rng.Intn(len(ps))]
+		if a.ID != b.ID && pool.Similarity(a.Problem, b.Problem) < pool.DefaultConfig().NearDuplicate {
+			out = append(out, [2]CalibrationProblem{a, b})
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("could draw only %d random pairs of %d", len(out), n)
+	}
+	return out, nil
 }
 
 func summarizeCalibration(name string, same, other []float64, gammas []float64, took time.Duration) ScorerCalibration {

@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sort"
 	"strings"
 
@@ -96,11 +98,19 @@ type abstractionItem struct {
 	index       int    // keys the condenser's random stream
 }
 
+// abstractionResult is one item's abstraction prompt (ids nil where nothing
+// relevant was found or the prompt did not fit), with the plan and the
+// lessons it was condensed from.
+type abstractionResult struct {
+	ids     []int64
+	plan    string
+	lessons []pool.Lesson
+}
+
 // abstraction retrieves other problems for each item, keeps those whose
 // relevance passes γ, has the model condense their lessons into a plan and
-// renders the problem with it. ids[i] is nil where nothing relevant was
-// found or the prompt did not fit (counted).
-func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (ids [][]int64, err error) {
+// renders the problem with it (fallbacks counted).
+func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []abstractionResult, err error) {
 	t.enter("relevance")
 	var pairs []relevancePair
 	cands := make([][]pool.Candidate, len(items))
@@ -110,11 +120,12 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (ids [][]
 			pairs = append(pairs, relevancePair{query: it.problem, candidate: c.Text, bm25: c.Normalized})
 		}
 	}
-	rel, err := f.scorer.score(pairs)
+	rel, err := f.relevance(pairs)
 	if err != nil {
-		return nil, fmt.Errorf("relevance (lanpo.similarity %s): %w", f.cfg.Similarity, err)
+		return nil, err
 	}
 	t.enter("condense")
+	res = make([]abstractionResult, len(items))
 	var requests, prefixes []string
 	var waiting, indexes []int
 	var related [][]string // gold answers of each request's related problems (when known)
@@ -153,10 +164,10 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (ids [][]
 		}
 		requests, prefixes = append(requests, req), append(prefixes, f.prompts.PlanHeader+" ")
 		waiting, indexes, related = append(waiting, i), append(indexes, it.index), append(related, golds)
+		res[i].lessons = lessons
 	}
-	ids = make([][]int64, len(items))
 	if len(requests) == 0 {
-		return ids, nil
+		return res, nil
 	}
 	plans, err := f.generate(requests, prefixes, indexes, f.cfg.PlanTokens, nil, "plan")
 	if err != nil {
@@ -173,10 +184,74 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (ids [][]
 		if got, ok, err := f.withContext(items[i].problem, f.prompts.AbstractionContext(plan)); err != nil {
 			return nil, err
 		} else if ok {
-			ids[i] = got
+			res[i].ids, res[i].plan = got, plan
 		}
 	}
-	return ids, nil
+	return res, nil
+}
+
+// relevance scores the pairs with the configured scorer, on the configured
+// scale: raw, or the quantile of each score among the scores of random
+// pairs of pool problems (reference pairs drawn from the seed and step, and
+// scored by the same scorer at the same time, since the policy changes).
+func (f *feedback) relevance(pairs []relevancePair) ([]float64, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	ref := f.referencePairs()
+	all, err := f.scorer.score(append(append([]relevancePair(nil), pairs...), ref...))
+	if err != nil {
+		return nil, fmt.Errorf("relevance (lanpo.similarity %s): %w", f.cfg.Similarity, err)
+	}
+	raw, refScores := all[:len(pairs)], all[len(pairs):]
+	for _, r := range raw {
+		f.met.rawRelevanceSum += r
+	}
+	if f.cfg.SimilarityScale == scaleRaw {
+		return raw, nil
+	}
+	return quantiles(raw, refScores), nil
+}
+
+// referencePairs draws lanpo.reference_pairs random pairs of distinct pool
+// problems that are not near-duplicates (none for the raw scale).
+func (f *feedback) referencePairs() []relevancePair {
+	n := f.pool.Problems()
+	if f.cfg.SimilarityScale != scaleQuantile || n < 2 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(f.seed, drawKey(f.step, -5, "reference-pairs")))
+	var out []relevancePair
+	for tries := 0; len(out) < f.cfg.ReferencePairs && tries < 4*f.cfg.ReferencePairs; tries++ {
+		i, j := rng.IntN(n), rng.IntN(n)
+		if i == j {
+			continue
+		}
+		_, qa := f.pool.ProblemAt(i)
+		idb, qb := f.pool.ProblemAt(j)
+		if pool.Similarity(qa, qb) >= f.cfg.NearDuplicate {
+			continue
+		}
+		out = append(out, relevancePair{query: qa, candidate: qb, bm25: f.pool.NormalizedBM25(idb, qa)})
+	}
+	return out
+}
+
+// quantiles maps each score to the share of reference scores below it
+// (ties count half); with no reference, nothing passes.
+func quantiles(scores, ref []float64) []float64 {
+	out := make([]float64, len(scores))
+	if len(ref) == 0 {
+		return out
+	}
+	sorted := append([]float64(nil), ref...)
+	sort.Float64s(sorted)
+	for i, s := range scores {
+		below := sort.SearchFloat64s(sorted, s)
+		equal := sort.SearchFloat64s(sorted, math.Nextafter(s, math.Inf(1))) - below
+		out[i] = (float64(below) + 0.5*float64(equal)) / float64(len(sorted))
+	}
+	return out
 }
 
 // modelText prepares text a model wrote for a prompt: added-token strings
@@ -361,7 +436,15 @@ func (F *Feedback) Abstraction(problems []string, indexes []int) ([][]int64, err
 	for i, p := range problems {
 		items[i] = abstractionItem{problem: p, index: indexes[i]}
 	}
-	return F.f.abstraction(F.t, items)
+	res, err := F.f.abstraction(F.t, items)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([][]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ids
+	}
+	return ids, nil
 }
 
 // Counters returns LANPO's counters (fallbacks, retrieval, truncation,

@@ -35,9 +35,10 @@ import (
 //     with the policy's three-field summary of each, in global group order.
 //
 // Deviations from the paper, which does not publish these: the prompts
-// (pool/prompts.go), the relevance scorer behind γ (the policy's own 0-9
-// rating by default), FIFO eviction, and summaries written after the update
-// by the updated policy.
+// (pool/prompts.go), the relevance scorer behind γ (centred embeddings of
+// the policy by default, with γ a quantile against random pool pairs:
+// docs/lanpo.md says why), FIFO eviction, and summaries written after the
+// update by the updated policy.
 
 // Prompt modes.
 const (
@@ -134,13 +135,13 @@ func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
 		pr := l.g.problems[p.problem]
 		items[i] = abstractionItem{id: pr.ID, problem: pr.Problem, index: p.index}
 	}
-	ids, err := l.abstraction(t, items)
+	res, err := l.abstraction(t, items)
 	if err != nil {
 		return err
 	}
 	for i, p := range abstraction {
-		if ids[i] != nil {
-			l.use(p, ids[i], modeAbstraction)
+		if res[i].ids != nil {
+			l.use(p, res[i].ids, modeAbstraction)
 		}
 	}
 	return nil
@@ -292,6 +293,7 @@ func (l *lanpoRun) finish(m *StepMetrics, sampled []*rollout) {
 	}
 	if lm.Candidates > 0 {
 		lm.RelevanceMean = lm.relevanceSum / float64(lm.Candidates)
+		lm.RawRelevanceMean = lm.rawRelevanceSum / float64(lm.Candidates)
 	}
 	lm.PoolProblems, lm.PoolEntries, lm.PoolBytes = l.pool.Problems(), l.pool.Entries(), l.pool.Bytes()
 	m.LANPOMetrics = &lm
@@ -317,8 +319,9 @@ type LANPOMetrics struct {
 	PoolAdded           int     `json:"pool_added"`
 	PoolEvicted         int     `json:"pool_evicted"`
 	Candidates          int     `json:"retrieval_candidates"`
-	Passed              int     `json:"retrieval_passed"` // relevance ≥ γ
-	RelevanceMean       float64 `json:"relevance_mean"`
+	Passed              int     `json:"retrieval_passed"`   // relevance ≥ γ
+	RelevanceMean       float64 `json:"relevance_mean"`     // on lanpo.similarity_scale
+	RawRelevanceMean    float64 `json:"relevance_raw_mean"` // the scorer's own values
 	SummaryEmptyFields  int     `json:"summary_empty_fields"`
 	ContextTokensMean   float64 `json:"context_tokens_mean"`
 	ContextTokensMax    int     `json:"context_tokens_max"`
@@ -328,6 +331,7 @@ type LANPOMetrics struct {
 	ContextLogpGap float64 `json:"context_logp_gap,omitempty"` // mean log π(y|x,c) − log π(y|x) per token
 	TISClipped     float64 `json:"tis_clipped_frac,omitempty"` // tokens whose importance weight hit tis_cap
 
-	contextSum   int
-	relevanceSum float64
+	contextSum      int
+	relevanceSum    float64
+	rawRelevanceSum float64
 }

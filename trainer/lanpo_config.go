@@ -33,12 +33,19 @@ type LANPOConfig struct {
 	// context). Reflection is not used with original.
 	TrainPrompt string  `yaml:"train_prompt"`
 	TISCap      float64 `yaml:"tis_cap"`
-	// Similarity is the relevance filter's scorer: policy (the policy rates
-	// relevance 0-9, read from its digit probabilities; default), bm25
-	// (normalized BM25, cheap) or embedding (cosine of centred mean-pooled
-	// hidden states). SimilarityThreshold is γ.
+	// Similarity is the relevance filter's scorer: embedding (cosine of
+	// centred mean-pooled hidden states of the policy; default), policy (the
+	// policy rates relevance 0-9, read from its digit probabilities) or bm25
+	// (normalized BM25, cheap). SimilarityThreshold is γ, on the scale
+	// SimilarityScale says: quantile (default) — a candidate's relevance is
+	// the share of ReferencePairs random pairs of pool problems it outscores
+	// under the same scorer, so γ = 0.9 means "more related than 90% of
+	// random pairs" whatever the scorer and model — or raw (the scorer's own
+	// [0, 1] value).
 	Similarity          string  `yaml:"similarity"`
 	SimilarityThreshold float64 `yaml:"similarity_threshold"`
+	SimilarityScale     string  `yaml:"similarity_scale"`
+	ReferencePairs      int     `yaml:"reference_pairs"`
 	// RetrievalCandidates other problems come from BM25; of those passing
 	// γ, the MaxRelatedProblems most relevant give LessonsPerProblem
 	// lessons each to the condenser.
@@ -84,13 +91,15 @@ const (
 	simPolicy        = "policy"
 	simBM25          = "bm25"
 	simEmbedding     = "embedding"
+	scaleQuantile    = "quantile"
+	scaleRaw         = "raw"
 )
 
 func defaultLANPO() LANPOConfig {
 	pc := pool.DefaultConfig()
 	return LANPOConfig{
 		FeedbackRatio: 0.75, FeedbackSchedule: scheduleConstant, ReflectOn: reflectAny, TrainPrompt: trainSampled, TISCap: 2,
-		Similarity: simPolicy, SimilarityThreshold: 0.9, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
+		Similarity: simEmbedding, SimilarityThreshold: 0.9, SimilarityScale: scaleQuantile, ReferencePairs: 64, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
 		MaxEntriesPerProblem: pc.MaxEntriesPerProblem, MaxPoolBytes: pc.MaxBytes, Eviction: pc.Eviction,
 		MaxAttemptChars: pc.MaxAttemptChars, NearDuplicate: pc.NearDuplicate,
 		SummariesPerGroup: 2, SummaryFieldTokens: 96, PlanTokens: 128, MaxContextTokens: 1024,
@@ -139,6 +148,10 @@ func (l *LANPOConfig) validate() error {
 		return bad("similarity", "%q: want %s, %s or %s", l.Similarity, simPolicy, simBM25, simEmbedding)
 	case l.SimilarityThreshold < 0 || l.SimilarityThreshold > 1:
 		return bad("similarity_threshold", "must be in [0, 1], got %g", l.SimilarityThreshold)
+	case l.SimilarityScale != scaleQuantile && l.SimilarityScale != scaleRaw:
+		return bad("similarity_scale", "%q: want %s or %s", l.SimilarityScale, scaleQuantile, scaleRaw)
+	case l.SimilarityScale == scaleQuantile && l.ReferencePairs < 8:
+		return bad("reference_pairs", "must be ≥ 8 with similarity_scale: quantile, got %d", l.ReferencePairs)
 	case l.RetrievalCandidates < 1 || l.MaxRelatedProblems < 1 || l.LessonsPerProblem < 1:
 		return bad("retrieval_candidates", "retrieval_candidates, max_related_problems and lessons_per_problem must be ≥ 1")
 	case l.SummariesPerGroup < 0:

@@ -3,6 +3,7 @@ package trainer
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,5 +266,19 @@ func TestExpectedDigitAndCentredCosine(t *testing.T) {
 	}
 	if got := cosine(c[0], c[2]); got > -0.999 {
 		t.Fatalf("centred opposite vectors: cosine %v", got)
+	}
+}
+
+func TestQuantiles(t *testing.T) {
+	ref := []float64{0.1, 0.2, 0.2, 0.3, 0.9}
+	got := quantiles([]float64{0.05, 0.2, 0.25, 0.95, 0.9}, ref)
+	want := []float64{0, 0.2 + 0.2, 0.6, 1, 0.8 + 0.1} // below + half the ties, over 5
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-12 {
+			t.Fatalf("quantiles %v, want %v", got, want)
+		}
+	}
+	if q := quantiles([]float64{0.5}, nil); q[0] != 0 {
+		t.Fatalf("no reference: %v passes", q)
 	}
 }

@@ -18,8 +18,10 @@ func benchRelevanceCommand() *cli.Command {
 			"--data (JSONL with \"id\", \"problem\" and \"subject\", e.g. MATH train), scores them with each scorer of\n" +
 			"lanpo.similarity (policy: the model rates 0-9, read from its digit probabilities; embedding: cosine of\n" +
 			"centred mean-pooled hidden states; bm25: normalized BM25 over --data) and prints, per threshold γ, the\n" +
-			"share of each kind that passes, the mean scores and the AUC. Choose lanpo.similarity_threshold where\n" +
-			"related problems pass and unrelated ones do not. The baseline is the other kind of pair, same run.\n" +
+			"share of each kind that passes — on the raw scale and on the quantile scale (lanpo.similarity_scale,\n" +
+			"the default: the share of random pairs a pair outscores) — the mean scores and the AUC. Choose\n" +
+			"lanpo.similarity and lanpo.similarity_threshold where related problems pass and unrelated ones do not.\n" +
+			"The baseline is the other kind of pair, same run.\n" +
 			"Example: lanpo bench relevance --model ~/models/Qwen2.5-0.5B-Instruct --data math_train.jsonl",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "the policy's Hugging Face directory (not needed for bm25 alone)"},
@@ -61,8 +63,10 @@ func benchRelevanceCommand() *cli.Command {
 			fmt.Fprintf(w, "%d same-subject and %d other-subject pairs from %s\n", c.Int("pairs"), c.Int("pairs"), c.String("data"))
 			for _, r := range res {
 				fmt.Fprintf(w, "%-9s mean %.3f (same) vs %.3f (other), AUC %.3f, %.1f s\n", r.Scorer, r.MeanSame, r.MeanOther, r.AUC, r.Seconds)
-				for _, p := range r.Pass {
-					fmt.Fprintf(w, "          γ %.2f: %5.1f%% of same-subject pairs pass, %5.1f%% of other-subject pairs\n", p.Gamma, 100*p.Same, 100*p.Other)
+				for i, p := range r.Pass {
+					q := r.QuantilePass[i]
+					fmt.Fprintf(w, "          γ %.2f: raw %5.1f%% same-subject vs %5.1f%% other-subject pass; quantile %5.1f%% vs %5.1f%%\n",
+						p.Gamma, 100*p.Same, 100*p.Other, 100*q.Same, 100*q.Other)
 				}
 			}
 			return nil

@@ -1,0 +1,561 @@
+package trainer
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/internal/progress"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/reward"
+)
+
+// lanpo seed builds the SFT data that teaches LANPO's skills before RL
+// (the paper's ~3K examples), from the user's problems, with the model
+// itself (self-distillation, the paper's "bootstrapping") or a teacher, and
+// keeps only what the verifier and format checks accept:
+//
+//   - answer: k sampled solutions per problem; kept when the verifier says
+//     the final answer is right (rejection sampling).
+//   - summarize: the summarization prompt over right and wrong attempts;
+//     kept when all three fields are non-empty, none ran out of its token
+//     budget, and the summary is not a copy of the attempt.
+//   - reflect: the reflection prompt over an attempt (right or wrong, the
+//     prompt says neither); kept when the redo verifies correct, balanced
+//     so about as many shown attempts were right as wrong (else the model
+//     learns that a shown attempt is usually wrong).
+//   - abstract: the condensing prompt over lessons retrieved (the trainer's
+//     retrieval and relevance filter) from a pool of the other problems'
+//     kept summaries, and the solve prompt with the plan; kept when that
+//     solve verifies correct.
+//
+// Gold answers go to the verifier only: no prompt builder receives one, so
+// none can appear in a kept prompt (TestSeedNeverShowsGold).
+
+// SeedOptions configure a seed run.
+type SeedOptions struct {
+	Config   Config // prompts, the lanpo section (scorer, γ, budgets), rollout.max_new_tokens/temperature
+	Problems []Problem
+	Out      string             // the seed file; Out+".state.json" and Out+".pool.jsonl" beside it
+	N        int                // examples wanted in all
+	Mix      map[string]float64 // share of each skill (normalized)
+	K        int                // answers sampled per problem
+	Batch    int                // problems per batch (the unit of resume)
+	Resume   bool
+	Progress io.Writer
+}
+
+// SeedStats counts one skill's candidates and why they were rejected.
+type SeedStats struct {
+	Tried    int            `json:"tried"`
+	Kept     int            `json:"kept"`
+	Target   int            `json:"target"`
+	Rejected map[string]int `json:"rejected"`
+}
+
+func (s *SeedStats) reject(why string) {
+	if s.Rejected == nil {
+		s.Rejected = map[string]int{}
+	}
+	s.Rejected[why]++
+}
+
+// seedState is what a resumed run needs: batches done and the statistics.
+type seedState struct {
+	Batches int                   `json:"batches_done"`
+	Stats   map[string]*SeedStats `json:"stats"`
+	// Reflect balance: kept reflections whose shown attempt was right/wrong.
+	RightShown int `json:"reflect_right_shown"`
+	WrongShown int `json:"reflect_wrong_shown"`
+}
+
+// Seed runs lanpo seed with m as the teacher (the model itself, or a
+// stronger one) and tk its tokenizer, and returns the statistics.
+func Seed(m *model.Model, tk *tokenizer.Tokenizer, o SeedOptions) (map[string]*SeedStats, error) {
+	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
+	defer runtime.UnlockOSThread()
+	targets, err := seedTargets(o.N, o.Mix)
+	if err != nil {
+		return nil, err
+	}
+	if o.K < 1 || o.Batch < 1 {
+		return nil, fmt.Errorf("seed: k and batch must be ≥ 1")
+	}
+	st, p, err := o.openState(targets)
+	if err != nil {
+		return nil, err
+	}
+	f, err := newFeedback(m, tk, o.Config, p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := NewSeedBuilder(o.Config, tk)
+	if err != nil {
+		return nil, err
+	}
+	out, err := os.OpenFile(o.Out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	s := &seeder{f: f, b: b, o: o, st: st}
+	batches := (len(o.Problems) + o.Batch - 1) / o.Batch
+	bar := progress.New(o.Progress, "seed", batches, st.Batches)
+	for bi := st.Batches; bi < batches && !s.done(); bi++ {
+		lo, hi := bi*o.Batch, min((bi+1)*o.Batch, len(o.Problems))
+		exs, err := s.batch(bi, o.Problems[lo:hi])
+		if err != nil {
+			return nil, fmt.Errorf("seed, problems %d-%d: %w", lo+1, hi, err)
+		}
+		enc := jsonl.Encoder(out)
+		for _, e := range exs {
+			if err := enc.Encode(e); err != nil {
+				return nil, err
+			}
+		}
+		if err := out.Sync(); err != nil {
+			return nil, err
+		}
+		st.Batches = bi + 1
+		if err := o.saveState(st, p); err != nil {
+			return nil, err
+		}
+		bar.Update(st.Batches, s.line())
+		if o.Progress == nil {
+			log.Info().Int("batch", bi+1).Int("of", batches).Str("kept", s.line()).Msg("seed")
+		}
+	}
+	bar.Done(s.line())
+	return st.Stats, nil
+}
+
+// seedTargets splits n examples over the skills by the mix.
+func seedTargets(n int, mix map[string]float64) (map[string]int, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("--n must be ≥ 1")
+	}
+	total := 0.0
+	for k, w := range mix {
+		if !strings.Contains(strings.Join(SeedSkills, ","), k) || w < 0 {
+			return nil, fmt.Errorf("--mix %s=%g: want skills %s with weights ≥ 0", k, w, strings.Join(SeedSkills, ", "))
+		}
+		total += w
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("--mix: all weights are 0")
+	}
+	out := map[string]int{}
+	for _, k := range SeedSkills {
+		out[k] = int(math.Round(float64(n) * mix[k] / total))
+	}
+	return out, nil
+}
+
+// openState starts or resumes a run: with Resume, the state and pool files
+// say how far it got; the seed file is cut back to the examples of the
+// batches done (a batch cut short by a kill is run again).
+func (o SeedOptions) openState(targets map[string]int) (*seedState, *pool.Pool, error) {
+	st := &seedState{Stats: map[string]*SeedStats{}}
+	for _, k := range SeedSkills {
+		st.Stats[k] = &SeedStats{Target: targets[k]}
+	}
+	pc := o.Config.LANPO.poolConfig()
+	statePath, poolPath := o.Out+".state.json", o.Out+".pool.jsonl"
+	_, err := os.Stat(o.Out)
+	exists := err == nil
+	if exists && !o.Resume {
+		return nil, nil, fmt.Errorf("%s exists: pass --resume to continue it, or choose another --out", o.Out)
+	}
+	if !exists || !o.Resume {
+		p, err := pool.New(pc)
+		return st, p, err
+	}
+	raw, err := os.ReadFile(statePath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--resume: %w", err)
+	}
+	if err := json.Unmarshal(raw, st); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", statePath, err)
+	}
+	for _, k := range SeedSkills {
+		if st.Stats[k] == nil || st.Stats[k].Target != targets[k] {
+			return nil, nil, fmt.Errorf("--resume: %s was made with other --n/--mix targets (%s)", o.Out, k)
+		}
+	}
+	p, err := pool.New(pc)
+	if st.Batches > 0 {
+		p, err = pool.Load(poolPath, pc)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	kept := 0
+	for _, k := range SeedSkills {
+		kept += st.Stats[k].Kept
+	}
+	exs, err := jsonl.Read[SeedExample](o.Out)
+	if err != nil && kept > 0 {
+		return nil, nil, err
+	}
+	if len(exs) < kept {
+		return nil, nil, fmt.Errorf("--resume: %s has %d examples, its state says %d", o.Out, len(exs), kept)
+	}
+	if err := jsonl.WriteFile(o.Out, exs[:kept]); err != nil {
+		return nil, nil, err
+	}
+	log.Info().Int("batches", st.Batches).Int("examples", kept).Msg("resuming seed")
+	return st, p, nil
+}
+
+func (o SeedOptions) saveState(st *seedState, p *pool.Pool) error {
+	var buf strings.Builder
+	if err := p.Write(&buf); err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileSync(o.Out+".pool.jsonl", []byte(buf.String())); err != nil {
+		return err
+	}
+	js, _ := json.MarshalIndent(st, "", "  ")
+	return fsutil.WriteFileSync(o.Out+".state.json", append(js, '\n'))
+}
+
+// seeder runs batches.
+type seeder struct {
+	f  *feedback
+	b  *SeedBuilder
+	o  SeedOptions
+	st *seedState
+}
+
+func (s *seeder) done() bool {
+	for _, k := range SeedSkills {
+		if st := s.st.Stats[k]; st.Kept < st.Target {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *seeder) want(skill string) bool { st := s.st.Stats[skill]; return st.Kept < st.Target }
+
+func (s *seeder) line() string {
+	var parts []string
+	for _, k := range SeedSkills {
+		st := s.st.Stats[k]
+		parts = append(parts, fmt.Sprintf("%s %d/%d", k, st.Kept, st.Target))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// keep records a kept example of its skill unless the skill has enough.
+func (s *seeder) keep(out *[]SeedExample, e SeedExample) {
+	st := s.st.Stats[e.Skill]
+	if st.Kept >= st.Target {
+		st.reject("target reached")
+		return
+	}
+	st.Kept++
+	*out = append(*out, e)
+}
+
+// attempt is one sampled answer.
+type attempt struct {
+	problem int // index in the batch
+	text    string
+	correct bool
+	cut     bool // truncated
+}
+
+// batch makes one batch's examples, skill by skill.
+func (s *seeder) batch(bi int, probs []Problem) ([]SeedExample, error) {
+	s.f.step = bi // keys every random stream of the batch
+	var out []SeedExample
+	atts, err := s.answers(probs)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range atts {
+		st := s.st.Stats[SkillAnswer]
+		if !s.want(SkillAnswer) {
+			break
+		}
+		st.Tried++
+		if !a.correct {
+			st.reject("wrong answer")
+			continue
+		}
+		s.keep(&out, s.b.Answer(probs[a.problem].ID, probs[a.problem].Problem, a.text))
+	}
+	if s.want(SkillSummarize) || s.want(SkillAbstract) {
+		if err := s.summaries(probs, atts, &out); err != nil {
+			return nil, err
+		}
+	}
+	if s.want(SkillReflect) {
+		if err := s.reflections(probs, atts, &out); err != nil {
+			return nil, err
+		}
+	}
+	if s.want(SkillAbstract) {
+		if err := s.abstractions(bi, probs, &out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// answers samples o.K solutions per problem at rollout.temperature and
+// verifies them.
+func (s *seeder) answers(probs []Problem) ([]attempt, error) {
+	cfg := s.o.Config
+	reqs := make([]model.Request, len(probs))
+	streams := make([]int, len(probs))
+	for i, p := range probs {
+		ids, err := solveIDs(s.f.tk, cfg.Data, cfg.Rollout.EnableThinking, p.Problem)
+		if err != nil {
+			return nil, fmt.Errorf("problem %s: %w", p.ID, err)
+		}
+		reqs[i], streams[i] = model.Request{PromptIDs: ids, Samples: s.o.K}, i
+	}
+	eos, err := s.f.m.EOSTokenIDs()
+	if err != nil {
+		return nil, err
+	}
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
+		StopIDs: eos, Seed: drawKey(s.f.step, -2, "seed-answers") ^ cfg.Seed}
+	var res []model.Sample
+	err = csrc.NoGrad(func() (err error) {
+		res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]attempt, len(res))
+	for i, r := range res {
+		text := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		cut := r.FinishReason == "length"
+		out[i] = attempt{problem: r.Prompt, text: text, cut: cut, correct: reward.VerifyResponse(text, probs[r.Prompt].Answer, cut, reward.Options{}).Correct}
+	}
+	return out, nil
+}
+
+// firstOf returns, per problem, its first right and first wrong attempt.
+func firstOf(atts []attempt, n int) (right, wrong []*attempt) {
+	right, wrong = make([]*attempt, n), make([]*attempt, n)
+	for i := range atts {
+		a := &atts[i]
+		if a.correct && right[a.problem] == nil {
+			right[a.problem] = a
+		}
+		if !a.correct && wrong[a.problem] == nil {
+			wrong[a.problem] = a
+		}
+	}
+	return right, wrong
+}
+
+// summaries summarizes one right and one wrong attempt per problem (where
+// there is one), keeps those that pass the checks, and adds every kept
+// summary to the pool abstraction retrieves from.
+func (s *seeder) summaries(probs []Problem, atts []attempt, out *[]SeedExample) error {
+	right, wrong := firstOf(atts, len(probs))
+	var chosen []*attempt
+	for i := range probs {
+		for _, a := range []*attempt{right[i], wrong[i]} {
+			if a != nil {
+				chosen = append(chosen, a)
+			}
+		}
+	}
+	if len(chosen) == 0 {
+		return nil
+	}
+	problems, texts := make([]string, len(chosen)), make([]string, len(chosen))
+	correct, indexes := make([]bool, len(chosen)), make([]int, len(chosen))
+	for i, a := range chosen {
+		problems[i], texts[i], correct[i], indexes[i] = probs[a.problem].Problem, a.text, a.correct, i
+	}
+	sums, err := s.f.summarize(problems, texts, correct, indexes)
+	if err != nil {
+		return err
+	}
+	st := s.st.Stats[SkillSummarize]
+	for i, a := range chosen {
+		sum := sums[i]
+		st.Tried++
+		switch why := s.checkSummary(sum, a.text); {
+		case why != "":
+			st.reject(why)
+			continue
+		}
+		pr := probs[a.problem]
+		clean := sum
+		clean.Principles, clean.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
+		s.f.pool.Add(pr.Problem, pool.Entry{ProblemID: pr.ID, Attempt: a.text, Summary: clean, Correct: a.correct, Truncated: a.cut})
+		if s.want(SkillSummarize) {
+			s.keep(out, s.b.Summarize(pr.ID, pr.Problem, s.f.modelText(a.text), a.correct, sum))
+		}
+	}
+	return nil
+}
+
+// checkSummary says why a summary is rejected ("" when it is kept): a
+// field empty, a field that ran out of its token budget, or a summary that
+// copies the attempt (half of its 5-grams are the attempt's).
+func (s *seeder) checkSummary(sum pool.Summary, attemptText string) string {
+	for _, f := range []string{sum.FlowOfThought, sum.Principles, sum.Pitfalls} {
+		if f == "" {
+			return "empty field"
+		}
+		if s.f.tokenCount(f) >= s.f.cfg.SummaryFieldTokens {
+			return "field over its token budget"
+		}
+	}
+	if pool.Similarity(sum.FlowOfThought+" "+sum.Principles+" "+sum.Pitfalls, attemptText) >= 0.5 {
+		return "copies the attempt"
+	}
+	return ""
+}
+
+// reflections shows each problem's first right and first wrong attempt
+// with the reflection prompt and keeps redos that verify correct, so that
+// kept examples show right and wrong attempts in equal numbers.
+func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample) error {
+	right, wrong := firstOf(atts, len(probs))
+	type shown struct {
+		a    *attempt
+		ids  []int64
+		from bool // the shown attempt was right
+	}
+	var items []shown
+	for i := range probs {
+		for _, a := range []*attempt{wrong[i], right[i]} {
+			if a == nil {
+				continue
+			}
+			ids, ok, err := s.f.reflection(probs[i].Problem, pool.Attempt{Text: a.text})
+			if err != nil {
+				return err
+			}
+			if ok {
+				items = append(items, shown{a, ids, a.correct})
+			}
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	reqs := make([]model.Request, len(items))
+	streams := make([]int, len(items))
+	for i, it := range items {
+		reqs[i], streams[i] = model.Request{PromptIDs: it.ids, Samples: 1}, i
+	}
+	cfg := s.o.Config
+	eos, err := s.f.m.EOSTokenIDs()
+	if err != nil {
+		return err
+	}
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
+		StopIDs: eos, Seed: drawKey(s.f.step, -3, "seed-reflect") ^ cfg.Seed}
+	var res []model.Sample
+	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{}); return err }); err != nil {
+		return err
+	}
+	st := s.st.Stats[SkillReflect]
+	for _, r := range res {
+		it := items[r.Prompt]
+		pr := probs[it.a.problem]
+		st.Tried++
+		redo := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		if !reward.VerifyResponse(redo, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
+			st.reject("redo wrong")
+			continue
+		}
+		// Balance: keep a right-then-right only while there are at least as
+		// many wrong-then-right, and the reverse.
+		if it.from && s.st.RightShown > s.st.WrongShown || !it.from && s.st.WrongShown > s.st.RightShown {
+			st.reject("outcome balance")
+			continue
+		}
+		before := st.Kept
+		s.keep(out, s.b.Reflect(pr.ID, pr.Problem, pool.Attempt{Text: s.f.modelText(it.a.text)}, redo))
+		if st.Kept > before {
+			if it.from {
+				s.st.RightShown++
+			} else {
+				s.st.WrongShown++
+			}
+		}
+	}
+	return nil
+}
+
+// abstractions builds, for each problem, a plan from related problems of
+// the seed pool (other problems' kept summaries) through the trainer's
+// retrieval, relevance filter and condenser, solves with it, and keeps the
+// condense and solve chats when the solve verifies correct.
+func (s *seeder) abstractions(bi int, probs []Problem, out *[]SeedExample) error {
+	st := s.st.Stats[SkillAbstract]
+	items := make([]abstractionItem, len(probs))
+	for i, p := range probs {
+		items[i] = abstractionItem{id: p.ID, problem: p.Problem, index: i}
+	}
+	abs, err := s.f.abstraction(newPhaseTimer(), items)
+	if err != nil {
+		return err
+	}
+	var reqs []model.Request
+	var which, streams []int
+	for i := range probs {
+		st.Tried++
+		if abs[i].ids == nil {
+			st.reject("no relevant lessons")
+			continue
+		}
+		reqs, which, streams = append(reqs, model.Request{PromptIDs: abs[i].ids, Samples: 1}), append(which, i), append(streams, i)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	cfg := s.o.Config
+	eos, err := s.f.m.EOSTokenIDs()
+	if err != nil {
+		return err
+	}
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
+		StopIDs: eos, Seed: drawKey(bi, -4, "seed-abstract") ^ cfg.Seed}
+	var res []model.Sample
+	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{}); return err }); err != nil {
+		return err
+	}
+	for _, r := range res {
+		i := which[r.Prompt]
+		pr := probs[i]
+		sol := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		if !reward.VerifyResponse(sol, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
+			st.reject("solve with the plan wrong")
+			continue
+		}
+		plan, lessons := abs[i].plan, abs[i].lessons
+		if st.Kept+2 > st.Target {
+			st.reject("target reached")
+			continue
+		}
+		s.keep(out, s.b.Condense(pr.ID, pr.Problem, lessons, plan))
+		st.Kept++ // the solve chat is the same example's second half
+		*out = append(*out, s.b.SolveWithPlan(pr.ID, pr.Problem, plan, sol))
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package trainer
+
+import (
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
+)
+
+// Seed examples teach the skills LANPO's loop relies on: answering in the
+// training prompt's format, summarizing an attempt, reflecting on an
+// earlier attempt, condensing related problems' lessons into a plan and
+// solving with one. Each is one chat whose user turn is exactly what the
+// trainer asks (the same builders: data.prompt_template, pool.Prompts,
+// the same sanitizer for model-written text) and whose assistant turn is
+// what a good policy would write, so SFT teaches what RL asks.
+
+// Seed skills (lanpo seed --mix keys).
+const (
+	SkillAnswer    = "answer"
+	SkillSummarize = "summarize"
+	SkillReflect   = "reflect"
+	SkillAbstract  = "abstract" // condensing a plan, and solving with it
+)
+
+// SeedSkills lists the skills in the order lanpo seed reports them.
+var SeedSkills = []string{SkillAnswer, SkillSummarize, SkillReflect, SkillAbstract}
+
+// SeedExample is one line of the seed file: a chat lanpo sft trains on
+// unchanged (the loss is on its one assistant turn).
+type SeedExample struct {
+	Messages  []tokenizer.Message `json:"messages"`
+	Skill     string              `json:"skill"`
+	ProblemID string              `json:"problem_id"`
+	Part      string              `json:"part,omitempty"` // abstract: condense or solve
+}
+
+// SeedBuilder renders seed chats as the trainer renders its prompts.
+type SeedBuilder struct {
+	data    DataConfig
+	prompts pool.Prompts
+	tk      *tokenizer.Tokenizer // for the sanitizer; nil: none
+}
+
+// NewSeedBuilder renders with cfg's data.prompt_template, data.system_prompt
+// and lanpo.prompts; tk strips chat-control strings from model-written
+// text (as the trainer does before text enters a prompt).
+func NewSeedBuilder(cfg Config, tk *tokenizer.Tokenizer) (*SeedBuilder, error) {
+	b := &SeedBuilder{data: cfg.Data, prompts: pool.DefaultPrompts(), tk: tk}
+	if cfg.LANPO.Prompts != "" {
+		var err error
+		if b.prompts, err = pool.LoadPrompts(cfg.LANPO.Prompts); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Prompts are the builder's prompt texts.
+func (b *SeedBuilder) Prompts() pool.Prompts { return b.prompts }
+
+// clean is the sanitizer for model-written text.
+func (b *SeedBuilder) clean(text string) string {
+	if b.tk == nil {
+		return text
+	}
+	text, _ = b.tk.StripAddedTokens(text)
+	return text
+}
+
+// solveChat is the chat of a solve prompt for problem text (which may
+// carry a context block) answered by response.
+func (b *SeedBuilder) solveChat(problem, response string) []tokenizer.Message {
+	var msgs []tokenizer.Message
+	if b.data.SystemPrompt != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: b.data.SystemPrompt})
+	}
+	user := strings.ReplaceAll(b.data.PromptTemplate, "{problem}", problem)
+	return append(msgs, tokenizer.Message{Role: "user", Content: user}, tokenizer.Message{Role: "assistant", Content: b.clean(response)})
+}
+
+// Answer is a solution to the bare problem in the training prompt.
+func (b *SeedBuilder) Answer(problemID, problem, solution string) SeedExample {
+	return SeedExample{Messages: b.solveChat(problem, solution), Skill: SkillAnswer, ProblemID: problemID}
+}
+
+// SummaryText is how a summary reads as the policy writes it: the trainer
+// prefills each header and generates the field after it.
+func (b *SeedBuilder) SummaryText(s pool.Summary) string {
+	p := b.prompts
+	return p.FlowHeader + " " + s.FlowOfThought + "\n" + p.PrinciplesHeader + " " + s.Principles + "\n" + p.PitfallsHeader + " " + s.Pitfalls
+}
+
+// Summarize is the summarization prompt over an attempt answered by its
+// summary.
+func (b *SeedBuilder) Summarize(problemID, problem, attempt string, correct bool, s pool.Summary) SeedExample {
+	user := b.prompts.SummarizeRequest(problem, b.clean(attempt), correct)
+	return SeedExample{Messages: []tokenizer.Message{{Role: "user", Content: user}, {Role: "assistant", Content: b.clean(b.SummaryText(s))}},
+		Skill: SkillSummarize, ProblemID: problemID}
+}
+
+// Reflect is the reflection prompt over an earlier attempt (an Attempt:
+// text only, no outcome) answered by a critique and a new solution.
+func (b *SeedBuilder) Reflect(problemID, problem string, a pool.Attempt, redo string) SeedExample {
+	a.Text = b.clean(a.Text)
+	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.ReflectionContext(a)), redo), Skill: SkillReflect, ProblemID: problemID}
+}
+
+// Condense is the condensing prompt over other problems' lessons answered
+// by a plan.
+func (b *SeedBuilder) Condense(problemID, problem string, lessons []pool.Lesson, plan string) SeedExample {
+	for i := range lessons {
+		lessons[i].Principles, lessons[i].Pitfalls = b.clean(lessons[i].Principles), b.clean(lessons[i].Pitfalls)
+	}
+	user := b.prompts.CondenseRequest(problem, lessons)
+	return SeedExample{Messages: []tokenizer.Message{{Role: "user", Content: user}, {Role: "assistant", Content: b.prompts.PlanHeader + " " + b.clean(plan)}},
+		Skill: SkillAbstract, ProblemID: problemID, Part: "condense"}
+}
+
+// SolveWithPlan is the solve prompt carrying a plan answered by a
+// solution.
+func (b *SeedBuilder) SolveWithPlan(problemID, problem, plan, solution string) SeedExample {
+	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.AbstractionContext(b.clean(plan))), solution),
+		Skill: SkillAbstract, ProblemID: problemID, Part: "solve"}
+}
