@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -54,6 +55,12 @@ type SeedOptions struct {
 	Batch    int                // problems per batch (the unit of resume)
 	Resume   bool
 	Progress io.Writer
+	// Rejected, if set, receives every rejected candidate's chat with the
+	// reason ({"example": …, "reason": …} per line), to inspect the filters.
+	Rejected io.Writer
+	// StopAfterBatches ends the run after that many batches of this
+	// invocation (0: run to the end); --resume continues it.
+	StopAfterBatches int
 }
 
 // SeedStats counts one skill's candidates and why they were rejected.
@@ -112,7 +119,11 @@ func Seed(m *model.Model, tk *tokenizer.Tokenizer, o SeedOptions) (map[string]*S
 	s := &seeder{f: f, b: b, o: o, st: st}
 	batches := (len(o.Problems) + o.Batch - 1) / o.Batch
 	bar := progress.New(o.Progress, "seed", batches, st.Batches)
+	startBatch := st.Batches
 	for bi := st.Batches; bi < batches && !s.done(); bi++ {
+		if o.StopAfterBatches > 0 && bi-startBatch == o.StopAfterBatches {
+			break
+		}
 		lo, hi := bi*o.Batch, min((bi+1)*o.Batch, len(o.Problems))
 		exs, err := s.batch(bi, o.Problems[lo:hi])
 		if err != nil {
@@ -147,7 +158,7 @@ func seedTargets(n int, mix map[string]float64) (map[string]int, error) {
 	}
 	total := 0.0
 	for k, w := range mix {
-		if !strings.Contains(strings.Join(SeedSkills, ","), k) || w < 0 {
+		if !slices.Contains(SeedSkills, k) || w < 0 {
 			return nil, fmt.Errorf("--mix %s=%g: want skills %s with weights ≥ 0", k, w, strings.Join(SeedSkills, ", "))
 		}
 		total += w
@@ -258,15 +269,28 @@ func (s *seeder) line() string {
 	return strings.Join(parts, ", ")
 }
 
-// keep records a kept example of its skill unless the skill has enough.
-func (s *seeder) keep(out *[]SeedExample, e SeedExample) {
+// decide keeps e (why == "") unless its skill has enough, or rejects it
+// for why; rejected chats go to Options.Rejected. It reports whether e was
+// kept.
+func (s *seeder) decide(out *[]SeedExample, e SeedExample, why string) bool {
 	st := s.st.Stats[e.Skill]
-	if st.Kept >= st.Target {
-		st.reject("target reached")
-		return
+	st.Tried++
+	if why == "" && st.Kept >= st.Target {
+		why = "target reached"
+	}
+	if why != "" {
+		st.reject(why)
+		if s.o.Rejected != nil {
+			jsonl.Encoder(s.o.Rejected).Encode(struct {
+				Example SeedExample `json:"example"`
+				Reason  string      `json:"reason"`
+			}{e, why})
+		}
+		return false
 	}
 	st.Kept++
 	*out = append(*out, e)
+	return true
 }
 
 // attempt is one sampled answer.
@@ -285,18 +309,7 @@ func (s *seeder) batch(bi int, probs []Problem) ([]SeedExample, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range atts {
-		st := s.st.Stats[SkillAnswer]
-		if !s.want(SkillAnswer) {
-			break
-		}
-		st.Tried++
-		if !a.correct {
-			st.reject("wrong answer")
-			continue
-		}
-		s.keep(&out, s.b.Answer(probs[a.problem].ID, probs[a.problem].Problem, a.text))
-	}
+	s.keepAnswers(probs, atts, &out)
 	if s.want(SkillSummarize) || s.want(SkillAbstract) {
 		if err := s.summaries(probs, atts, &out); err != nil {
 			return nil, err
@@ -313,6 +326,20 @@ func (s *seeder) batch(bi int, probs []Problem) ([]SeedExample, error) {
 		}
 	}
 	return out, nil
+}
+
+// keepAnswers keeps the right answers (rejection sampling).
+func (s *seeder) keepAnswers(probs []Problem, atts []attempt, out *[]SeedExample) {
+	for _, a := range atts {
+		if !s.want(SkillAnswer) {
+			return
+		}
+		why := ""
+		if !a.correct {
+			why = "wrong answer"
+		}
+		s.decide(out, s.b.Answer(probs[a.problem].ID, probs[a.problem].Problem, a.text), why)
+	}
 }
 
 // answers samples o.K solutions per problem at rollout.temperature and
@@ -391,24 +418,25 @@ func (s *seeder) summaries(probs []Problem, atts []attempt, out *[]SeedExample) 
 	if err != nil {
 		return err
 	}
-	st := s.st.Stats[SkillSummarize]
 	for i, a := range chosen {
-		sum := sums[i]
-		st.Tried++
-		switch why := s.checkSummary(sum, a.text); {
-		case why != "":
-			st.reject(why)
-			continue
-		}
-		pr := probs[a.problem]
+		s.keepSummary(probs[a.problem], a, sums[i], out)
+	}
+	return nil
+}
+
+// keepSummary checks a summary; a good one enters the pool abstraction
+// retrieves from (stripped of its problem's answer) and, while the skill
+// wants more, the seed file.
+func (s *seeder) keepSummary(pr Problem, a *attempt, sum pool.Summary, out *[]SeedExample) {
+	why := s.checkSummary(sum, a.text)
+	if why == "" {
 		clean := sum
 		clean.Principles, clean.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
 		s.f.pool.Add(pr.Problem, pool.Entry{ProblemID: pr.ID, Attempt: a.text, Summary: clean, Correct: a.correct, Truncated: a.cut})
-		if s.want(SkillSummarize) {
-			s.keep(out, s.b.Summarize(pr.ID, pr.Problem, s.f.modelText(a.text), a.correct, sum))
-		}
 	}
-	return nil
+	if s.want(SkillSummarize) || why != "" {
+		s.decide(out, s.b.Summarize(pr.ID, pr.Problem, s.f.modelText(a.text), a.correct, sum), why)
+	}
 }
 
 // checkSummary says why a summary is rejected ("" when it is kept): a
@@ -473,33 +501,33 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{}); return err }); err != nil {
 		return err
 	}
-	st := s.st.Stats[SkillReflect]
 	for _, r := range res {
 		it := items[r.Prompt]
-		pr := probs[it.a.problem]
-		st.Tried++
 		redo := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
-		if !reward.VerifyResponse(redo, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
-			st.reject("redo wrong")
-			continue
-		}
-		// Balance: keep a right-then-right only while there are at least as
-		// many wrong-then-right, and the reverse.
-		if it.from && s.st.RightShown > s.st.WrongShown || !it.from && s.st.WrongShown > s.st.RightShown {
-			st.reject("outcome balance")
-			continue
-		}
-		before := st.Kept
-		s.keep(out, s.b.Reflect(pr.ID, pr.Problem, pool.Attempt{Text: s.f.modelText(it.a.text)}, redo))
-		if st.Kept > before {
-			if it.from {
-				s.st.RightShown++
-			} else {
-				s.st.WrongShown++
-			}
-		}
+		s.keepReflection(probs[it.a.problem], it.a, redo, r.FinishReason == "length", out)
 	}
 	return nil
+}
+
+// keepReflection keeps a redo that verifies correct, while the kept
+// examples stay balanced between right and wrong shown attempts: a
+// right-then-right only while there are at least as many wrong-then-right,
+// and the reverse.
+func (s *seeder) keepReflection(pr Problem, shown *attempt, redo string, cut bool, out *[]SeedExample) {
+	why := ""
+	switch {
+	case !reward.VerifyResponse(redo, pr.Answer, cut, reward.Options{}).Correct:
+		why = "redo wrong"
+	case shown.correct && s.st.RightShown > s.st.WrongShown, !shown.correct && s.st.WrongShown > s.st.RightShown:
+		why = "outcome balance"
+	}
+	if s.decide(out, s.b.Reflect(pr.ID, pr.Problem, pool.Attempt{Text: s.f.modelText(shown.text)}, redo), why) {
+		if shown.correct {
+			s.st.RightShown++
+		} else {
+			s.st.WrongShown++
+		}
+	}
 }
 
 // abstractions builds, for each problem, a plan from related problems of
@@ -519,8 +547,8 @@ func (s *seeder) abstractions(bi int, probs []Problem, out *[]SeedExample) error
 	var reqs []model.Request
 	var which, streams []int
 	for i := range probs {
-		st.Tried++
 		if abs[i].ids == nil {
+			st.Tried++
 			st.reject("no relevant lessons")
 			continue
 		}
@@ -544,18 +572,15 @@ func (s *seeder) abstractions(bi int, probs []Problem, out *[]SeedExample) error
 		i := which[r.Prompt]
 		pr := probs[i]
 		sol := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		why := ""
 		if !reward.VerifyResponse(sol, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
-			st.reject("solve with the plan wrong")
-			continue
+			why = "solve with the plan wrong"
 		}
-		plan, lessons := abs[i].plan, abs[i].lessons
-		if st.Kept+2 > st.Target {
-			st.reject("target reached")
-			continue
+		// Both chats or neither: the condensed plan and its use.
+		if s.decide(out, s.b.Condense(pr.ID, pr.Problem, abs[i].lessons, abs[i].plan), why) {
+			st.Kept++
+			*out = append(*out, s.b.SolveWithPlan(pr.ID, pr.Problem, abs[i].plan, sol))
 		}
-		s.keep(out, s.b.Condense(pr.ID, pr.Problem, lessons, plan))
-		st.Kept++ // the solve chat is the same example's second half
-		*out = append(*out, s.b.SolveWithPlan(pr.ID, pr.Problem, plan, sol))
 	}
 	return nil
 }

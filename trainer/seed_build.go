@@ -27,9 +27,10 @@ const (
 var SeedSkills = []string{SkillAnswer, SkillSummarize, SkillReflect, SkillAbstract}
 
 // SeedExample is one line of the seed file: a chat lanpo sft trains on
-// unchanged (the loss is on its one assistant turn).
+// unchanged, the loss on its final (here: only) assistant turn.
 type SeedExample struct {
 	Messages  []tokenizer.Message `json:"messages"`
+	TrainOn   string              `json:"train_on"` // "last"
 	Skill     string              `json:"skill"`
 	ProblemID string              `json:"problem_id"`
 	Part      string              `json:"part,omitempty"` // abstract: condense or solve
@@ -81,7 +82,7 @@ func (b *SeedBuilder) solveChat(problem, response string) []tokenizer.Message {
 
 // Answer is a solution to the bare problem in the training prompt.
 func (b *SeedBuilder) Answer(problemID, problem, solution string) SeedExample {
-	return SeedExample{Messages: b.solveChat(problem, solution), Skill: SkillAnswer, ProblemID: problemID}
+	return SeedExample{Messages: b.solveChat(problem, solution), TrainOn: "last", Skill: SkillAnswer, ProblemID: problemID}
 }
 
 // SummaryText is how a summary reads as the policy writes it: the trainer
@@ -96,14 +97,14 @@ func (b *SeedBuilder) SummaryText(s pool.Summary) string {
 func (b *SeedBuilder) Summarize(problemID, problem, attempt string, correct bool, s pool.Summary) SeedExample {
 	user := b.prompts.SummarizeRequest(problem, b.clean(attempt), correct)
 	return SeedExample{Messages: []tokenizer.Message{{Role: "user", Content: user}, {Role: "assistant", Content: b.clean(b.SummaryText(s))}},
-		Skill: SkillSummarize, ProblemID: problemID}
+		TrainOn: "last", Skill: SkillSummarize, ProblemID: problemID}
 }
 
 // Reflect is the reflection prompt over an earlier attempt (an Attempt:
 // text only, no outcome) answered by a critique and a new solution.
 func (b *SeedBuilder) Reflect(problemID, problem string, a pool.Attempt, redo string) SeedExample {
 	a.Text = b.clean(a.Text)
-	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.ReflectionContext(a)), redo), Skill: SkillReflect, ProblemID: problemID}
+	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.ReflectionContext(a)), redo), TrainOn: "last", Skill: SkillReflect, ProblemID: problemID}
 }
 
 // Condense is the condensing prompt over other problems' lessons answered
@@ -114,12 +115,12 @@ func (b *SeedBuilder) Condense(problemID, problem string, lessons []pool.Lesson,
 	}
 	user := b.prompts.CondenseRequest(problem, lessons)
 	return SeedExample{Messages: []tokenizer.Message{{Role: "user", Content: user}, {Role: "assistant", Content: b.prompts.PlanHeader + " " + b.clean(plan)}},
-		Skill: SkillAbstract, ProblemID: problemID, Part: "condense"}
+		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "condense"}
 }
 
 // SolveWithPlan is the solve prompt carrying a plan answered by a
 // solution.
 func (b *SeedBuilder) SolveWithPlan(problemID, problem, plan, solution string) SeedExample {
 	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.AbstractionContext(b.clean(plan))), solution),
-		Skill: SkillAbstract, ProblemID: problemID, Part: "solve"}
+		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "solve"}
 }

@@ -54,15 +54,26 @@ func RunSFT(ctx context.Context, cfg Config, resume string, opts RunOptions) err
 // loadChats reads {"messages": [...]} lines and tokenizes them.
 func (r *sftRun) loadChats(path string) ([]example, error) {
 	var out []example
-	skipped := 0
+	skipped, stripped := 0, 0
 	err := jsonl.File(path, func(n int, line []byte) error {
 		var rec struct {
 			Messages []tokenizer.Message `json:"messages"`
+			TrainOn  string              `json:"train_on"` // "" or "all": every assistant turn; "last": the final one
 		}
 		err := json.Unmarshal(line, &rec)
+		if err == nil && rec.TrainOn != "" && rec.TrainOn != "all" && rec.TrainOn != "last" {
+			err = fmt.Errorf(`"train_on" %q: want "all" or "last"`, rec.TrainOn)
+		}
 		var ex example
 		if err == nil {
-			ex, err = encodeChat(r.tk, rec.Messages, r.cfg.SFT.MaxLen)
+			// The same sanitizer as LANPO's prompts: text in a message is
+			// text, never a chat-control token.
+			for i := range rec.Messages {
+				var k int
+				rec.Messages[i].Content, k = r.tk.StripAddedTokens(rec.Messages[i].Content)
+				stripped += k
+			}
+			ex, err = encodeChat(r.tk, rec.Messages, r.cfg.SFT.MaxLen, rec.TrainOn == "last")
 		}
 		if err != nil {
 			if r.cfg.Data.SkipBadLines {
@@ -81,15 +92,18 @@ func (r *sftRun) loadChats(path string) ([]example, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no conversations (%d malformed lines skipped)", path, skipped)
 	}
+	if stripped > 0 {
+		log.Warn().Str("file", path).Int("removed", stripped).Msg("removed chat-control strings (added tokens) from message contents")
+	}
 	return out, nil
 }
 
 // encodeChat renders a conversation with the chat template and marks the
-// tokens of every assistant turn (its content and end-of-turn marker) for
-// the loss. Each segment between turn boundaries is encoded separately, so
-// the mask is exact; the template must render every prefix of the
-// conversation as a prefix of the whole.
-func encodeChat(tk *tokenizer.Tokenizer, msgs []tokenizer.Message, maxLen int) (example, error) {
+// tokens of every assistant turn (its content and end-of-turn marker), or
+// with lastOnly of the final one, for the loss. Each segment between turn
+// boundaries is encoded separately, so the mask is exact; the template must
+// render every prefix of the conversation as a prefix of the whole.
+func encodeChat(tk *tokenizer.Tokenizer, msgs []tokenizer.Message, maxLen int, lastOnly bool) (example, error) {
 	var ex example
 	if len(msgs) == 0 {
 		return ex, fmt.Errorf(`"messages" is missing or empty`)
@@ -110,7 +124,12 @@ func encodeChat(tk *tokenizer.Tokenizer, msgs []tokenizer.Message, maxLen int) (
 		return nil
 	}
 	done := 0 // bytes of full already encoded
-	assistant := 0
+	assistant, last := 0, -1
+	for i, m := range msgs {
+		if m.Role == "assistant" {
+			last = i
+		}
+	}
 	for i, m := range msgs {
 		if m.Role != "assistant" {
 			continue
@@ -133,7 +152,7 @@ func encodeChat(tk *tokenizer.Tokenizer, msgs []tokenizer.Message, maxLen int) (
 		if err := add(full[done:len(before)], false); err != nil {
 			return ex, err
 		}
-		if err := add(after[len(before):], true); err != nil {
+		if err := add(after[len(before):], !lastOnly || i == last); err != nil {
 			return ex, err
 		}
 		done = len(after)

@@ -37,7 +37,7 @@ func TestEncodeChatMasksAssistantTurns(t *testing.T) {
 	tk.SetChatFormat("qwen2.5")
 	msgs := []tokenizer.Message{{Role: "system", Content: "S"}, {Role: "user", Content: "Q1"}, {Role: "assistant", Content: "A1"},
 		{Role: "user", Content: "Q2"}, {Role: "assistant", Content: "\\boxed{7}"}}
-	ex, err := encodeChat(tk, msgs, 1000)
+	ex, err := encodeChat(tk, msgs, 1000, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +55,22 @@ func TestEncodeChatMasksAssistantTurns(t *testing.T) {
 	if got := tk.Decode(learned, false); got != "A1<|im_end|>\n\\boxed{7}<|im_end|>\n" {
 		t.Fatalf("learned tokens decode to %q", got)
 	}
-	if _, err := encodeChat(tk, msgs[:2], 1000); err == nil {
+	if _, err := encodeChat(tk, msgs[:2], 1000, false); err == nil {
 		t.Fatal("a conversation without an assistant turn was accepted")
+	}
+	// train_on: last learns only the final assistant turn.
+	last, err := encodeChat(tk, msgs, 1000, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned = nil
+	for i, id := range last.ids {
+		if last.loss[i] {
+			learned = append(learned, int(id))
+		}
+	}
+	if got := tk.Decode(learned, false); got != "\\boxed{7}<|im_end|>\n" {
+		t.Fatalf("train_on last learns %q", got)
 	}
 }
 

@@ -66,6 +66,9 @@ func evalCommand() *cli.Command {
 
 func runEval(c *cli.Context) error {
 	cfg := trainer.DefaultConfig()
+	if len(c.StringSlice("set")) > 0 && c.String("config") == "" {
+		return usageError{fmt.Errorf("--set needs --config (it overrides the config's keys)")}
+	}
 	if path := c.String("config"); path != "" {
 		var err error
 		if cfg, err = trainer.LoadConfig(path, c.StringSlice("set")); err != nil {

@@ -72,6 +72,7 @@ func newApp() *cli.App {
 			trainCommand(),
 			poolCommand(),
 			evalCommand(),
+			seedCommand(),
 			demoCommand(),
 			reportCommand(),
 		},
