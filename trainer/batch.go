@@ -1,6 +1,8 @@
 package trainer
 
 import (
+	"sort"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
@@ -93,6 +95,34 @@ func (b *batch) gather(vals []float64, i, n int) []float32 {
 	row := i * int(b.t)
 	for k := range out {
 		out[k] = float32(vals[row+b.starts[i]+k])
+	}
+	return out
+}
+
+// packByTokens splits items with the given lengths into micro-batches whose
+// padded size (rows × the longest row) stays within budget tokens: items
+// sorted longest first, each batch filled while it fits. Short items then
+// share batches with short ones, so little compute goes to padding; an item
+// longer than the budget gets a batch of its own. It returns the items'
+// indexes per batch. The loss does not depend on the split: every token's
+// weight is fixed for the whole step.
+func packByTokens(lengths []int, budget int) [][]int {
+	order := make([]int, len(lengths))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lengths[order[a]] > lengths[order[b]] })
+	var out [][]int
+	for _, i := range order {
+		if n := len(out); n > 0 {
+			last := out[n-1]
+			longest := lengths[last[0]] // sorted: the first is the longest
+			if (len(last)+1)*longest <= budget {
+				out[n-1] = append(last, i)
+				continue
+			}
+		}
+		out = append(out, []int{i})
 	}
 	return out
 }

@@ -77,19 +77,24 @@ type RolloutConfig struct {
 
 // AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).
 type AlgoConfig struct {
-	Name            string  `yaml:"name"` // grpo or lanpo (lanpo: the lanpo section applies)
-	AdvNoStd        bool    `yaml:"adv_no_std"`
-	ClipLow         float64 `yaml:"clip_low"`
-	ClipHigh        float64 `yaml:"clip_high"`
-	KLBeta          float64 `yaml:"kl_beta"`
-	KLEstimator     string  `yaml:"kl_estimator"`
-	LossAggMode     string  `yaml:"loss_agg_mode"`
-	Epochs          int     `yaml:"epochs"` // μ: passes over each batch
-	MicroBatchSize  int     `yaml:"micro_batch_size"`
-	DynamicSampling bool    `yaml:"dynamic_sampling"` // drop zero-variance groups and sample more
-	MaxResample     int     `yaml:"max_resample"`     // extra rollout rounds dynamic sampling may take
-	OverlongMask    bool    `yaml:"overlong_mask"`    // truncated responses get no loss
-	FormatReward    float64 `yaml:"format_reward"`    // weight of the \boxed{} format reward (0: off)
+	Name           string  `yaml:"name"` // grpo or lanpo (lanpo: the lanpo section applies)
+	AdvNoStd       bool    `yaml:"adv_no_std"`
+	ClipLow        float64 `yaml:"clip_low"`
+	ClipHigh       float64 `yaml:"clip_high"`
+	KLBeta         float64 `yaml:"kl_beta"`
+	KLEstimator    string  `yaml:"kl_estimator"`
+	LossAggMode    string  `yaml:"loss_agg_mode"`
+	Epochs         int     `yaml:"epochs"` // μ: passes over each batch
+	MicroBatchSize int     `yaml:"micro_batch_size"`
+	// MaxTokensPerMicroBatch packs rollouts by length into micro-batches of
+	// at most this many padded tokens instead of micro_batch_size rollouts
+	// (0: off): long responses do not run out of memory, short ones do not
+	// pay for padding.
+	MaxTokensPerMicroBatch int     `yaml:"max_tokens_per_micro_batch"`
+	DynamicSampling        bool    `yaml:"dynamic_sampling"` // drop zero-variance groups and sample more
+	MaxResample            int     `yaml:"max_resample"`     // extra rollout rounds dynamic sampling may take
+	OverlongMask           bool    `yaml:"overlong_mask"`    // truncated responses get no loss
+	FormatReward           float64 `yaml:"format_reward"`    // weight of the \boxed{} format reward (0: off)
 }
 
 // SFTConfig are the supervised fine-tuning settings.
@@ -98,6 +103,10 @@ type SFTConfig struct {
 	MicroBatchSize int `yaml:"micro_batch_size"`
 	GradAccum      int `yaml:"grad_accum"`
 	EvalEvery      int `yaml:"eval_every"`
+	// MaxTokensPerMicroBatch packs the step's micro_batch_size × grad_accum
+	// examples by length into micro-batches of at most this many padded
+	// tokens (0: micro_batch_size examples each).
+	MaxTokensPerMicroBatch int `yaml:"max_tokens_per_micro_batch"`
 }
 
 // OptimConfig are AdamW's and the schedule's settings.
@@ -250,6 +259,8 @@ func (c *Config) Validate() error {
 		return bad("algo.micro_batch_size", "must be ≥ 1")
 	case c.SFT.MicroBatchSize < 1 || c.SFT.GradAccum < 1 || c.SFT.MaxLen < 2:
 		return bad("sft", "micro_batch_size and grad_accum must be ≥ 1, max_len ≥ 2")
+	case c.SFT.MaxTokensPerMicroBatch < 0 || c.Algo.MaxTokensPerMicroBatch < 0:
+		return bad("max_tokens_per_micro_batch", "must be ≥ 0 (0: off)")
 	case c.Optim.LR <= 0:
 		return bad("optim.lr", "must be > 0")
 	case c.Optim.WarmupSteps < 0:

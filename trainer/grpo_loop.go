@@ -447,10 +447,27 @@ func (g *grpoRun) offPolicy(rolls []*rollout) error {
 
 // microBatches splits the step's rollouts into the micro-batches every
 // forward pass of the update runs over: algo.micro_batch_size rollouts
-// each. The loss does not depend on the split (token weights are fixed for
-// the whole batch).
+// each, or, with algo.max_tokens_per_micro_batch, rollouts packed by length
+// under that many padded tokens (packByTokens). The loss does not depend on
+// the split (token weights are fixed for the whole batch).
 func (g *grpoRun) microBatches(rolls []*rollout) [][]*rollout {
-	return slices.Collect(slices.Chunk(rolls, g.cfg.Algo.MicroBatchSize))
+	budget := g.cfg.Algo.MaxTokensPerMicroBatch
+	if budget <= 0 {
+		return slices.Collect(slices.Chunk(rolls, g.cfg.Algo.MicroBatchSize))
+	}
+	lengths := make([]int, len(rolls))
+	for i, r := range rolls {
+		lengths[i] = len(r.promptIDs) + len(r.ids)
+	}
+	var out [][]*rollout
+	for _, idx := range packByTokens(lengths, budget) {
+		mb := make([]*rollout, len(idx))
+		for j, i := range idx {
+			mb[j] = rolls[i]
+		}
+		out = append(out, mb)
+	}
+	return out
 }
 
 // update runs the μ epochs of optimizer steps over the batch.
@@ -480,12 +497,18 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 		var loss, ent float64
 		var st PolicyLossStats
 		done := 0 // rollouts of earlier micro-batches, for messages
+		padded, real := 0, 0
 		for _, mb := range g.microBatches(rolls) {
 			var s tensor.Scope
 			b := buildBatch(&s, g.m.Device, mb)
+			padded += len(mb) * int(b.t)
+			for _, r := range mb {
+				real += len(r.promptIDs) + len(r.ids)
+			}
 			// An out-of-memory error lands in one of these: say which knob to turn.
 			where := func(err error) error {
-				return fmt.Errorf("micro-batch at rollout %d (algo.micro_batch_size %d, %d×%d tokens): %w", done, cfg.Algo.MicroBatchSize, len(mb), b.t, err)
+				return fmt.Errorf("micro-batch at rollout %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
+					done, len(mb), b.t, cfg.Algo.MicroBatchSize, cfg.Algo.MaxTokensPerMicroBatch, err)
 			}
 			lp, entropy, err := g.m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
 			if err != nil {
@@ -516,6 +539,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			done += len(mb)
 		}
 		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio = loss, ent, st.ClipFrac, st.KL, st.Ratio
+		met.PaddingFrac = 1 - float64(real)/float64(max(padded, 1))
 		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, loss); err != nil {
 			return err
 		}

@@ -63,15 +63,15 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 	var err error
 	switch from := g.resumedFrom; {
 	case from != "":
-		if p, err = pool.Load(filepath.Join(from, pool.File), cfg.poolConfig()); err != nil {
+		if p, err = pool.Load(filepath.Join(from, pool.File), cfg.PoolConfig()); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	case cfg.InitialPool != "":
-		if p, err = pool.Load(cfg.InitialPool, cfg.poolConfig()); err != nil {
+		if p, err = pool.Load(cfg.InitialPool, cfg.PoolConfig()); err != nil {
 			return nil, fmt.Errorf("config key lanpo.initial_pool: %w", err)
 		}
 	default:
-		if p, err = pool.New(cfg.poolConfig()); err != nil {
+		if p, err = pool.New(cfg.PoolConfig()); err != nil {
 			return nil, err
 		}
 	}

@@ -106,8 +106,8 @@ func defaultLANPO() LANPOConfig {
 	}
 }
 
-// poolConfig is the pool's part of the section.
-func (l LANPOConfig) poolConfig() pool.Config {
+// PoolConfig is the pool's part of the section.
+func (l LANPOConfig) PoolConfig() pool.Config {
 	return pool.Config{MaxEntriesPerProblem: l.MaxEntriesPerProblem, MaxBytes: l.MaxPoolBytes, Eviction: l.Eviction,
 		MaxAttemptChars: l.MaxAttemptChars, NearDuplicate: l.NearDuplicate}
 }
@@ -161,7 +161,7 @@ func (l *LANPOConfig) validate() error {
 	case l.AuxTemperature < 0:
 		return bad("aux_temperature", "must be ≥ 0")
 	}
-	if err := l.poolConfig().Validate(); err != nil {
+	if err := l.PoolConfig().Validate(); err != nil {
 		return fmt.Errorf("config key lanpo: %w", err)
 	}
 	refl := weight(l.Modes.Reflection, 1)

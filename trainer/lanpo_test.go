@@ -124,7 +124,7 @@ func TestLANPOModesWithSeededPool(t *testing.T) {
 		met[0]["special_tokens_removed"].(float64)+met[1]["special_tokens_removed"].(float64) == 0 {
 		t.Fatal("reflection showed attempts with chat-control strings, and none was counted as removed")
 	}
-	p, err := pool.Load(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(2), pool.File), cfg.LANPO.poolConfig())
+	p, err := pool.Load(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(2), pool.File), cfg.LANPO.PoolConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestLANPOOriginalPrompt(t *testing.T) {
 func TestSummariesFromRandomWeights(t *testing.T) {
 	cfg := lanpoConfig(t, "model=builtin:tiny", "total_steps=1", "lanpo.aux_temperature=1")
 	runGRPO(t, cfg, "")
-	p, err := pool.Load(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(1), pool.File), cfg.LANPO.poolConfig())
+	p, err := pool.Load(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(1), pool.File), cfg.LANPO.PoolConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -252,6 +253,11 @@ func TestMicroBatchesGiveTheSameUpdate(t *testing.T) {
 			common := []string{"algo.loss_agg_mode=" + mode, "algo.kl_beta=0.05"}
 			whole := updateWith(t, rolls, append(common, "algo.micro_batch_size=16")...)
 			split := updateWith(t, rolls, append(common, "algo.micro_batch_size=2")...)
+			// Packed by length under a token budget (rows are 4-12 tokens).
+			packed := updateWith(t, rolls, append(common, "algo.max_tokens_per_micro_batch=30")...)
+			if d := maxAbsDiff(whole.w, packed.w); d > 1e-10 || math.Abs(whole.met.GradNorm-packed.met.GradNorm) > 1e-10 {
+				t.Fatalf("token-budget micro-batches changed the update: weights by %g, grad norm %v vs %v", d, whole.met.GradNorm, packed.met.GradNorm)
+			}
 			if whole.met.GradNorm < 1e-3 {
 				t.Fatalf("grad norm %g: the test compares nothing", whole.met.GradNorm)
 			}
@@ -531,5 +537,22 @@ func TestPromptTooLongForTheContext(t *testing.T) {
 	err := RunGRPO(context.Background(), cfg, "", RunOptions{})
 	if err == nil || !strings.Contains(err.Error(), "tiny-arith.jsonl:1: problem") || !strings.Contains(err.Error(), "max_position_embeddings 1024") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestPackByTokens(t *testing.T) {
+	for _, c := range []struct {
+		lengths []int
+		budget  int
+		want    string
+	}{
+		// Sorted 9, 5, 3, 2, 1: 9 alone (2×9 > 10), 5 with 3 (2×5), 2 with 1.
+		{[]int{5, 1, 3, 9, 2}, 10, "[[3] [0 2] [4 1]]"},
+		{[]int{20, 2}, 10, "[[0] [1]]"}, // longer than the budget: a batch of its own
+		{[]int{3, 3, 3}, 9, "[[0 1 2]]"},
+	} {
+		if got := fmt.Sprint(packByTokens(c.lengths, c.budget)); got != c.want {
+			t.Errorf("pack %v in %d: %s, want %s", c.lengths, c.budget, got, c.want)
+		}
 	}
 }

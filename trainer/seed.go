@@ -181,7 +181,7 @@ func (o SeedOptions) openState(targets map[string]int) (*seedState, *pool.Pool, 
 	for _, k := range SeedSkills {
 		st.Stats[k] = &SeedStats{Target: targets[k]}
 	}
-	pc := o.Config.LANPO.poolConfig()
+	pc := o.Config.LANPO.PoolConfig()
 	statePath, poolPath := o.Out+".state.json", o.Out+".pool.jsonl"
 	_, err := os.Stat(o.Out)
 	exists := err == nil

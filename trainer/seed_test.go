@@ -41,7 +41,7 @@ func loadWarm(t *testing.T) (*model.Model, *tokenizer.Tokenizer) {
 func TestSeedFilters(t *testing.T) {
 	m, tk := loadWarm(t)
 	cfg := seedConfig(t)
-	p, _ := pool.New(cfg.LANPO.poolConfig())
+	p, _ := pool.New(cfg.LANPO.PoolConfig())
 	f, err := newFeedback(m, tk, cfg, p)
 	if err != nil {
 		t.Fatal(err)

@@ -192,13 +192,21 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	met.LR = lr
 	t.enter("update")
 	r.opt.ZeroGrad()
-	for mb := range slices.Chunk(exs, cfg.SFT.MicroBatchSize) {
+	padded, real := 0, 0
+	for _, mb := range r.microBatches(exs) {
 		l, err := r.nll(mb, float64(max(tokens, 1)), true)
 		if err != nil {
 			return met, err
 		}
 		met.Loss += l
+		longest := 0
+		for _, ex := range mb {
+			longest = max(longest, len(ex.ids))
+			real += len(ex.ids)
+		}
+		padded += len(mb) * longest
 	}
+	met.PaddingFrac = 1 - float64(real)/float64(max(padded, 1))
 	if met.GradNorm, err = r.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 		return met, err
 	}
@@ -209,6 +217,30 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		}
 	}
 	return met, nil
+}
+
+// microBatches splits a step's examples: sft.micro_batch_size each, or
+// packed by length under sft.max_tokens_per_micro_batch padded tokens. The
+// loss is normalized by the step's target count, so the split does not
+// change the update.
+func (r *sftRun) microBatches(exs []example) [][]example {
+	budget := r.cfg.SFT.MaxTokensPerMicroBatch
+	if budget <= 0 {
+		return slices.Collect(slices.Chunk(exs, r.cfg.SFT.MicroBatchSize))
+	}
+	lengths := make([]int, len(exs))
+	for i, ex := range exs {
+		lengths[i] = len(ex.ids)
+	}
+	var out [][]example
+	for _, idx := range packByTokens(lengths, budget) {
+		mb := make([]example, len(idx))
+		for j, i := range idx {
+			mb[j] = exs[i]
+		}
+		out = append(out, mb)
+	}
+	return out
 }
 
 func countTargets(ex example) int {

@@ -77,8 +77,8 @@ func TestEncodeChatMasksAssistantTurns(t *testing.T) {
 // Gradient accumulation: 1 micro-batch of 8 and 4 of 2 give the same SFT
 // update (fp64, ≤ 1e-10).
 func TestSFTGradAccumulation(t *testing.T) {
-	run := func(micro, accum string) ([]float64, float64) {
-		cfg := sftConfig(t, "dtype=float64", "sft.micro_batch_size="+micro, "sft.grad_accum="+accum, "total_steps=1")
+	run := func(micro, accum string, sets ...string) ([]float64, float64) {
+		cfg := sftConfig(t, append([]string{"dtype=float64", "sft.micro_batch_size=" + micro, "sft.grad_accum=" + accum, "total_steps=1"}, sets...)...)
 		s, err := openSession(cfg, "", "sft", RunOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -99,14 +99,21 @@ func TestSFTGradAccumulation(t *testing.T) {
 		return w, met.GradNorm
 	}
 	a, na := run("8", "1")
-	b, nb := run("2", "4")
-	var worst float64
-	for i := range a {
-		worst = math.Max(worst, math.Abs(a[i]-b[i]))
-	}
-	t.Logf("grad norm %.12g vs %.12g, max |Δw| %g", na, nb, worst)
-	if na < 1e-3 || math.Abs(na-nb) > 1e-10*na || worst > 1e-10 {
-		t.Fatalf("1×8 and 4×2 differ: grad norm %v vs %v, weights by %g", na, nb, worst)
+	for _, c := range []struct {
+		name  string
+		micro string
+		accum string
+		sets  []string
+	}{{"4×2", "2", "4", nil}, {"token budget 60", "8", "1", []string{"sft.max_tokens_per_micro_batch=60"}}} {
+		b, nb := run(c.micro, c.accum, c.sets...)
+		var worst float64
+		for i := range a {
+			worst = math.Max(worst, math.Abs(a[i]-b[i]))
+		}
+		t.Logf("%s: grad norm %.12g vs %.12g, max |Δw| %g", c.name, na, nb, worst)
+		if na < 1e-3 || math.Abs(na-nb) > 1e-10*na || worst > 1e-10 {
+			t.Fatalf("1×8 and %s differ: grad norm %v vs %v, weights by %g", c.name, na, nb, worst)
+		}
 	}
 }
 
