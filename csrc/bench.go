@@ -237,6 +237,12 @@ func deviceName(d gotch.Device) string {
 // ManualSeed seeds libtorch's default generators (CPU and every CUDA device).
 func ManualSeed(seed int64) error { return takeError(C.lanpo_manual_seed(C.int64_t(seed))) }
 
+// Backward backpropagates from out with gradient grad (out's shape) into
+// every leaf that requires grad, accumulating into its gradient.
+func Backward(out, grad *ts.Tensor) error {
+	return takeError(C.lanpo_backward(handle(out), handle(grad)))
+}
+
 // SetGradEnabled sets autograd's grad mode on the calling OS thread and
 // returns the previous mode.
 func SetGradEnabled(on bool) bool {

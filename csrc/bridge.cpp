@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -73,6 +74,12 @@ extern "C" char *lanpo_set_grad_enabled(int enabled, int *previous) {
   LANPO_GUARD("set_grad_enabled", {
     *previous = at::GradMode::is_enabled() ? 1 : 0;
     at::GradMode::set_enabled(enabled != 0);
+  })
+}
+
+extern "C" char *lanpo_backward(lanpo_tensor out, lanpo_tensor grad) {
+  LANPO_GUARD("backward", {
+    torch::autograd::backward({*static_cast<at::Tensor *>(out)}, {*static_cast<at::Tensor *>(grad)});
   })
 }
 

@@ -66,6 +66,11 @@ char *lanpo_manual_seed(int64_t seed);
 // result through a wider Go int, so its answer is unreliable).
 char *lanpo_set_grad_enabled(int enabled, int *previous);
 
+// Backpropagates from out with the gradient grad (same shape) into every
+// leaf that requires grad, accumulating into their .grad (activation
+// checkpointing's per-layer backward).
+char *lanpo_backward(lanpo_tensor out, lanpo_tensor grad);
+
 // Waits for all queued work on the current CUDA device (no-op without CUDA),
 // so timings include it.
 char *lanpo_synchronize(void);

@@ -9,6 +9,7 @@ import "C"
 import (
 	"unsafe"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -84,4 +85,19 @@ func FusedLogProb(hidden, weight, targets *ts.Tensor, opt LogProbOptions) (logp,
 		entropy = ts.FromCtensor(unsafe.Pointer(ent))
 	}
 	return logp, entropy, nil
+}
+
+// LogProbKernel names the implementation FusedLogProb takes for parameters
+// of dtype on dev: lanpo's CUDA kernels (fp32, bf16, fp16 on a CUDA build),
+// or the chunked ATen path (CPU, fp64, or a build without CUDA).
+func LogProbKernel(dev gotch.Device, dtype gotch.DType) string {
+	if dev.IsCuda() && builtWithCUDA() && (dtype == gotch.Float || dtype == gotch.BFloat16 || dtype == gotch.Half) {
+		return "fused CUDA kernels"
+	}
+	return "fused chunked ATen"
+}
+
+func builtWithCUDA() bool {
+	info, err := BuildInfo()
+	return err == nil && info.BuiltWithCUDA
 }

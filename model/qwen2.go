@@ -224,7 +224,12 @@ func (m *Model) TokenLogProbs(s *tensor.Scope, ids, positions, mask, targets, ta
 	if err != nil {
 		return nil, nil, err
 	}
-	size := ids.MustSize()
+	return m.logProbs(s, h, targets, targetMask, opt)
+}
+
+// logProbs is TokenLogProbs from final hidden states h [B, T, H].
+func (m *Model) logProbs(s *tensor.Scope, h, targets, targetMask *ts.Tensor, opt csrc.LogProbOptions) (logp, entropy *ts.Tensor, err error) {
+	size := targets.MustSize()
 	flat := s.Keep(h.MustReshape([]int64{-1, m.Config.HiddenSize}, false))
 	opt.Mask = s.Keep(targetMask.MustReshape([]int64{-1}, false))
 	lp, ent, err := csrc.FusedLogProb(flat, m.LMHead, s.Keep(targets.MustReshape([]int64{-1}, false)), opt)

@@ -21,12 +21,14 @@ type Config struct {
 	Model          string `yaml:"model"`     // HF model directory, or builtin:tiny
 	Tokenizer      string `yaml:"tokenizer"` // default: the model directory
 	ChatFormat     string `yaml:"chat_format"`
-	DType          string `yaml:"dtype"` // parameters: float32, bfloat16, float64 ("": float32 on CPU, the checkpoint's on CUDA)
+	DType          string `yaml:"dtype"`  // parameters: float32, bfloat16, float64 ("": float32 on CPU, the checkpoint's on CUDA)
+	Device         string `yaml:"device"` // cpu, cuda or cuda:N (cuda: cuda:$LOCAL_RANK under a torchrun-style launch)
 	Seed           uint64 `yaml:"seed"`
 	TotalSteps     int    `yaml:"total_steps"`      // defines the LR schedule
 	StopAfterSteps int    `yaml:"stop_after_steps"` // checkpoint and exit 0 after this many steps (0: run to total_steps)
 	MaxBadSteps    int    `yaml:"max_bad_steps"`    // NaN/Inf losses in a row before giving up
 
+	Train      TrainConfig      `yaml:"train"`
 	Data       DataConfig       `yaml:"data"`
 	Rollout    RolloutConfig    `yaml:"rollout"`
 	Algo       AlgoConfig       `yaml:"algo"`
@@ -53,6 +55,15 @@ type EvalConfig struct {
 	MaxNewTokens int      `yaml:"max_new_tokens"` // 0: rollout.max_new_tokens
 	BatchSize    int      `yaml:"batch_size"`
 	Seed         uint64   `yaml:"seed"`
+}
+
+// TrainConfig are memory switches of the update (SFT and RL).
+type TrainConfig struct {
+	// ActivationCheckpointing keeps only each decoder layer's input during
+	// the forward and recomputes one layer at a time in backward
+	// (model.ForwardCheckpointed): the same gradients, activation memory of
+	// one layer instead of all, about a third more compute.
+	ActivationCheckpointing bool `yaml:"activation_checkpointing"`
 }
 
 // DataConfig names the dataset and how problems become prompts.
@@ -301,6 +312,9 @@ func (c *Config) Validate() error {
 		if _, err := csrc.ParseDType(c.DType); err != nil {
 			return bad("dtype", "%v", err)
 		}
+	}
+	if _, err := ParseDevice(c.Device); err != nil {
+		return bad("device", "%v", err)
 	}
 	if !strings.Contains(c.Data.PromptTemplate, "{problem}") {
 		return bad("data.prompt_template", "must contain {problem}")

@@ -297,7 +297,7 @@ func clipText(tk *tokenizer.Tokenizer, text string, n int) (string, bool) {
 func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int, stops []string, purpose string) ([]string, error) {
 	reqs := make([]model.Request, len(users))
 	for i, u := range users {
-		ids, err := f.tk.ChatIDs([]tokenizer.Message{{Role: "user", Content: u}}, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.thinking})
+		ids, err := f.tk.ChatIDs(auxChat(f.prompts, u), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.thinking})
 		if err != nil {
 			return nil, err
 		}
@@ -340,6 +340,16 @@ func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int,
 		out[s.Prompt] = strings.TrimSpace(text)
 	}
 	return out, nil
+}
+
+// auxChat is an auxiliary prompt's chat: the prompts' system message, if
+// any, and the user message.
+func auxChat(p pool.Prompts, user string) []tokenizer.Message {
+	var msgs []tokenizer.Message
+	if p.System != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: p.System})
+	}
+	return append(msgs, tokenizer.Message{Role: "user", Content: user})
 }
 
 // summarize writes the three-field summary of each attempt (at problem

@@ -510,7 +510,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 				return fmt.Errorf("micro-batch at rollout %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
 					done, len(mb), b.t, cfg.Algo.MicroBatchSize, cfg.Algo.MaxTokensPerMicroBatch, err)
 			}
-			lp, entropy, err := g.m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
+			lp, entropy, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
 			if err != nil {
 				s.Close()
 				return where(err)
@@ -521,7 +521,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 				s.Close()
 				return err
 			}
-			if err := backward(l); err != nil {
+			if err := backward(l, ckpt); err != nil {
 				s.Close()
 				return where(err)
 			}
@@ -547,11 +547,26 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	return nil
 }
 
-// backward runs autograd from a scalar loss, errors instead of panics.
-func backward(l *ts.Tensor) (err error) {
+// backward runs autograd from a scalar loss, errors instead of panics; with
+// activation checkpointing (ckpt non-nil) it continues through the layers.
+func backward(l *ts.Tensor, ckpt *model.Checkpointed) (err error) {
 	defer tensor.Recover("backward", &err)
 	l.MustBackward()
+	if ckpt != nil {
+		return ckpt.Backward(nil)
+	}
 	return nil
+}
+
+// logProbsForUpdate is the policy's log-probs of a micro-batch for the
+// update, with activation checkpointing when train.activation_checkpointing
+// (then the returned Checkpointed finishes the backward).
+func (g *grpoRun) logProbsForUpdate(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
+	if g.cfg.Train.ActivationCheckpointing {
+		return g.m.TokenLogProbsCheckpointed(s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
+	}
+	lp, ent, err = g.m.TokenLogProbs(s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
+	return lp, ent, nil, err
 }
 
 // stepSeed derives a step's sampling seed from the run seed (splitmix64).

@@ -93,7 +93,7 @@ func (s *policyScorer) score(pairs []relevancePair) ([]float64, error) {
 	for i, p := range pairs {
 		q, _ := clipText(e.tk, p.query, half)
 		c, _ := clipText(e.tk, p.candidate, half)
-		ids, err := e.tk.ChatIDs([]tokenizer.Message{{Role: "user", Content: e.prompts.RelevanceRequest(q, c)}}, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: e.thinking})
+		ids, err := e.tk.ChatIDs(auxChat(e.prompts, e.prompts.RelevanceRequest(q, c)), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: e.thinking})
 		if err != nil {
 			return nil, err
 		}

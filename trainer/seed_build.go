@@ -96,7 +96,7 @@ func (b *SeedBuilder) SummaryText(s pool.Summary) string {
 // summary.
 func (b *SeedBuilder) Summarize(problemID, problem, attempt string, correct bool, s pool.Summary) SeedExample {
 	user := b.prompts.SummarizeRequest(problem, b.clean(attempt), correct)
-	return SeedExample{Messages: []tokenizer.Message{{Role: "user", Content: user}, {Role: "assistant", Content: b.clean(b.SummaryText(s))}},
+	return SeedExample{Messages: append(auxChat(b.prompts, user), tokenizer.Message{Role: "assistant", Content: b.clean(b.SummaryText(s))}),
 		TrainOn: "last", Skill: SkillSummarize, ProblemID: problemID}
 }
 
@@ -114,7 +114,7 @@ func (b *SeedBuilder) Condense(problemID, problem string, lessons []pool.Lesson,
 		lessons[i].Principles, lessons[i].Pitfalls = b.clean(lessons[i].Principles), b.clean(lessons[i].Pitfalls)
 	}
 	user := b.prompts.CondenseRequest(problem, lessons)
-	return SeedExample{Messages: []tokenizer.Message{{Role: "user", Content: user}, {Role: "assistant", Content: b.prompts.PlanHeader + " " + b.clean(plan)}},
+	return SeedExample{Messages: append(auxChat(b.prompts, user), tokenizer.Message{Role: "assistant", Content: b.prompts.PlanHeader + " " + b.clean(plan)}),
 		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "condense"}
 }
 

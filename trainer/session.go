@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
@@ -81,6 +82,9 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 			sess.Close()
 		}
 	}()
+	if err := CheckDevice(cfg.loadOptions().Device); err != nil {
+		return nil, fmt.Errorf("config key device: %w", err)
+	}
 	if s.modelDir, err = resolveModel(&cfg); err != nil {
 		return nil, err
 	}
@@ -101,6 +105,9 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if s.m, err = model.Load(from, cfg.loadOptions()); err != nil {
 		return nil, err
 	}
+	log.Info().Str("device", devName(s.m.Device)).Str("dtype", csrc.DTypeName(s.m.DType)).
+		Str("logprob_kernel", csrc.LogProbKernel(s.m.Device, s.m.DType)).Bool("activation_checkpointing", cfg.Train.ActivationCheckpointing).
+		Str("model", from).Msg("run")
 	if s.tk, err = tokenizer.Load(tokDir); err != nil {
 		return nil, err
 	}
@@ -258,11 +265,61 @@ func (s *session) save() error {
 	return nil
 }
 
-// loadOptions are the model options the config asks for.
+// loadOptions are the model options the config asks for (checked by
+// Validate and by checkDevice at the start of a run).
 func (c Config) loadOptions() model.LoadOptions {
 	var o model.LoadOptions
 	if c.DType != "" {
-		o.DType, _ = csrc.ParseDType(c.DType) // checked by Validate
+		o.DType, _ = csrc.ParseDType(c.DType)
 	}
+	o.Device, _ = ParseDevice(c.Device)
 	return o
+}
+
+// ParseDevice reads a device: "" or cpu, cuda (cuda:$LOCAL_RANK when a
+// torchrun-style launcher set LOCAL_RANK, else cuda:0), or cuda:N.
+func ParseDevice(s string) (gotch.Device, error) {
+	switch {
+	case s == "" || s == "cpu":
+		return gotch.CPU, nil
+	case s == "cuda":
+		n := 0
+		if lr := os.Getenv("LOCAL_RANK"); lr != "" {
+			if _, err := fmt.Sscan(lr, &n); err != nil || n < 0 {
+				return gotch.CPU, fmt.Errorf("LOCAL_RANK %q is not a rank", lr)
+			}
+		}
+		return gotch.CudaBuilder(uint(n)), nil
+	}
+	var n uint
+	if _, err := fmt.Sscanf(s, "cuda:%d", &n); err == nil && fmt.Sprintf("cuda:%d", n) == s {
+		return gotch.CudaBuilder(n), nil
+	}
+	return gotch.CPU, fmt.Errorf("%q: want cpu, cuda or cuda:N", s)
+}
+
+// CheckDevice fails at the start of a run when the device is CUDA and this
+// build or machine cannot run on it, saying which.
+func CheckDevice(dev gotch.Device) error {
+	if !dev.IsCuda() {
+		return nil
+	}
+	info, err := csrc.BuildInfo()
+	if err != nil {
+		return err
+	}
+	switch {
+	case !info.BuiltWithCUDA:
+		return fmt.Errorf("device %s, but this lanpo was built for CPU only (libtorch at %s); build with CUDA=1 and a CUDA libtorch (README: GPU and Docker)", devName(dev), info.LibtorchDir)
+	case !info.CUDAAvailable || int(dev.CInt()) >= info.CUDADevices:
+		return fmt.Errorf("device %s, but %d CUDA device(s) are visible to this process", devName(dev), info.CUDADevices)
+	}
+	return nil
+}
+
+func devName(d gotch.Device) string {
+	if d.IsCuda() {
+		return fmt.Sprintf("cuda:%d", d.CInt())
+	}
+	return "cpu"
 }

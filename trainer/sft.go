@@ -9,10 +9,12 @@ import (
 
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
 
@@ -277,16 +279,23 @@ func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
 	}
 	dev := r.m.Device
 	shape := []int64{B, T}
-	lp, _, err := r.m.TokenLogProbs(&s, tensor.FromSlice(&s, ids, shape, dev), tensor.FromSlice(&s, pos, shape, dev),
-		tensor.FromSlice(&s, mask, shape, dev), tensor.FromSlice(&s, targets, shape, dev), tensor.FromSlice(&s, tmask, shape, dev),
-		csrc.LogProbOptions{})
+	args := []*ts.Tensor{tensor.FromSlice(&s, ids, shape, dev), tensor.FromSlice(&s, pos, shape, dev), tensor.FromSlice(&s, mask, shape, dev),
+		tensor.FromSlice(&s, targets, shape, dev), tensor.FromSlice(&s, tmask, shape, dev)}
+	var lp *ts.Tensor
+	var ckpt *model.Checkpointed
+	var err error
+	if grad && r.cfg.Train.ActivationCheckpointing {
+		lp, _, ckpt, err = r.m.TokenLogProbsCheckpointed(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
+	} else {
+		lp, _, err = r.m.TokenLogProbs(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
+	}
 	if err != nil {
 		return 0, err
 	}
 	weighted := s.Keep(lp.MustMul(tensor.FromSlice(&s, w, shape, dev), false))
 	loss := s.Keep(s.Keep(weighted.MustSum(gotch.Double, false)).MustNeg(false))
 	if grad {
-		if err := backward(loss); err != nil {
+		if err := backward(loss, ckpt); err != nil {
 			return 0, err
 		}
 	}

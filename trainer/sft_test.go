@@ -104,7 +104,8 @@ func TestSFTGradAccumulation(t *testing.T) {
 		micro string
 		accum string
 		sets  []string
-	}{{"4×2", "2", "4", nil}, {"token budget 60", "8", "1", []string{"sft.max_tokens_per_micro_batch=60"}}} {
+	}{{"4×2", "2", "4", nil}, {"token budget 60", "8", "1", []string{"sft.max_tokens_per_micro_batch=60"}},
+		{"activation checkpointing", "8", "1", []string{"train.activation_checkpointing=true"}}} {
 		b, nb := run(c.micro, c.accum, c.sets...)
 		var worst float64
 		for i := range a {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // modelFlags are the flags of every command that loads a model directory.
@@ -55,19 +56,18 @@ func benchModel(c *cli.Context, attn model.AttentionImpl) (*model.Model, csrc.In
 	return m, info, err
 }
 
+// parseDevice reads --device (cpu, cuda — cuda:$LOCAL_RANK under a
+// torchrun-style launch — or cuda:N) and checks that this build and machine
+// can run on it.
 func parseDevice(s string) (gotch.Device, error) {
-	switch {
-	case s == "cpu":
-		return gotch.CPU, nil
-	case s == "cuda":
-		return gotch.CudaBuilder(0), nil
-	default:
-		var n uint
-		if _, err := fmt.Sscanf(s, "cuda:%d", &n); err == nil {
-			return gotch.CudaBuilder(n), nil
-		}
+	d, err := trainer.ParseDevice(s)
+	if err != nil {
+		return gotch.CPU, fmt.Errorf("--device %w", err)
 	}
-	return gotch.CPU, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", s)
+	if err := trainer.CheckDevice(d); err != nil {
+		return gotch.CPU, fmt.Errorf("--device: %w", err)
+	}
+	return d, nil
 }
 
 func parseDTypeFlag(s string) (gotch.DType, error) {

@@ -22,6 +22,7 @@ func runFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "set", Usage: "override a config key: --set algo.clip_high=0.28 (repeatable)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the config, print it resolved, and exit"},
 		&cli.StringFlag{Name: "resume", Usage: "auto (the run's newest complete checkpoint) or a checkpoint directory"},
+		&cli.StringFlag{Name: "device", Usage: "cpu, cuda (cuda:$LOCAL_RANK under torchrun or lanpo launch) or cuda:N; overrides the config's device"},
 	}
 }
 
@@ -61,7 +62,11 @@ func sftCommand() *cli.Command {
 type runFunc func(context.Context, trainer.Config, string, trainer.RunOptions) error
 
 func runTraining(c *cli.Context, run runFunc) error {
-	cfg, err := trainer.LoadConfig(c.String("config"), c.StringSlice("set"))
+	sets := c.StringSlice("set")
+	if d := c.String("device"); d != "" {
+		sets = append(sets, "device="+d)
+	}
+	cfg, err := trainer.LoadConfig(c.String("config"), sets)
 	if err != nil {
 		return usageError{err}
 	}
