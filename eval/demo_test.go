@@ -84,30 +84,48 @@ func TestSolutionStepsAreRight(t *testing.T) {
 	}
 }
 
-// TestDemoFast runs `lanpo demo --fast` end to end and checks that the
-// report, metrics and evaluations exist and parse (not the accuracy).
+// TestDemoFast runs `lanpo demo --fast` (SFT with the world's skill
+// examples, then LANPO) end to end and checks that LANPO's mechanism ran —
+// feedback-aware prompts sampled, reflections and plans used, entries
+// written — and that the report shows the side-by-side table and charts
+// (not the accuracy).
 func TestDemoFast(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "demo")
 	if err := RunDemo(context.Background(), DemoOptions{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"eval_sft.json", "eval_rl.json"} {
-		r, err := readEval(filepath.Join(dir, f))
-		if err != nil || len(r.Levels) != MaxLevel || len(r.Completions) == 0 {
-			t.Fatalf("%s: %v %+v", f, err, r.Levels)
-		}
+	raw, err := os.ReadFile(filepath.Join(dir, "demo_results.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, stage := range []string{"sft", "rl"} {
-		rows, err := readMetrics(filepath.Join(dir, stage, "metrics.jsonl"))
-		if err != nil || len(rows) == 0 {
-			t.Fatalf("%s metrics: %v (%d rows)", stage, err, len(rows))
-		}
+	var res DemoResults
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stages) != 2 || res.Stages[0].Stage != "sft" || len(res.Stages[1].Modes) != 3 || len(res.Stages[1].Modes[0].Levels) != MaxLevel {
+		t.Fatalf("stages %+v", res.Stages)
+	}
+	u := res.Usage[ArmLANPO]
+	if u.FeedbackAware == 0 || u.Reflection == 0 || u.Abstraction == 0 {
+		t.Fatalf("the pool was not used: %+v", u)
+	}
+	rows, err := readMetrics(filepath.Join(dir, ArmLANPO, "metrics.jsonl"))
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("lanpo metrics: %v (%d rows)", err, len(rows))
+	}
+	if added, _ := rows[0]["pool_added"].(float64); added == 0 {
+		t.Fatal("the first step wrote no pool entries")
 	}
 	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
-	if err != nil || !strings.Contains(string(page), "Held-out accuracy") {
-		t.Fatalf("report: %v", err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := strings.Count(string(page), "<svg"); n < 4 {
+	for _, want := range []string{"Held-out accuracy (greedy), after SFT and after each RL arm", "lanpo retrieval", "One reflection", "entries the model wrote", "tokens prefilled + generated"} {
+		if !strings.Contains(string(page), want) {
+			t.Fatalf("the report lacks %q", want)
+		}
+	}
+	if n := strings.Count(string(page), "<svg"); n < 6 {
 		t.Fatalf("%d charts", n)
 	}
 	// lanpo report regenerates it.
@@ -115,9 +133,62 @@ func TestDemoFast(t *testing.T) {
 	if err := WriteReport(dir); err != nil {
 		t.Fatal(err)
 	}
-	var r Result
-	b, _ := os.ReadFile(filepath.Join(dir, "eval_rl.json"))
-	if err := json.Unmarshal(b, &r); err != nil {
+}
+
+// The demo's splits are disjoint: no held-out problem in RL or SFT, no RL
+// problem in SFT, and every RL problem recurs over the RL steps.
+func TestDemoSplitsAreDisjoint(t *testing.T) {
+	p := plan(false)
+	d := split(3, p)
+	held, rl := map[string]bool{}, map[string]bool{}
+	for _, it := range d.heldOut {
+		held[it.Problem] = true
+	}
+	for _, it := range d.rl {
+		if held[it.Problem] || rl[it.Problem] {
+			t.Fatalf("RL problem %q is held out or repeated", it.Problem)
+		}
+		rl[it.Problem] = true
+	}
+	for _, it := range d.sftAnswers {
+		if held[it.Problem] || rl[it.Problem] {
+			t.Fatalf("SFT problem %q is held out or an RL problem", it.Problem)
+		}
+	}
+	levels := map[int]int{}
+	for _, it := range d.rl {
+		levels[it.Level]++
+	}
+	if levels[2] != 100 || levels[3] != 100 || levels[4] != 100 || p.rlSteps*16 < 3*len(d.rl) {
+		t.Fatalf("RL problems per level %v over %d draws", levels, p.rlSteps*16)
+	}
+}
+
+// A --run-dir with files but no demo marker is refused and left as it is;
+// an earlier demo run, an empty directory and --force are replaced.
+func TestDemoRunDirIsClaimedSafely(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	os.MkdirAll(dir, 0o755)
+	precious := filepath.Join(dir, "precious.jsonl")
+	os.WriteFile(precious, []byte("{}\n"), 0o644)
+	err := RunDemo(context.Background(), DemoOptions{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(precious); err != nil {
+		t.Fatalf("the refused directory lost its file: %v", err)
+	}
+	if err := claimRunDir(dir, 1, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(precious); !os.IsNotExist(err) {
+		t.Fatal("--force kept the old files")
+	}
+	os.WriteFile(filepath.Join(dir, "sft.log"), nil, 0o644)
+	if err := claimRunDir(dir, 1, true, false); err != nil { // an earlier demo run
+		t.Fatal(err)
+	}
+	if err := claimRunDir(filepath.Join(t.TempDir(), "new"), 1, true, false); err != nil {
 		t.Fatal(err)
 	}
 }

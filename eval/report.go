@@ -22,9 +22,8 @@ import (
 
 // WriteReport writes RUN_DIR/report.html from the files of a run.
 func WriteReport(runDir string) error {
-	stages := []string{"sft", "rl"}
 	var found []string
-	for _, s := range stages {
+	for _, s := range stageNames {
 		if _, err := os.Stat(filepath.Join(runDir, s, "metrics.jsonl")); err == nil {
 			found = append(found, s)
 		}
@@ -40,26 +39,8 @@ func WriteReport(runDir string) error {
 	}
 	var body strings.Builder
 	fmt.Fprintf(&body, "<h1>lanpo run report</h1><p>%s</p>", html.EscapeString(runDir))
-	before, errB := readEval(filepath.Join(runDir, "eval_sft.json"))
-	after, errA := readEval(filepath.Join(runDir, "eval_rl.json"))
-	if errB == nil && errA == nil {
-		body.WriteString("<h2>Held-out accuracy (greedy)</h2><table><tr><th>level</th><th>problems</th><th>after SFT</th><th>after GRPO</th><th>answers with column steps, after SFT → after GRPO</th></tr>")
-		for i, lb := range before.Levels {
-			la := after.Levels[i]
-			name := ""
-			if lb.Level < len(Levels) {
-				name = Levels[lb.Level]
-			}
-			fmt.Fprintf(&body, "<tr><td>%d: %s</td><td>%d</td><td>%.3f</td><td>%.3f</td><td>%d → %d</td></tr>", lb.Level, html.EscapeString(name), lb.N, lb.Accuracy, la.Accuracy, lb.Worked, la.Worked)
-		}
-		fmt.Fprintf(&body, "<tr><th>all</th><td></td><th>%.3f</th><th>%.3f</th><th>%d → %d</th></tr></table>", before.Overall, after.Overall, before.Worked, after.Worked)
-		body.WriteString("<h2>Sample completions</h2><table><tr><th>problem</th><th>gold</th><th>after SFT</th><th>after GRPO</th></tr>")
-		for i := 0; i < len(before.Completions) && i < len(after.Completions); i += max(1, len(before.Completions)/12) {
-			b, a := before.Completions[i], after.Completions[i]
-			fmt.Fprintf(&body, "<tr><td>%s</td><td>%s</td><td class=%q>%s</td><td class=%q>%s</td></tr>", html.EscapeString(b.Problem),
-				html.EscapeString(b.Gold), mark(b.Correct), html.EscapeString(b.Output), mark(a.Correct), html.EscapeString(a.Output))
-		}
-		body.WriteString("</table>")
+	if err := writeDemo(&body, runDir); err != nil {
+		return err
 	}
 	for _, e := range evals {
 		fmt.Fprintf(&body, "<h2>Evaluation: %s</h2>", html.EscapeString(e.name))
@@ -70,7 +51,8 @@ func WriteReport(runDir string) error {
 		if err != nil {
 			return err
 		}
-		title := map[string]string{"sft": "Stage 1: SFT", "rl": "Stage 2: GRPO", ".": "Training"}[stage]
+		title := map[string]string{"sft": "Stage 1: SFT", "rl": "Stage 2: GRPO", ArmGRPO: "Stage 2: GRPO", ArmLANPO: "Stage 2: LANPO",
+			ArmLANPOOriginal: "Stage 2: LANPO (train_prompt: original)", ".": "Training"}[stage]
 		fmt.Fprintf(&body, "<h2>%s</h2>", title)
 		charts := [][]string{{"loss"}, {"eval_loss"}, {"reward_mean", "accuracy"}, {"response_length_mean"}, {"entropy"}, {"kl", "clip_frac"},
 			{"accuracy_feedback", "accuracy_scratch"}, {"pool_entries"}}
@@ -211,25 +193,6 @@ func writeEvalTable(b *strings.Builder, sums []Summary) {
 		fmt.Fprintf(b, "<td>%.3f</td><td>%.0f</td><td>%.3f</td><td>%s</td></tr>", s.MajAtK, s.ResponseTokens, s.Truncated, html.EscapeString(notes))
 	}
 	b.WriteString("</table>")
-}
-
-func mark(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "bad"
-}
-
-func readEval(path string) (Result, error) {
-	var r Result
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return r, err
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("%s: %w", path, err)
-	}
-	return r, nil
 }
 
 func readMetrics(path string) ([]map[string]any, error) { return jsonl.Read[map[string]any](path) }

@@ -22,6 +22,10 @@ import (
 // a context block (Reflection or Abstraction), so the answer format the
 // template asks for is the same with and without feedback.
 type Prompts struct {
+	// System is the system message of the auxiliary prompts (summarize,
+	// condense, relevance); "" leaves it out, and the chat template puts its
+	// own default there if it has one.
+	System string `yaml:"system"`
 	// Reflection shows an earlier attempt ({attempt}) and asks for a
 	// critique and a new solution. It must not say whether the attempt was
 	// right.
