@@ -8,10 +8,7 @@ import "C"
 import (
 	"fmt"
 	"math"
-	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sugarme/gotch"
@@ -134,13 +131,14 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 		}
 		var times []float64
 		for i := 0; i < cfg.Reps; i++ {
-			p := newPeakMeter(cfg.Device)
+			p := NewPeakMeter(cfg.Device)
 			start := time.Now()
 			if err := run(fused, false); err != nil {
 				return 0, 0, err
 			}
 			times = append(times, float64(time.Since(start).Microseconds())/1000)
-			mb, src := p.peakMB()
+			b, src := p.Peak()
+			mb := float64(b) / (1 << 20)
 			peakMB = math.Max(peakMB, mb)
 			res.PeakSource = src
 		}
@@ -172,59 +170,6 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 	res.FusedTFLOPS = fusedFlop / (res.FusedMS * 1e-3) / 1e12
 	res.NaiveTFLOPS = naiveFlop / (res.NaiveMS * 1e-3) / 1e12
 	return res, nil
-}
-
-// peakMeter measures the peak memory of one operation.
-type peakMeter struct {
-	device   gotch.Device
-	baseline int64
-}
-
-func newPeakMeter(d gotch.Device) *peakMeter {
-	p := &peakMeter{device: d}
-	if d.IsCuda() {
-		var b C.int64_t
-		var ok C.int
-		_ = takeError(C.lanpo_cuda_peak_bytes(C.int(d.CInt()), 1, &b, &ok))
-		return p
-	}
-	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux ≥ 4.0).
-	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	p.baseline = procStatusKB("VmRSS")
-	return p
-}
-
-func (p *peakMeter) peakMB() (float64, string) {
-	if p.device.IsCuda() {
-		var b C.int64_t
-		var ok C.int
-		if err := takeError(C.lanpo_cuda_peak_bytes(C.int(p.device.CInt()), 0, &b, &ok)); err != nil || ok == 0 {
-			return 0, "unavailable (lanpo built without CUDA)"
-		}
-		return float64(b) / (1 << 20), "CUDA caching allocator peak"
-	}
-	hwm := procStatusKB("VmHWM")
-	if hwm < 0 || p.baseline < 0 {
-		return 0, "unavailable (no /proc/self/status)"
-	}
-	return float64(hwm-p.baseline) / 1024, "process peak RSS (VmHWM) above the RSS before the op"
-}
-
-// procStatusKB reads one kB field of /proc/self/status, or -1.
-func procStatusKB(field string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return n
-			}
-		}
-	}
-	return -1
 }
 
 func deviceName(d gotch.Device) string {

@@ -9,8 +9,12 @@
 #include <stdexcept>
 #include <vector>
 
+#include <malloc.h>
+
 #ifdef LANPO_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 extern "C" char *lanpo_get_build_info(lanpo_build_info *out) {
@@ -64,6 +68,31 @@ extern "C" char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, in
     if (reset) c10::cuda::CUDACachingAllocator::resetPeakStats(device);
 #endif
   })
+}
+
+extern "C" char *lanpo_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes, int64_t *allocated, int64_t *reserved, int *supported) {
+  LANPO_GUARD("cuda_mem_info", {
+    *free_bytes = *total_bytes = *allocated = *reserved = 0;
+    *supported = 0;
+#ifdef LANPO_CUDA
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    size_t f = 0, t = 0;
+    cudaError_t err = cudaMemGetInfo(&f, &t);
+    if (err != cudaSuccess) throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(err));
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    const auto agg = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+    *free_bytes = static_cast<int64_t>(f);
+    *total_bytes = static_cast<int64_t>(t);
+    *allocated = stats.allocated_bytes[agg].current;
+    *reserved = stats.reserved_bytes[agg].current;
+    *supported = 1;
+#endif
+  })
+}
+
+extern "C" void lanpo_malloc_measure(void) {
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  malloc_trim(0);
 }
 
 extern "C" char *lanpo_manual_seed(int64_t seed) {

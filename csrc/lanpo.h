@@ -79,6 +79,13 @@ char *lanpo_synchronize(void);
 // resets after reading). Sets *supported = 0 when lanpo was built without
 // CUDA.
 char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, int *supported);
+// Memory of a CUDA device: free and total as the driver reports them, and
+// what this process's caching allocator has allocated and reserved.
+// *supported is 0 on a build without CUDA.
+char *lanpo_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes, int64_t *allocated, int64_t *reserved, int *supported);
+// Makes the host allocator return every large free to the system (fixed
+// mmap threshold, heap trimmed), so peak RSS measures what tensors hold.
+void lanpo_malloc_measure(void);
 
 // Throws a C++ exception of the given kind inside the bridge, for tests of
 // the error path: 0 c10::Error (TORCH_CHECK), 1 std::runtime_error,

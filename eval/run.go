@@ -435,7 +435,7 @@ func (e *evaluator) sample(b Benchmark, mode string, first int, prompts [][]int6
 	p.Seed = streamSeed(p.Seed, b.Name, fmt.Sprintf("%s/%d", mode, stage))
 	var res []model.Sample
 	err := csrc.NoGrad(func() (err error) {
-		res, err = e.m.GenerateAt(reqs, streams, p, model.GenerateOptions{})
+		res, err = e.m.GenerateAt(reqs, streams, p, e.o.Config.Rollout.GenerateOptions())
 		return err
 	})
 	if err != nil {

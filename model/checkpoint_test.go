@@ -99,3 +99,19 @@ func TestCheckpointedGradients(t *testing.T) {
 		})
 	}
 }
+
+// ParamCount equals the loaded parameters' sizes for every tiny reference
+// model (tied and untied heads, q/k norms, biases).
+func TestParamCount(t *testing.T) {
+	lockThread(t)
+	for _, name := range tinyModels {
+		m := tinyModel(t, name)
+		var n int64
+		for _, p := range m.Params() {
+			n += int64(p.Tensor.Numel())
+		}
+		if got := m.Config.ParamCount(); got != n {
+			t.Errorf("%s: ParamCount %d, parameters %d", name, got, n)
+		}
+	}
+}

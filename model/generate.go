@@ -8,6 +8,7 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -41,6 +42,20 @@ type GenerateOptions struct {
 	// Progress, if set, is called after each decode step with the number
 	// of finished rows.
 	Progress func(step, finished, rows int)
+	// MaxRows caps the rows (samples) decoded at once, and so the KV cache:
+	// the requests are cut, each kept whole, into consecutive batches of at
+	// most MaxRows rows that run one after another (0: all at once). Each
+	// request keeps its random stream, so the samples are those each batch
+	// would give alone. A request with more samples than MaxRows is an
+	// error.
+	MaxRows int
+	// MemoryFraction, on CUDA, caps the rows decoded at once so that the
+	// batch (KV cache, decode and prefill buffers: Config.GenerationBytes)
+	// fits in this share of the device's memory beside what this process
+	// has already allocated (weights, optimizer state) and what the driver
+	// still has free (0: no cap). With MaxRows the smaller cap applies.
+	// Ignored on CPU.
+	MemoryFraction float64
 }
 
 // Generate samples from every request. Each distinct prompt is prefilled
@@ -69,6 +84,9 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	if opt.MaxRows > 0 {
+		return m.generateInBatches(reqs, streams, p, opt)
+	}
 	var lmax int64
 	for r, q := range reqs {
 		if err := m.CheckIDs(q.PromptIDs); err != nil {
@@ -76,10 +94,23 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		}
 		lmax = max(lmax, int64(len(q.PromptIDs)))
 	}
-	out, rowPrompt, draws := sampleRows(reqs, streams, p.Seed)
 	if mp := m.Config.MaxPositionEmbeddings; mp > 0 && lmax+int64(p.MaxNewTokens) > mp {
 		return nil, fmt.Errorf("prompt of %d tokens + max_new_tokens %d exceed max_position_embeddings %d", lmax, p.MaxNewTokens, mp)
 	}
+	if opt.MemoryFraction > 0 && m.Device.IsCuda() {
+		fit, err := m.rowsThatFit(reqs, lmax, int64(p.MaxNewTokens), opt.MemoryFraction)
+		if err != nil {
+			return nil, err
+		}
+		if fit < totalRows(reqs) {
+			if opt.MaxRows == 0 || fit < opt.MaxRows {
+				opt.MaxRows = fit
+			}
+			opt.MemoryFraction = 0
+			return m.generateInBatches(reqs, streams, p, opt)
+		}
+	}
+	out, rowPrompt, draws := sampleRows(reqs, streams, p.Seed)
 	rows := int64(len(rowPrompt))
 	cache, err := m.NewKVCache(rows, lmax+int64(p.MaxNewTokens))
 	if err != nil {
@@ -193,6 +224,81 @@ func (m *Model) keepLogitRows(s *tensor.Scope, logits *ts.Tensor, keep []int64, 
 		logits.MustDrop()
 	}
 	return kept
+}
+
+func totalRows(reqs []Request) int {
+	n := 0
+	for _, q := range reqs {
+		n += max(q.Samples, 1)
+	}
+	return n
+}
+
+// rowsThatFit is how many rows of a batch like reqs fit under the memory
+// fraction on this CUDA device: an error when not even the largest
+// request's group does, saying what it needs and what there is.
+func (m *Model) rowsThatFit(reqs []Request, lmax, maxNew int64, fraction float64) (int, error) {
+	info, ok, err := csrc.CUDAMemory(m.Device)
+	if err != nil || !ok {
+		return 0, fmt.Errorf("generation: device memory of %v: %v (supported: %v)", m.Device, err, ok)
+	}
+	return m.fitRows(info, reqs, lmax, maxNew, fraction)
+}
+
+// fitRows is rowsThatFit's arithmetic for a device in the state info.
+func (m *Model) fitRows(info csrc.CUDAMemInfo, reqs []Request, lmax, maxNew int64, fraction float64) (int, error) {
+	budget := min(int64(fraction*float64(info.Total))-info.Allocated, info.Free+info.Reserved-info.Allocated)
+	dt := int64(m.DType.Size())
+	per := func(rows int64) int64 {
+		return m.Config.GenerationBytes(rows, 1, lmax, lmax+maxNew, dt, m.useSDPA)
+	}
+	group := 0
+	for _, q := range reqs {
+		group = max(group, max(q.Samples, 1))
+	}
+	if need := per(int64(group)); need > budget {
+		return 0, fmt.Errorf("generation: one prompt's %d samples of up to %d tokens need %.2f GiB (KV cache and decode buffers), "+
+			"but %.2f GiB are available (memory fraction %.2f of %.1f GiB, %.2f GiB already allocated): lower max_new_tokens or samples per prompt, or raise rollout.gpu_memory_fraction",
+			group, lmax+maxNew, gibs(need), gibs(max(budget, 0)), fraction, gibs(info.Total), gibs(info.Allocated))
+	}
+	// A group's cost, its prompt's prefill included, spread over its rows.
+	perRow := (per(int64(group)) + int64(group) - 1) / int64(group)
+	return int(min(budget/perRow, int64(totalRows(reqs)))), nil
+}
+
+func gibs(b int64) float64 { return float64(b) / (1 << 30) }
+
+// generateInBatches is GenerateAt under opt.MaxRows.
+func (m *Model) generateInBatches(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions) ([]Sample, error) {
+	if streams == nil {
+		streams = make([]int, len(reqs))
+		for i := range streams {
+			streams[i] = i
+		}
+	}
+	limit := opt.MaxRows
+	opt.MaxRows = 0
+	var out []Sample
+	for start := 0; start < len(reqs); {
+		end, rows := start, 0
+		for end < len(reqs) && rows+max(reqs[end].Samples, 1) <= limit {
+			rows += max(reqs[end].Samples, 1)
+			end++
+		}
+		if end == start {
+			return nil, fmt.Errorf("request %d: its %d samples do not fit in a generation batch of at most %d rows", start, reqs[start].Samples, limit)
+		}
+		res, err := m.GenerateAt(reqs[start:end], streams[start:end], p, opt)
+		if err != nil {
+			return nil, err
+		}
+		for i := range res {
+			res[i].Prompt += start
+		}
+		out = append(out, res...)
+		start = end
+	}
+	return out, nil
 }
 
 // sampleRows lays out one row per sample, request r's samples on

@@ -480,3 +480,76 @@ func TestMinNewTokens(t *testing.T) {
 		t.Fatal("min_new_tokens > max_new_tokens accepted")
 	}
 }
+
+// MaxRows splits the requests, whole, into batches that each give what
+// they give alone: the same samples as one batch (tokens), request and
+// sample indices in the caller's numbering, and an error naming the
+// request whose group cannot fit.
+func TestGenerateMaxRows(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-mha-untied")
+	p := SamplingParams{Temperature: 1, MaxNewTokens: 6, Seed: 7}
+	key := func(out []Sample) string {
+		var k []string
+		for _, s := range out {
+			k = append(k, fmt.Sprint(s.Prompt, s.Index, s.IDs, s.FinishReason))
+		}
+		return strings.Join(k, ";")
+	}
+	whole, err := m.Generate(genPrompts, p, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rows := range []int{3, 4, 5, 6} {
+		split, err := m.Generate(genPrompts, p, GenerateOptions{MaxRows: rows})
+		if err != nil {
+			t.Fatalf("MaxRows %d: %v", rows, err)
+		}
+		if key(split) != key(whole) {
+			t.Errorf("MaxRows %d:\n%s\nwhole batch:\n%s", rows, key(split), key(whole))
+		}
+	}
+	// The second batch's requests keep their streams: the same as asking
+	// for them alone at their indices.
+	tail, err := m.GenerateAt(genPrompts[1:], []int{1, 2}, p, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if split, _ := m.Generate(genPrompts, p, GenerateOptions{MaxRows: 3}); fmt.Sprint(split[3].IDs, split[5].IDs) != fmt.Sprint(tail[0].IDs, tail[2].IDs) {
+		t.Errorf("batch 2 sampled %v %v, alone %v %v", split[3].IDs, split[5].IDs, tail[0].IDs, tail[2].IDs)
+	}
+	if _, err := m.Generate(genPrompts, p, GenerateOptions{MaxRows: 2}); err == nil || !strings.Contains(err.Error(), "request 0: its 3 samples") {
+		t.Errorf("a group of 3 under MaxRows 2: %v", err)
+	}
+}
+
+// The CUDA memory cap's arithmetic: everything fits in a large budget;
+// a budget for about two groups' rows gives that many rows (a whole
+// number of groups or more); one group that cannot fit is an error that
+// says what it needs and what there is.
+func TestGenerationRowsThatFit(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-mha-untied")
+	reqs := []Request{{PromptIDs: make([]int64, 10), Samples: 4}, {PromptIDs: make([]int64, 10), Samples: 4}, {PromptIDs: make([]int64, 10), Samples: 4}}
+	dt := int64(m.DType.Size())
+	group := m.Config.GenerationBytes(4, 1, 10, 30, dt, m.useSDPA)
+	const gib = 1 << 30
+	big := csrc.CUDAMemInfo{Free: 70 * gib, Total: 80 * gib, Allocated: 10 * gib, Reserved: 10 * gib}
+	if rows, err := m.fitRows(big, reqs, 10, 20, 0.9); err != nil || rows != 12 {
+		t.Errorf("large budget: %d rows, %v; want all 12", rows, err)
+	}
+	two := csrc.CUDAMemInfo{Free: 2*group + group/2, Total: 100 * gib, Allocated: gib, Reserved: gib}
+	if rows, err := m.fitRows(two, reqs, 10, 20, 0.9); err != nil || rows < 8 || rows >= 12 {
+		t.Errorf("budget for 2.5 groups: %d rows, %v; want 8 to 11", rows, err)
+	}
+	// The fraction binds before the driver's free memory.
+	frac := csrc.CUDAMemInfo{Free: 80 * gib, Total: 2*group + gib, Allocated: gib, Reserved: gib}
+	if rows, err := m.fitRows(frac, reqs, 10, 20, 1); err != nil || rows < 8 || rows >= 12 {
+		t.Errorf("fraction-bound budget: %d rows, %v; want 8 to 11", rows, err)
+	}
+	small := csrc.CUDAMemInfo{Free: group / 2, Total: 80 * gib, Allocated: 79 * gib, Reserved: 79 * gib}
+	if _, err := m.fitRows(small, reqs, 10, 20, 0.9); err == nil || !strings.Contains(err.Error(), "one prompt's 4 samples of up to 30 tokens need") ||
+		!strings.Contains(err.Error(), "rollout.gpu_memory_fraction") {
+		t.Errorf("a group that cannot fit: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/model"
 )
 
 // Config is a run's configuration, mapped 1:1 onto the YAML keys (and onto
@@ -84,6 +85,20 @@ type RolloutConfig struct {
 	TopK             int64   `yaml:"top_k"`
 	MaxNewTokens     int     `yaml:"max_new_tokens"`
 	EnableThinking   *bool   `yaml:"enable_thinking"`
+	// GPUMemoryFraction: on CUDA, generation decodes at once only as many
+	// rows as fit in this share of the device beside what is allocated
+	// (weights, optimizer state, reference model), splitting a step's
+	// prompts into several generation batches; a prompt whose group alone
+	// cannot fit is an error. MaxBatchRows caps the rows at once on any
+	// device (0: no cap). Neither changes the samples.
+	GPUMemoryFraction float64 `yaml:"gpu_memory_fraction"`
+	MaxBatchRows      int     `yaml:"max_batch_rows"`
+}
+
+// GenerateOptions are the generation engine's memory caps from the
+// rollout section.
+func (r RolloutConfig) GenerateOptions() model.GenerateOptions {
+	return model.GenerateOptions{MaxRows: r.MaxBatchRows, MemoryFraction: r.GPUMemoryFraction}
 }
 
 // AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).
@@ -106,6 +121,16 @@ type AlgoConfig struct {
 	MaxResample            int     `yaml:"max_resample"`     // extra rollout rounds dynamic sampling may take
 	OverlongMask           bool    `yaml:"overlong_mask"`    // truncated responses get no loss
 	FormatReward           float64 `yaml:"format_reward"`    // weight of the \boxed{} format reward (0: off)
+	// RecomputeOldLogp takes π_old from a trainer forward over the step's
+	// rollouts before the update instead of the sampler's record, and
+	// weights each token's loss by the truncated importance weight
+	// min(π_old/π_sampler, TISCap) (detached) for the remaining gap. On a
+	// GPU in bf16 the sampler's and the trainer's log-probs differ (other
+	// kernels, other batch shapes); this keeps PPO's ratio at exactly 1 on
+	// the first epoch and corrects for the difference instead of clipping
+	// on it. Metrics: sampler_logp_gap_mean/max, tis_clipped_frac.
+	RecomputeOldLogp bool    `yaml:"recompute_old_logp"`
+	TISCap           float64 `yaml:"tis_cap"`
 }
 
 // SFTConfig are the supervised fine-tuning settings.
@@ -151,8 +176,8 @@ func DefaultConfig() Config {
 	return Config{
 		Seed: 1, MaxBadSteps: 3,
 		Data:    DataConfig{PromptTemplate: "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."},
-		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024},
-		Algo: AlgoConfig{ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1,
+		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024, GPUMemoryFraction: 0.9},
+		Algo: AlgoConfig{ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1, TISCap: 2,
 			MicroBatchSize: 8, MaxResample: 2},
 		SFT:        SFTConfig{MaxLen: 2048, MicroBatchSize: 4, GradAccum: 1},
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
@@ -258,12 +283,20 @@ func (c *Config) Validate() error {
 		return bad("rollout.temperature", "must be ≥ 0")
 	case c.Rollout.TopP <= 0 || c.Rollout.TopP > 1:
 		return bad("rollout.top_p", "must be in (0, 1]")
+	case c.Rollout.GPUMemoryFraction < 0 || c.Rollout.GPUMemoryFraction > 1:
+		return bad("rollout.gpu_memory_fraction", "must be in [0, 1] (0: no cap), got %g", c.Rollout.GPUMemoryFraction)
+	case c.Rollout.MaxBatchRows < 0:
+		return bad("rollout.max_batch_rows", "must be ≥ 0 (0: no cap)")
+	case c.Rollout.MaxBatchRows > 0 && c.Rollout.MaxBatchRows < c.Rollout.SamplesPerPrompt:
+		return bad("rollout.max_batch_rows", "%d is less than one prompt's group (samples_per_prompt %d)", c.Rollout.MaxBatchRows, c.Rollout.SamplesPerPrompt)
 	case c.Algo.ClipLow < 0 || c.Algo.ClipLow >= 1:
 		return bad("algo.clip_low", "must be in [0, 1)")
 	case c.Algo.ClipHigh < 0:
 		return bad("algo.clip_high", "must be ≥ 0")
 	case c.Algo.KLBeta < 0:
 		return bad("algo.kl_beta", "must be ≥ 0")
+	case c.Algo.TISCap < 1:
+		return bad("algo.tis_cap", "must be ≥ 1, got %g", c.Algo.TISCap)
 	case c.Algo.Epochs < 1:
 		return bad("algo.epochs", "must be ≥ 1")
 	case c.Algo.MicroBatchSize < 1:

@@ -31,15 +31,16 @@ type feedback struct {
 	scorer   relevanceScorer
 	stopIDs  []int64 // end auxiliary text: the model's stop ids and every special token
 	seed     uint64
-	step     int               // keys the random streams of auxiliary generation (the training step; 0 in eval)
-	gold     map[string]string // training problems' answers, stripped from lessons (nil: none known)
-	met      LANPOMetrics      // counters since the last reset
+	genOpt   model.GenerateOptions // rollout's memory caps
+	step     int                   // keys the random streams of auxiliary generation (the training step; 0 in eval)
+	gold     map[string]string     // training problems' answers, stripped from lessons (nil: none known)
+	met      LANPOMetrics          // counters since the last reset
 	tokens   struct{ prefilled, generated int }
 }
 
 func newFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Pool) (*feedback, error) {
 	f := &feedback{m: m, tk: tk, cfg: cfg.LANPO, data: cfg.Data, thinking: cfg.Rollout.EnableThinking, maxNew: cfg.Rollout.MaxNewTokens,
-		pool: p, prompts: pool.DefaultPrompts(), seed: cfg.Seed}
+		pool: p, prompts: pool.DefaultPrompts(), seed: cfg.Seed, genOpt: cfg.Rollout.GenerateOptions()}
 	var err error
 	if cfg.LANPO.Prompts != "" {
 		if f.prompts, err = pool.LoadPrompts(cfg.LANPO.Prompts); err != nil {
@@ -313,7 +314,7 @@ func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int,
 	// often one of them, which would leave every field empty.
 	p := model.SamplingParams{Temperature: f.cfg.AuxTemperature, TopP: 1, MaxNewTokens: maxNew, MinNewTokens: 1, StopIDs: f.stopIDs,
 		StopStrings: stops, Seed: drawKey(f.step, -1, purpose) ^ f.seed}
-	opt := model.GenerateOptions{}
+	opt := f.genOpt
 	if len(stops) > 0 {
 		opt.Detokenize = func() func(int64) string {
 			s := f.tk.NewStream(true)

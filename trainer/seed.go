@@ -363,7 +363,7 @@ func (s *seeder) answers(probs []Problem) ([]attempt, error) {
 		StopIDs: eos, Seed: drawKey(s.f.step, -2, "seed-answers") ^ cfg.Seed}
 	var res []model.Sample
 	err = csrc.NoGrad(func() (err error) {
-		res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{})
+		res, err = s.f.m.GenerateAt(reqs, streams, sp, s.f.genOpt)
 		return err
 	})
 	if err != nil {
@@ -498,7 +498,7 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
 		StopIDs: eos, Seed: drawKey(s.f.step, -3, "seed-reflect") ^ cfg.Seed}
 	var res []model.Sample
-	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{}); return err }); err != nil {
+	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, s.f.genOpt); return err }); err != nil {
 		return err
 	}
 	for _, r := range res {
@@ -565,7 +565,7 @@ func (s *seeder) abstractions(bi int, probs []Problem, out *[]SeedExample) error
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
 		StopIDs: eos, Seed: drawKey(bi, -4, "seed-abstract") ^ cfg.Seed}
 	var res []model.Sample
-	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{}); return err }); err != nil {
+	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, s.f.genOpt); return err }); err != nil {
 		return err
 	}
 	for _, r := range res {

@@ -1,0 +1,70 @@
+package model
+
+// Memory arithmetic of this implementation, for lanpo plan: how many
+// parameters a config has and what a training forward keeps for backward.
+
+// ParamCount is the number of parameters the config implies (a tied head
+// counted once).
+func (c *Config) ParamCount() int64 {
+	h, i, v := c.HiddenSize, c.IntermediateSize, c.VocabSize
+	qd, kvd := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	layer := 2*h + h*qd + 2*h*kvd + qd*h + 3*h*i // norms, q, k, v, o, gate, up, down
+	if c.QKVBias {
+		layer += qd + 2*kvd
+	}
+	if c.OBias {
+		layer += h
+	}
+	if c.QKNorm {
+		layer += 2 * c.HeadDim
+	}
+	n := v*h + h + c.NumHiddenLayers*layer // embedding, final norm, layers
+	if !c.TieWordEmbeddings {
+		n += v * h
+	}
+	return n
+}
+
+// ActivationElems counts the elements a training forward keeps for backward
+// per token, as lanpo's Forward computes (qwen2.go): per layer the
+// normalized inputs of the attention and MLP blocks and their norms'
+// inputs, q and k before and after RoPE with their rotated halves, v, the
+// attention output, and the MLP's gate, up, silu(gate) and product:
+// 5H + 3·Hq·D + 4·Hkv·D + 4I. The reference attention also keeps its fp32
+// probabilities, Hq · (sequence length) per token (AttentionProbs);
+// SDPA's fused kernels keep none of that size.
+func (c *Config) ActivationElems() (perLayer int64) {
+	h, i := c.HiddenSize, c.IntermediateSize
+	qd, kvd := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	return 5*h + 3*qd + 4*kvd + 4*i
+}
+
+// AttentionProbs is the reference attention's probabilities kept per token
+// and layer for a sequence of length t (fp32 elements).
+func (c *Config) AttentionProbs(t int64) int64 { return c.NumAttentionHeads * t }
+
+// KVCacheBytes is the rollout cache for rows sequences of up to tmax
+// positions in dtypeBytes-sized elements: K and V of every layer.
+func (c *Config) KVCacheBytes(rows, tmax int64, dtypeBytes int64) int64 {
+	return 2 * c.NumHiddenLayers * rows * c.NumKeyValueHeads * tmax * c.HeadDim * dtypeBytes
+}
+
+// GenerationBytes estimates the device memory one generation batch holds:
+// the KV cache of rows sequences of up to tmax positions, per row the
+// decode step's transients (logits in the model's dtype, their fp32
+// copy, sorted values and indices for top-p: V·(dtypeBytes + 16), and one
+// layer's hidden, q/k/v and MLP intermediates), and the prefill of
+// prompts distinct prompts of up to lmax tokens, one layer at a time
+// (plus the reference attention's fp32 scores unless sdpa).
+func (c *Config) GenerationBytes(rows, prompts, lmax, tmax, dtypeBytes int64, sdpa bool) int64 {
+	h, i := c.HiddenSize, c.IntermediateSize
+	qd, kvd := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	layer := (4*h + qd + 2*kvd + 3*i) * dtypeBytes
+	b := c.KVCacheBytes(rows, tmax, dtypeBytes)
+	b += rows * (c.VocabSize*(dtypeBytes+16) + layer)
+	prefill := prompts * lmax * layer
+	if !sdpa {
+		prefill += prompts * c.NumAttentionHeads * lmax * lmax * 4
+	}
+	return b + prefill
+}
