@@ -53,10 +53,10 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 		b.starts = append(b.starts, start)
 		for k := range r.ids {
 			at := row + int64(start+k)
-			targets[at], tmask[at], tmaskF[at], old[at] = r.ids[k], true, 1, float64(r.oldLogp[k])
+			targets[at], tmask[at], tmaskF[at], old[at] = r.ids[k], true, 1, r.oldLogp[k]
 			w[at] = r.weight
 			if r.refLogp != nil {
-				ref[at] = float64(r.refLogp[k])
+				ref[at] = r.refLogp[k]
 			}
 			if hasTIS {
 				tis[at] = 1
@@ -90,11 +90,11 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 }
 
 // gather returns row i's values at its n response positions.
-func (b *batch) gather(vals []float64, i, n int) []float32 {
-	out := make([]float32, n)
+func (b *batch) gather(vals []float64, i, n int) []float64 {
+	out := make([]float64, n)
 	row := i * int(b.t)
 	for k := range out {
-		out[k] = float32(vals[row+b.starts[i]+k])
+		out[k] = vals[row+b.starts[i]+k]
 	}
 	return out
 }

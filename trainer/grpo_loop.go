@@ -55,21 +55,22 @@ type prompt struct {
 type rollout struct {
 	problem   int // index into the run's problems
 	prompt    *prompt
-	sample    int     // index within its group
-	group     int     // index of its group among the step's kept groups
-	promptIDs []int64 // the prompt the update conditions on
-	ids       []int64 // generated ids
-	oldLogp   []float32
-	// behaviorLogp are the sampler's log-probs when the sampler saw another
-	// prompt than the update (lanpo.train_prompt: original): oldLogp is then
-	// π_old on the update's prompt and the loss is importance-weighted.
-	behaviorLogp []float32
+	sample    int       // index within its group
+	group     int       // index of its group among the step's kept groups
+	promptIDs []int64   // the prompt the update conditions on
+	ids       []int64   // generated ids
+	oldLogp   []float64 // the sampler's record (float32) or the trainer's
+	// behaviorLogp are the sampler's log-probs when oldLogp was recomputed
+	// by the trainer — on another prompt than the sampler saw
+	// (lanpo.train_prompt: original) or on the same one
+	// (algo.recompute_old_logp) — and the loss is importance-weighted.
+	behaviorLogp []float64
 	text         string
 	reward       float64
 	correct      bool
 	adv          float64
 	truncated    bool
-	refLogp      []float32
+	refLogp      []float64
 	tis          []float32 // truncated importance weight of each token (nil: 1)
 	weight       float64   // loss weight of each of its tokens (TokenWeights)
 }
@@ -177,9 +178,9 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 // update's prompt when the sampler saw another, reference log-probs) and
 // runs the update.
 func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error {
-	if g.lanpo != nil && g.lanpo.cfg.TrainPrompt == trainOriginal {
+	if g.cfg.Algo.RecomputeOldLogp || (g.lanpo != nil && g.lanpo.cfg.TrainPrompt == trainOriginal) {
 		t.enter("old_logprobs")
-		if err := g.offPolicy(kept); err != nil {
+		if err := g.recomputeOld(kept, met); err != nil {
 			return err
 		}
 	}
@@ -241,7 +242,7 @@ func (g *grpoRun) rollout(ps []*prompt) ([]*rollout, error) {
 		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: stepSeed(cfg.Seed, g.state.Step)}
 	var res []model.Sample
 	err := csrc.NoGrad(func() (err error) {
-		res, err = g.m.GenerateAt(reqs, streams, sp, model.GenerateOptions{})
+		res, err = g.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
 		return err
 	})
 	if err != nil {
@@ -250,7 +251,7 @@ func (g *grpoRun) rollout(ps []*prompt) ([]*rollout, error) {
 	batch := make([]*rollout, len(res))
 	for i, r := range res {
 		p := ps[r.Prompt]
-		batch[i] = &rollout{problem: p.problem, prompt: p, sample: r.Index, promptIDs: p.ids, ids: r.IDs, oldLogp: r.Logprobs,
+		batch[i] = &rollout{problem: p.problem, prompt: p, sample: r.Index, promptIDs: p.ids, ids: r.IDs, oldLogp: widen(r.Logprobs),
 			truncated: r.FinishReason == "length", text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}
 		g.stepTokens.generated += len(r.IDs)
 	}
@@ -369,9 +370,17 @@ func (g *grpoRun) fillMetrics(m *StepMetrics, kept, sampled []*rollout) {
 	}
 }
 
+func widen(xs []float32) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	return out
+}
+
 // refLogprobs computes log π_ref of every response token (no grad).
 func (g *grpoRun) refLogprobs(rolls []*rollout) error {
-	err := g.logprobs(g.ref, rolls, func(r *rollout, lp []float32) { r.refLogp = lp })
+	err := g.logprobs(g.ref, rolls, func(r *rollout, lp []float64) { r.refLogp = lp })
 	if err != nil {
 		return fmt.Errorf("reference log-probs: %w", err)
 	}
@@ -381,7 +390,7 @@ func (g *grpoRun) refLogprobs(rolls []*rollout) error {
 // logprobs computes, with no grad, the log-probs under m of every response
 // token of rolls given each rollout's promptIDs, micro-batch by
 // micro-batch, and hands each rollout's to set.
-func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, []float32)) error {
+func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, []float64)) error {
 	return csrc.NoGrad(func() error {
 		for _, mb := range g.microBatches(rolls) {
 			var s tensor.Scope
@@ -401,46 +410,67 @@ func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, 
 	})
 }
 
-// offPolicy prepares the rollouts sampled from a context prompt for
-// training as answers to the bare problem (lanpo.train_prompt: original).
-// The behaviour policy was μ = π_old(·|x, c); the update's ratio is taken
-// against π_old(y|x), recomputed here, and each token's loss is weighted by
-// the truncated importance weight min(π_old(y_t|x, y<t) / μ(y_t|x, c, y<t),
-// lanpo.tis_cap) (detached): an unbiased correction up to the truncation,
+// recomputeOld takes π_old from the trainer for the rollouts that need
+// it, keeping the sampler's record as the behaviour policy μ, and weights
+// each token's loss by the truncated importance weight min(π_old(y_t) /
+// μ(y_t), cap) (detached): an unbiased correction up to the truncation,
 // which bounds the variance that rare tokens would otherwise add.
-func (g *grpoRun) offPolicy(rolls []*rollout) error {
-	var off []*rollout
+//
+// Rollouts sampled from a context prompt and trained as answers to the
+// bare problem (lanpo.train_prompt: original) need it always: μ saw the
+// context, π_old is on the bare prompt (cap lanpo.tis_cap; metrics
+// lanpo/context_logp_gap, lanpo/tis_clipped_frac). With
+// algo.recompute_old_logp every other rollout gets it too, μ and π_old on
+// the same prompt differing only by the sampler's numerics (cap
+// algo.tis_cap; metrics sampler_logp_gap_mean/max, tis_clipped_frac).
+func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
+	var todo []*rollout
 	for _, r := range rolls {
-		if !slices.Equal(r.prompt.trainIDs, r.prompt.ids) {
+		if g.cfg.Algo.RecomputeOldLogp || !slices.Equal(r.prompt.trainIDs, r.prompt.ids) {
 			r.behaviorLogp, r.promptIDs = r.oldLogp, r.prompt.trainIDs
-			off = append(off, r)
+			todo = append(todo, r)
 		}
 	}
-	if len(off) == 0 {
+	if len(todo) == 0 {
 		return nil
 	}
-	if err := g.logprobs(g.m, off, func(r *rollout, lp []float32) { r.oldLogp = lp }); err != nil {
-		return fmt.Errorf("log-probs on the bare prompts: %w", err)
+	if err := g.logprobs(g.m, todo, func(r *rollout, lp []float64) { r.oldLogp = lp }); err != nil {
+		return fmt.Errorf("π_old from the trainer: %w", err)
 	}
-	tisCap := g.lanpo.cfg.TISCap
-	var gap float64
-	tokens, clipped := 0, 0
-	for _, r := range off {
+	type tally struct {
+		gap, gapMax     float64
+		tokens, clipped int
+	}
+	var ctx, same tally
+	for _, r := range todo {
+		c, tl := g.cfg.Algo.TISCap, &same
+		if !slices.Equal(r.prompt.trainIDs, r.prompt.ids) {
+			c, tl = g.lanpo.cfg.TISCap, &ctx
+		}
 		r.tis = make([]float32, len(r.ids))
 		for k := range r.ids {
-			logRatio := float64(r.oldLogp[k]) - float64(r.behaviorLogp[k])
-			gap -= logRatio // log π(y|x,c) − log π(y|x)
+			logRatio := r.oldLogp[k] - r.behaviorLogp[k]
+			if tl == &ctx {
+				tl.gap -= logRatio // log μ(y|x,c) − log π_old(y|x)
+			} else {
+				tl.gap += math.Abs(logRatio)
+				tl.gapMax = math.Max(tl.gapMax, math.Abs(logRatio))
+			}
 			w := math.Exp(math.Min(logRatio, 30))
-			if w > tisCap {
-				w = tisCap
-				clipped++
+			if w > c {
+				w = c
+				tl.clipped++
 			}
 			r.tis[k] = float32(w)
-			tokens++
+			tl.tokens++
 		}
 	}
-	if tokens > 0 {
-		g.lanpo.met.ContextLogpGap, g.lanpo.met.TISClipped = gap/float64(tokens), float64(clipped)/float64(tokens)
+	if ctx.tokens > 0 {
+		g.lanpo.met.ContextLogpGap, g.lanpo.met.TISClipped = ctx.gap/float64(ctx.tokens), float64(ctx.clipped)/float64(ctx.tokens)
+	}
+	if same.tokens > 0 {
+		met.SamplerGapMean, met.SamplerGapMax = same.gap/float64(same.tokens), same.gapMax
+		met.TISClipped = float64(same.clipped) / float64(same.tokens)
 	}
 	return nil
 }

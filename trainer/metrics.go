@@ -33,6 +33,12 @@ type StepMetrics struct {
 	ClipFrac       float64 `json:"clip_frac"`
 	Ratio          float64 `json:"ratio_mean,omitempty"`
 	LogpMismatch   float64 `json:"sampler_trainer_logp_max_abs_diff"`
+	// With algo.recompute_old_logp: |log π_old − log π_sampler| over the
+	// response tokens (mean, max) and the share of tokens whose importance
+	// weight hit algo.tis_cap.
+	SamplerGapMean float64 `json:"sampler_logp_gap_mean,omitempty"`
+	SamplerGapMax  float64 `json:"sampler_logp_gap_max,omitempty"`
+	TISClipped     float64 `json:"tis_clipped_frac,omitempty"`
 
 	// SFT
 	EvalLoss float64 `json:"eval_loss,omitempty"`

@@ -316,8 +316,8 @@ func madeUpRollouts(n int, seed int64) []rollout {
 		n := 1 + rng.Intn(9)
 		for k := 0; k < n; k++ {
 			r.ids = append(r.ids, int64(1+rng.Intn(250)))
-			r.oldLogp = append(r.oldLogp, float32(-5.6+0.3*rng.NormFloat64()))
-			r.refLogp = append(r.refLogp, float32(-5.6+0.3*rng.NormFloat64()))
+			r.oldLogp = append(r.oldLogp, float64(float32(-5.6+0.3*rng.NormFloat64())))
+			r.refLogp = append(r.refLogp, float64(float32(-5.6+0.3*rng.NormFloat64())))
 		}
 		r.adv = rng.NormFloat64()
 	}
@@ -593,5 +593,73 @@ func TestDeviceConfig(t *testing.T) {
 	}
 	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"device=gpu"}); err == nil || !strings.Contains(err.Error(), "config key device") {
 		t.Fatalf("a bad device key: %v", err)
+	}
+}
+
+// rollout.max_batch_rows splits each step's generation into batches of
+// whole groups: the same samples (lengths, rewards, counts exactly), so
+// the same run up to the sampler's float32 log-prob records (batch shape
+// changes their last bits); a cap below one group is refused at load,
+// naming the key.
+func TestGenerationBatchesDoNotChangeTheRun(t *testing.T) {
+	base := tinyConfig(t, "total_steps=2")
+	runGRPO(t, base, "")
+	split := tinyConfig(t, "total_steps=2", fmt.Sprintf("rollout.max_batch_rows=%d", base.Rollout.SamplesPerPrompt))
+	runGRPO(t, split, "")
+	a, b := stableMetrics(t, base.RunDir), stableMetrics(t, split.RunDir)
+	if len(a) != 2 || len(b) != 2 {
+		t.Fatalf("%d and %d metric lines", len(a), len(b))
+	}
+	for i := range a {
+		for k, va := range a[i] {
+			x, isNum := va.(float64)
+			y, _ := b[i][k].(float64)
+			switch {
+			case !isNum || strings.HasPrefix(k, "response_length") || strings.HasPrefix(k, "reward") || strings.HasPrefix(k, "accuracy") || strings.HasPrefix(k, "tokens"):
+				if !reflect.DeepEqual(va, b[i][k]) {
+					t.Errorf("step %d %s: %v, in batches %v", i+1, k, va, b[i][k])
+				}
+			case math.Abs(x-y) > 1e-6*math.Max(1, math.Abs(x)):
+				t.Errorf("step %d %s: %v, in batches %v", i+1, k, x, y)
+			}
+		}
+	}
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.max_batch_rows=1"}); err == nil || !strings.Contains(err.Error(), "config key rollout.max_batch_rows") {
+		t.Errorf("a cap below one group: %v", err)
+	}
+}
+
+// algo.recompute_old_logp: π_old comes from the trainer, so the update's
+// first-epoch ratio sees no sampler/trainer gap (fp64: none beyond
+// rounding), the gap to the sampler's float32 record is reported instead,
+// and the update is the one without it up to that gap.
+func TestRecomputeOldLogp(t *testing.T) {
+	sets := []string{"dtype=float64", "total_steps=2", "algo.kl_beta=0.05"}
+	plain := tinyConfig(t, sets...)
+	runGRPO(t, plain, "")
+	re := tinyConfig(t, append(sets, "algo.recompute_old_logp=true")...)
+	runGRPO(t, re, "")
+	a, b := stableMetrics(t, plain.RunDir), stableMetrics(t, re.RunDir)
+	for i := range a {
+		num := func(m map[string]any, k string) float64 { v, _ := m[k].(float64); return v }
+		if g := num(a[i], "sampler_trainer_logp_max_abs_diff"); g < 1e-9 {
+			t.Fatalf("step %d: the sampler's record is within %g of the trainer: the test sees no gap to remove", i+1, g)
+		}
+		if g := num(b[i], "sampler_trainer_logp_max_abs_diff"); g > 1e-12 {
+			t.Errorf("step %d: π_old recomputed, yet the update's ratio sees a gap of %g", i+1, g)
+		}
+		gm, gx := num(b[i], "sampler_logp_gap_mean"), num(b[i], "sampler_logp_gap_max")
+		if w := num(a[i], "sampler_trainer_logp_max_abs_diff"); gm <= 0 || gx < gm || math.Abs(gx-w) > 0.05*w {
+			t.Errorf("step %d: sampler gap mean %g max %g; without recomputation the update saw %g", i+1, gm, gx, num(a[i], "sampler_trainer_logp_max_abs_diff"))
+		}
+		if _, ok := b[i]["tis_clipped_frac"]; ok {
+			t.Errorf("step %d: importance weights clipped at a gap of %g", i+1, gx)
+		}
+		if x, y := num(a[i], "grad_norm"), num(b[i], "grad_norm"); math.Abs(x-y) > 1e-5*math.Max(1, x) {
+			t.Errorf("step %d: grad norm %g, with π_old recomputed %g", i+1, x, y)
+		}
+	}
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"algo.tis_cap=0.5"}); err == nil || !strings.Contains(err.Error(), "config key algo.tis_cap") {
+		t.Errorf("tis_cap below 1: %v", err)
 	}
 }
