@@ -108,3 +108,13 @@ func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample,
 	}
 	return out, nil
 }
+
+// MemoryBenchShape is a small Qwen3-style model (8 layers, H 512, 8/2
+// heads of 64, I 1536, V 32000, untied: 57 M parameters) for lanpo bench
+// memory: big enough that activations dwarf the allocator's noise, small
+// enough for a CPU.
+func MemoryBenchShape() *Config {
+	return &Config{Architectures: []string{"Qwen3ForCausalLM"}, ModelType: "qwen3", VocabSize: 32000, HiddenSize: 512,
+		IntermediateSize: 1536, NumHiddenLayers: 8, NumAttentionHeads: 8, NumKeyValueHeads: 2, HeadDim: 64,
+		MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu"}
+}

@@ -203,6 +203,23 @@ func checkTensors(dir string, set *TensorSet, specs []paramSpec) error {
 	return nil
 }
 
+// AttentionName names the attention a model on dev uses by default
+// (AttentionAuto): SDPA on CUDA where libtorch has it, else the reference.
+func AttentionName(dev gotch.Device) string {
+	if sdpaAvailable() && dev.IsCuda() {
+		return "SDPA (scaled_dot_product_attention)"
+	}
+	return "reference (matmul, fp32 softmax)"
+}
+
+// AttentionName names the attention this model uses now.
+func (m *Model) AttentionName() string {
+	if m.useSDPA {
+		return "SDPA (scaled_dot_product_attention)"
+	}
+	return "reference (matmul, fp32 softmax)"
+}
+
 func sdpaAvailable() bool {
 	return !slices.Contains(libtch.LanpoUnavailableOps, "atg_scaled_dot_product_attention")
 }

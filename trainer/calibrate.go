@@ -43,8 +43,8 @@ type ScorerCalibration struct {
 	Scorer    string          `json:"scorer"`
 	MeanSame  float64         `json:"mean_same_subject"`
 	MeanOther float64         `json:"mean_other_subject"`
-	AUC       float64         `json:"auc"` // P(a same-subject pair scores above an other-subject pair)
-	Pass      []ThresholdPass `json:"pass"`  // raw scores ≥ γ
+	AUC       float64         `json:"auc"`  // P(a same-subject pair scores above an other-subject pair)
+	Pass      []ThresholdPass `json:"pass"` // raw scores ≥ γ
 	// QuantilePass is the pass rate on lanpo's default scale: each score's
 	// quantile among the scores of random pairs (a reference set drawn apart
 	// from the pairs evaluated).

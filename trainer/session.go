@@ -106,7 +106,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		return nil, err
 	}
 	log.Info().Str("device", devName(s.m.Device)).Str("dtype", csrc.DTypeName(s.m.DType)).
-		Str("logprob_kernel", csrc.LogProbKernel(s.m.Device, s.m.DType)).Bool("activation_checkpointing", cfg.Train.ActivationCheckpointing).
+		Str("logprob_kernel", csrc.LogProbKernel(s.m.Device, s.m.DType)).Str("attention", s.m.AttentionName()).Bool("activation_checkpointing", cfg.Train.ActivationCheckpointing).
 		Str("model", from).Msg("run")
 	if s.tk, err = tokenizer.Load(tokDir); err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ func benchCommand() *cli.Command {
 			benchTokenizeCommand(),
 			benchVerifyCommand(),
 			benchRelevanceCommand(),
+			benchMemoryCommand(),
 		},
 	}
 }

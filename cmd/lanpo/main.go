@@ -73,6 +73,7 @@ func newApp() *cli.App {
 			poolCommand(),
 			evalCommand(),
 			seedCommand(),
+			planCommand(),
 			demoCommand(),
 			reportCommand(),
 		},

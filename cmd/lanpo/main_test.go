@@ -52,6 +52,29 @@ func TestEnvText(t *testing.T) {
 	}
 }
 
+// env names the log-prob kernel and attention a run would use; asked
+// about CUDA on a CPU build it says so and what it would fall back to.
+func TestEnvRunKernels(t *testing.T) {
+	out, err := runApp(t, "env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"run on          cpu, float32", "log-prob      fused chunked ATen", "attention     reference"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("env lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runApp(t, "env", "--device", "cuda:1", "--dtype", "bfloat16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"run on          cuda:1, bfloat16", "log-prob      fused chunked ATen", "cannot run:   device cuda:1, but this lanpo was built for CPU only"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("env --device cuda:1 lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestUsageErrorsExit2(t *testing.T) {
 	for _, args := range [][]string{{"--log-level", "loud", "version"}, {"--log-format", "xml", "version"}} {
 		_, err := runApp(t, args...)
@@ -191,5 +214,34 @@ func TestGenerateCLI(t *testing.T) {
 	}
 	if _, err := runGenerateCLI(t, "", "--min-p", "1"); err == nil || !strings.Contains(err.Error(), "min_p") {
 		t.Errorf("--min-p 1: %v", err)
+	}
+}
+
+// lanpo plan answers for a model directory's config and refuses stages it
+// does not have.
+func TestPlanCommand(t *testing.T) {
+	out, err := runApp(t, "plan", "--model", "../../configs/models/qwen3-14b.json", "--zero", "1", "--kl-beta", "0.001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"14.77 B parameters", "reference model", "does NOT fit in 80 GiB", "ZeRO-2 with activation checkpointing"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runApp(t, "plan", "--model", "../../configs/models/qwen3-14b.json", "--zero", "2", "--activation-checkpointing", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Fits bool `json:"fits"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || !r.Fits {
+		t.Errorf("ZeRO-2 + checkpointing at kl_beta 0: %s (%v)", out, err)
+	}
+	if _, err := runApp(t, "plan", "--model", "../../configs/models/qwen3-14b.json", "--zero", "3"); err == nil {
+		t.Error("--zero 3 accepted")
+	} else if ue, ok := err.(usageError); !ok || ue.ExitCode() != 2 {
+		t.Errorf("--zero 3: %v", err)
 	}
 }

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/trainer"
+)
+
+func planCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "plan",
+		Usage: "per-GPU memory of a training run, before renting GPUs",
+		Description: "Adds up, per GPU: weights, the KL reference model (none at --kl-beta 0), gradients, fp32 master weights\n" +
+			"and Adam moments (sharded by --zero 1, gradients too by --zero 2), activations of one micro-batch of\n" +
+			"--micro-tokens tokens (each layer's input only with --activation-checkpointing), the fused log-prob's\n" +
+			"fp32 chunk buffer, a generation batch (KV cache and decode buffers; split into batches of whole groups\n" +
+			"when the step's rows do not fit beside the persistent state) and headroom, and says whether it fits --gpu-mem. The activation\n" +
+			"figures follow what lanpo's forward keeps for backward; `lanpo bench memory` measures them on CPU.\n" +
+			"Example: lanpo plan --model configs/models/qwen2.5-7b.json --gpus 8 --zero 1 --seq-len 4096 --micro-tokens 16384",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "a Hugging Face model directory or its config.json"},
+			&cli.IntFlag{Name: "gpus", Value: 8},
+			&cli.IntFlag{Name: "zero", Value: 1, Usage: "ZeRO stage: 0, 1 or 2"},
+			&cli.Int64Flag{Name: "seq-len", Value: 4096, Usage: "longest training sequence (prompt + response)"},
+			&cli.Int64Flag{Name: "micro-tokens", Value: 16384, Usage: "tokens per micro-batch (algo.max_tokens_per_micro_batch)"},
+			&cli.BoolFlag{Name: "activation-checkpointing"},
+			&cli.Float64Flag{Name: "kl-beta", Usage: "algo.kl_beta; > 0 keeps a reference model"},
+			&cli.BoolFlag{Name: "ref-offload", Usage: "the reference model lives on the host"},
+			&cli.StringFlag{Name: "gpu-mem", Value: "80GiB", Usage: "memory per GPU (GiB, GB, or bytes)"},
+			&cli.StringFlag{Name: "dtype", Value: "bfloat16", Usage: "parameters and activations"},
+			&cli.Int64Flag{Name: "rollout-rows", Value: 64, Usage: "sequences a step generates per GPU (prompts per GPU × samples per prompt)"},
+			&cli.Int64Flag{Name: "samples", Value: 8, Usage: "samples per prompt (G): generation batches hold whole groups"},
+			&cli.Int64Flag{Name: "prompt-len", Usage: "longest prompt in tokens (default a quarter of --rollout-tokens)"},
+			&cli.Int64Flag{Name: "rollout-tokens", Usage: "longest prompt + max_new_tokens (default --seq-len)"},
+			&cli.BoolFlag{Name: "reference-attention", Usage: "attention without SDPA (keeps the probabilities; lanpo's CPU default)"},
+			&cli.Float64Flag{Name: "headroom", Value: 0.08},
+			&cli.Int64Flag{Name: "logprob-chunk", Value: csrc.DefaultLogProbChunk(true), Usage: "rows of the fused log-prob's fp32 buffer"},
+			&cli.BoolFlag{Name: "json"},
+		},
+		Action: func(c *cli.Context) error {
+			path := c.String("model")
+			if st, err := os.Stat(path); err == nil && st.IsDir() {
+				path = filepath.Join(path, "config.json")
+			}
+			cfg, err := model.LoadConfig(path)
+			if err != nil {
+				return err
+			}
+			mem, err := parseBytes(c.String("gpu-mem"))
+			if err != nil {
+				return usageError{fmt.Errorf("--gpu-mem: %w", err)}
+			}
+			dt, err := csrc.ParseDType(c.String("dtype"))
+			if err != nil {
+				return usageError{fmt.Errorf("--dtype: %w", err)}
+			}
+			rt := c.Int64("rollout-tokens")
+			if rt == 0 {
+				rt = c.Int64("seq-len")
+			}
+			o := trainer.PlanOptions{GPUs: c.Int("gpus"), Zero: c.Int("zero"), DTypeBytes: int64(dt.Size()), SeqLen: c.Int64("seq-len"),
+				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"),
+				KLBeta: c.Float64("kl-beta"), RefOffload: c.Bool("ref-offload"), RolloutRows: c.Int64("rollout-rows"), RolloutGroup: c.Int64("samples"), RolloutPrompt: c.Int64("prompt-len"), RolloutTokens: rt,
+				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4}
+			r, err := trainer.Plan(cfg, o)
+			if err != nil {
+				return usageError{err}
+			}
+			if c.Bool("json") {
+				return jsonl.Encoder(c.App.Writer).Encode(r)
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "%s: %.2f B parameters; %d GPUs, ZeRO-%d, %s, micro-batch %d tokens, sequences up to %d, activation checkpointing %v, kl_beta %g\n",
+				path, float64(r.Params)/1e9, o.GPUs, o.Zero, c.String("dtype"), o.MicroTokens, o.SeqLen, o.Checkpointing, o.KLBeta)
+			fmt.Fprint(w, r.String())
+			if mem > 0 {
+				verdict := "fits"
+				if !r.Fits {
+					verdict = "does NOT fit"
+				}
+				fmt.Fprintf(w, "%s in %.0f GiB\n", verdict, float64(mem)/(1<<30))
+				for _, n := range r.Notes {
+					fmt.Fprintf(w, "  - %s\n", n)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// parseBytes reads "80GiB", "80GB", "80G" or a number of bytes.
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"GiB", 1 << 30}, {"GB", 1e9}, {"G", 1 << 30}, {"MiB", 1 << 20}, {"MB", 1e6}} {
+		if strings.HasSuffix(s, u.suffix) {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(s, u.suffix), 64)
+			return int64(v * u.mult), err
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}

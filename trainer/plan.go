@@ -1,0 +1,231 @@
+package trainer
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+// Plan is lanpo plan: per-GPU memory of a GRPO/LANPO (or SFT) run before
+// renting GPUs, from the model's config and the run's shape. The precision
+// policy for large models (one place):
+//
+//   - parameters and activations in bf16 (dtype: the checkpoint's on CUDA);
+//   - fp32 master weights and Adam moments (AdamW keeps a fp32 master for
+//     every 16-bit parameter; gradients arrive in the parameter's dtype);
+//   - fp32 log-softmax statistics (the fused log-prob op accumulates in
+//     fp32 over a [chunk, V] fp32 buffer), fp32 loss, advantages and
+//     importance weights.
+//
+// ZeRO: stage 1 shards masters and moments over the GPUs, stage 2 also the
+// gradients — which lowers the peak only when gradients are reduce-scattered
+// layer by layer as the backward finishes them (activation checkpointing's
+// per-layer backward); otherwise the full gradients exist at the end of
+// backward. Parameter sharding (ZeRO-3/FSDP) is not implemented.
+
+// PlanOptions describe the run.
+type PlanOptions struct {
+	GPUs            int
+	Zero            int     // 0, 1, 2
+	DTypeBytes      int64   // parameters and activations (2: bf16)
+	SeqLen          int64   // longest training sequence: prompt + response
+	MicroTokens     int64   // tokens per micro-batch (algo.max_tokens_per_micro_batch)
+	Checkpointing   bool    // train.activation_checkpointing
+	SDPA            bool    // attention through SDPA (CUDA): no kept probabilities
+	KLBeta          float64 // > 0: a reference model
+	RefOffload      bool    // the reference model lives off the GPU
+	RolloutRows     int64   // sequences a step generates per GPU (prompts × G)
+	RolloutGroup    int64   // G, samples per prompt (0: 1)
+	RolloutPrompt   int64   // longest prompt (0: a quarter of RolloutTokens)
+	RolloutTokens   int64   // longest prompt + max_new_tokens
+	LogProbChunk    int64   // rows of the fused op's fp32 logits buffer
+	GPUMem          int64   // bytes per GPU (0: do not judge)
+	Headroom        float64 // share of GPUMem kept free (allocator, CUDA context)
+	MasterForWeight bool    // fp32 masters (true for 16-bit parameters)
+}
+
+// PlanLine is one component's bytes per GPU and when it is held: always,
+// during rollout, or during the update (the rollout's KV cache is freed
+// before the update's activations exist).
+type PlanLine struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+	Phase string `json:"phase"` // always, rollout, update
+	Note  string `json:"note"`
+}
+
+// PlanResult is the table and its verdict.
+type PlanResult struct {
+	Params      int64      `json:"params"`
+	Lines       []PlanLine `json:"lines"`
+	Rollout     int64      `json:"rollout_peak"` // always + rollout
+	Update      int64      `json:"update_peak"`  // always + update
+	Total       int64      `json:"peak"`         // the larger, plus headroom
+	Fits        bool       `json:"fits"`
+	RowsThatFit int64      `json:"rollout_rows_that_fit"` // rollout rows whose KV cache fits next to the persistent state
+	Notes       []string   `json:"notes"`
+}
+
+const gib = 1 << 30
+
+// Plan computes the per-GPU memory of a run of cfg.
+func Plan(cfg *model.Config, o PlanOptions) (PlanResult, error) {
+	switch {
+	case o.GPUs < 1:
+		return PlanResult{}, fmt.Errorf("--gpus must be ≥ 1")
+	case o.Zero < 0 || o.Zero > 2:
+		return PlanResult{}, fmt.Errorf("--zero %d: lanpo has ZeRO stages 0, 1 and 2 (parameter sharding, stage 3, is not implemented)", o.Zero)
+	case o.SeqLen < 1 || o.MicroTokens < 1:
+		return PlanResult{}, fmt.Errorf("--seq-len and --micro-tokens must be ≥ 1")
+	}
+	p := cfg.ParamCount()
+	r := PlanResult{Params: p}
+	n := int64(o.GPUs)
+	shard := func(x int64, from int) (int64, string) {
+		if o.Zero >= from && o.GPUs > 1 {
+			return (x + n - 1) / n, fmt.Sprintf("sharded over %d GPUs (ZeRO-%d)", o.GPUs, o.Zero)
+		}
+		return x, "full on every GPU"
+	}
+	phase := "always"
+	add := func(name string, b int64, note string) { r.Lines = append(r.Lines, PlanLine{name, b, phase, note}) }
+
+	add("weights", p*o.DTypeBytes, fmt.Sprintf("%.2f B parameters × %d bytes", float64(p)/1e9, o.DTypeBytes))
+	switch {
+	case o.KLBeta == 0:
+		add("reference model", 0, "none: kl_beta 0")
+	case o.RefOffload:
+		add("reference model", 0, "offloaded to the host")
+	default:
+		add("reference model", p*o.DTypeBytes, "a frozen copy for the KL term")
+	}
+	if o.MasterForWeight {
+		m, note := shard(4*p, 1)
+		add("fp32 master weights", m, note)
+	}
+	mom, note := shard(8*p, 1)
+	add("Adam moments (fp32 m, v)", mom, note)
+	phase = "update"
+	g, gnote := shard(p*o.DTypeBytes, 2)
+	if o.Zero == 2 && !o.Checkpointing {
+		g, gnote = p*o.DTypeBytes, "full at the end of backward: ZeRO-2 frees gradient shards layer by layer only with activation checkpointing"
+	}
+	add("gradients", g, gnote)
+
+	h, L, v := cfg.HiddenSize, cfg.NumHiddenLayers, cfg.VocabSize
+	tok := o.MicroTokens
+	perLayer := cfg.ActivationElems() * o.DTypeBytes
+	attn := int64(0)
+	if !o.SDPA {
+		attn = cfg.AttentionProbs(o.SeqLen) * 4
+	}
+	// The backward of a layer also holds the gradients of its
+	// intermediates: about one more layer's activations, the attention
+	// probabilities' twice (the softmax's backward holds the gradients of
+	// its output and of its input at once).
+	bwd := tok * (perLayer + 2*attn)
+	var act int64
+	var actNote string
+	if o.Checkpointing {
+		// Each layer's input, plus one layer recomputed with grad and its
+		// backward.
+		act = tok*h*o.DTypeBytes*(L+1) + tok*(perLayer+attn) + bwd
+		actNote = fmt.Sprintf("%d tokens: each layer's input, one layer recomputed and its backward", tok)
+	} else {
+		act = tok*(perLayer+attn)*L + bwd
+		actNote = fmt.Sprintf("%d tokens × %d layers × %.0f KB per token and layer, and one layer's backward", tok, L, float64(perLayer+attn)/1024)
+	}
+	add("activations (micro-batch)", act, actNote)
+	chunk := min(o.LogProbChunk, tok)
+	add("log-prob chunk buffer", chunk*v*4+tok*h*4, fmt.Sprintf("fp32 [%d, %d] logits chunk and fp32 hidden gradient", chunk, v))
+	var always int64
+	for _, l := range r.Lines {
+		switch l.Phase {
+		case "always":
+			always += l.Bytes
+		case "update":
+			r.Update += l.Bytes
+		}
+	}
+	r.Update += always
+	// The rollout: the generation engine's own estimate (KV cache, decode
+	// and prefill buffers: model.Config.GenerationBytes), for every row at
+	// once or, where they do not fit beside the persistent state, for as
+	// many whole groups as do (rollout.gpu_memory_fraction splits a step's
+	// generation that way).
+	grp := max(o.RolloutGroup, 1)
+	lmax := o.RolloutPrompt
+	if lmax == 0 {
+		lmax = o.RolloutTokens / 4
+	}
+	gen := func(rows int64) int64 {
+		return cfg.GenerationBytes(rows, (rows+grp-1)/grp, lmax, o.RolloutTokens, o.DTypeBytes, o.SDPA)
+	}
+	rows := o.RolloutRows
+	var head int64
+	if o.GPUMem > 0 {
+		head = int64(float64(o.GPUMem) * o.Headroom)
+		free := o.GPUMem - head - always
+		r.RowsThatFit = 0
+		for n := grp; n <= max(o.RolloutRows, grp) && gen(n) <= free; n += grp {
+			r.RowsThatFit = n
+		}
+		rows = min(rows, r.RowsThatFit)
+	}
+	phase = "rollout"
+	if o.RolloutRows > 0 {
+		note := fmt.Sprintf("%d rows × %d positions: KV cache and decode buffers", rows, o.RolloutTokens)
+		if rows < o.RolloutRows && rows > 0 {
+			note = fmt.Sprintf("%d of the step's %d rows at once (%d generation batches) × %d positions", rows, o.RolloutRows, (o.RolloutRows+rows-1)/rows, o.RolloutTokens)
+		}
+		add("rollout (generation batch)", gen(rows), note)
+		r.Rollout = always + gen(rows)
+	}
+	r.Total = max(r.Rollout, r.Update)
+	if o.GPUMem > 0 {
+		phase = "always"
+		add("headroom", head, fmt.Sprintf("%.0f%% of the GPU for the CUDA context and allocator fragmentation", 100*o.Headroom))
+		r.Total += head
+		// Generation splits into batches that fit, so the rollout fits when
+		// one group does; the update must fit whole.
+		updateFits := r.Update+head <= o.GPUMem
+		r.Fits = updateFits && (o.RolloutRows == 0 || r.RowsThatFit >= 1)
+		if o.RolloutRows > 0 && r.RowsThatFit == 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("not even one prompt's %d samples fit beside the persistent state (%.1f GiB)", grp, float64(always)/gib))
+		}
+		if !updateFits {
+			r.Notes = append(r.Notes, suggestions(r.Update+head-o.GPUMem, o)...)
+		}
+	}
+	return r, nil
+}
+
+// suggestions name the settings that would lower the update's peak.
+func suggestions(over int64, o PlanOptions) []string {
+	var s []string
+	s = append(s, fmt.Sprintf("the update is over by %.1f GiB", float64(over)/gib))
+	if o.KLBeta > 0 && !o.RefOffload {
+		s = append(s, "kl_beta 0 (or --ref-offload) removes the reference model")
+	}
+	if o.Zero < 2 || !o.Checkpointing {
+		s = append(s, "ZeRO-2 with activation checkpointing shards the gradients layer by layer")
+	}
+	if o.Zero < 1 {
+		s = append(s, "ZeRO-1 shards masters and moments")
+	}
+	s = append(s, "fewer micro-batch tokens lower the activations; weights themselves are not sharded (ZeRO-3/FSDP is not implemented)")
+	return s
+}
+
+// String renders the plan as a table.
+func (r PlanResult) String() string {
+	var b strings.Builder
+	for _, l := range r.Lines {
+		fmt.Fprintf(&b, "  %-26s %9.2f GiB  %-7s %s\n", l.Name, float64(l.Bytes)/gib, l.Phase, l.Note)
+	}
+	fmt.Fprintf(&b, "  %-26s %9.2f GiB\n", "rollout phase", float64(r.Rollout)/gib)
+	fmt.Fprintf(&b, "  %-26s %9.2f GiB\n", "update phase", float64(r.Update)/gib)
+	fmt.Fprintf(&b, "  %-26s %9.2f GiB  the larger phase plus headroom\n", "peak per GPU", float64(r.Total)/gib)
+	return b.String()
+}

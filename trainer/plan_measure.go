@@ -1,0 +1,175 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+// MemoryCheck is one line of lanpo bench memory: what lanpo plan says a
+// component takes and what the process's peak RSS measured for it.
+type MemoryCheck struct {
+	Name     string  `json:"name"`
+	Planned  int64   `json:"planned_bytes"`
+	Measured int64   `json:"measured_bytes"`
+	Ratio    float64 `json:"measured_over_planned"`
+}
+
+// MeasureMemory checks Plan against the host: a random model of cfg in
+// float32 on the CPU, one micro-batch of rows × seq tokens through the
+// trainer's log-prob path (fused log-prob op, reference attention), its
+// backward, and an AdamW step. Each figure is the process's resident set
+// (RSS) grown over one phase, with the host allocator returning large
+// frees at once (csrc.MeasureHostMemory) and the peak reset through
+// /proc/self/clear_refs before each phase:
+//
+//   - weights: RSS after building the model minus before;
+//   - gradients: RSS after the first backward minus before it (the
+//     activations are gone by then, the gradients stay);
+//   - Adam moments: RSS after the first optimizer step minus before it;
+//   - activations + log-prob buffer, without and with activation
+//     checkpointing: the peak RSS during a forward and backward above the
+//     RSS before it (gradients already allocated, so what grows is what
+//     the forward keeps and the backward's transients).
+//
+// The update's peak with checkpointing should drop by roughly the
+// activations' (layers − 1)/layers share; the printed ratio says how
+// close the plan's arithmetic is.
+func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []MemoryCheck, err error) {
+	defer tensor.Recover("bench memory", &err)
+	csrc.MeasureHostMemory()
+	rss := func() int64 {
+		csrc.MeasureHostMemory() // trims the heap before each reading
+		n, err := tensor.RSSBytes()
+		if err != nil {
+			panic(err)
+		}
+		return n
+	}
+	planFor := func(ckpt bool) (map[string]int64, error) {
+		r, err := Plan(cfg, PlanOptions{GPUs: 1, DTypeBytes: 4, SeqLen: seq, MicroTokens: rows * seq, Checkpointing: ckpt,
+			LogProbChunk: csrc.DefaultLogProbChunk(false)})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]int64{}
+		for _, l := range r.Lines {
+			out[l.Name] = l.Bytes
+		}
+		return out, nil
+	}
+	plain, err := planFor(false)
+	if err != nil {
+		return nil, err
+	}
+	ckptPlan, err := planFor(true)
+	if err != nil {
+		return nil, err
+	}
+	add := func(name string, planned, measured int64) {
+		checks = append(checks, MemoryCheck{Name: name, Planned: planned, Measured: measured, Ratio: float64(measured) / math.Max(float64(planned), 1)})
+	}
+
+	before := rss()
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: gotch.Float}, seed)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	add("weights", plain["weights"], rss()-before)
+	for _, p := range m.Params() {
+		p.Tensor.MustRequiresGrad_(true)
+	}
+
+	var data tensor.Scope
+	defer data.Close()
+	ids := model.RandomIDs(rows, seq, cfg.VocabSize, seed)
+	flat, pos, mask := make([]int64, 0, rows*seq), make([]int64, 0, rows*seq), make([]int64, 0, rows*seq)
+	for _, row := range ids {
+		for j, id := range row {
+			flat, pos, mask = append(flat, id), append(pos, int64(j)), append(mask, 1)
+		}
+	}
+	shape := []int64{rows, seq}
+	idsT := tensor.FromSlice(&data, flat, shape, gotch.CPU)
+	posT := tensor.FromSlice(&data, pos, shape, gotch.CPU)
+	maskT := tensor.FromSlice(&data, mask, shape, gotch.CPU)
+	tmask := data.Keep(maskT.MustTotype(gotch.Bool, false))
+	opt := csrc.LogProbOptions{Temperature: 1}
+	step := func(ckpt bool) error {
+		var s tensor.Scope
+		defer s.Close()
+		var lp *ts.Tensor
+		var c *model.Checkpointed
+		var err error
+		if ckpt {
+			lp, _, c, err = m.TokenLogProbsCheckpointed(&s, idsT, posT, maskT, idsT, tmask, opt)
+		} else {
+			lp, _, err = m.TokenLogProbs(&s, idsT, posT, maskT, idsT, tmask, opt)
+		}
+		if err != nil {
+			return err
+		}
+		loss := s.Keep(lp.MustMean(gotch.Float, false))
+		return backward(loss, c)
+	}
+
+	// A forward without grad first starts the thread pools and kernels'
+	// one-time state, which would otherwise count as gradients.
+	if err := csrc.NoGrad(func() error {
+		var s tensor.Scope
+		defer s.Close()
+		_, _, err := m.TokenLogProbs(&s, idsT, posT, maskT, idsT, tmask, opt)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	before = rss()
+	if err := step(false); err != nil {
+		return nil, err
+	}
+	add("gradients", plain["gradients"], rss()-before)
+	// The moments are allocated zeroed, so their pages count once the
+	// first step writes them.
+	before = rss()
+	o, err := NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	if err := o.Update(1e-6); err != nil {
+		return nil, err
+	}
+	add("Adam moments (fp32 m, v)", plain["Adam moments (fp32 m, v)"], rss()-before)
+
+	for _, ckpt := range []bool{false, true} {
+		plan := plain
+		name := "activations + log-prob buffer"
+		if ckpt {
+			plan, name = ckptPlan, name+", checkpointed"
+		}
+		o.ZeroGrad()
+		// A warm-up run first, so one-time allocations (thread pools,
+		// kernels' scratch) are not counted.
+		if err := step(ckpt); err != nil {
+			return nil, err
+		}
+		o.ZeroGrad()
+		meter := csrc.NewPeakMeter(gotch.CPU)
+		if err := step(ckpt); err != nil {
+			return nil, err
+		}
+		peak, src := meter.Peak()
+		if peak == 0 {
+			return nil, fmt.Errorf("no peak memory figure: %s", src)
+		}
+		add(name, plan["activations (micro-batch)"]+plan["log-prob chunk buffer"], peak)
+	}
+	return checks, nil
+}

@@ -1,0 +1,164 @@
+package trainer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+func planLines(r PlanResult) map[string]int64 {
+	out := map[string]int64{}
+	for _, l := range r.Lines {
+		out[l.Name] = l.Bytes
+	}
+	return out
+}
+
+func loadPlanModel(t *testing.T, name string) *model.Config {
+	t.Helper()
+	cfg, err := model.LoadConfig("../configs/models/" + name + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// The published sizes: Qwen2.5-7B has 7.62 B parameters, Qwen3-14B 14.77 B.
+func TestPlanParamCounts(t *testing.T) {
+	for name, want := range map[string]float64{"qwen2.5-7b": 7.62e9, "qwen3-14b": 14.77e9} {
+		got := float64(loadPlanModel(t, name).ParamCount())
+		if got < want*0.995 || got > want*1.005 {
+			t.Errorf("%s: %.4g parameters, published %.4g", name, got, want)
+		}
+	}
+}
+
+// Each line by hand for a small case, and what each switch moves.
+func TestPlanArithmetic(t *testing.T) {
+	cfg := model.MemoryBenchShape()
+	p := cfg.ParamCount()
+	base := PlanOptions{GPUs: 4, Zero: 1, DTypeBytes: 2, SeqLen: 1024, MicroTokens: 4096, KLBeta: 0.05, RolloutRows: 16,
+		RolloutTokens: 1024, LogProbChunk: 1024, MasterForWeight: true}
+	plan := func(edit func(*PlanOptions)) map[string]int64 {
+		o := base
+		if edit != nil {
+			edit(&o)
+		}
+		r, err := Plan(cfg, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return planLines(r)
+	}
+	l := plan(nil)
+	want := map[string]int64{
+		"weights":                    2 * p,
+		"reference model":            2 * p,
+		"fp32 master weights":        (4*p + 3) / 4,
+		"Adam moments (fp32 m, v)":   (8*p + 3) / 4,
+		"gradients":                  2 * p,                                            // ZeRO-1 keeps them whole
+		"rollout (generation batch)": cfg.GenerationBytes(16, 16, 256, 1024, 2, false), // G 1, prompts 1024/4
+		"log-prob chunk buffer":      1024*32000*4 + 4096*512*4,
+	}
+	for k, v := range want {
+		if l[k] != v {
+			t.Errorf("%s: %d, by hand %d", k, l[k], v)
+		}
+	}
+	perTok := int64(5*512+3*512+4*128+4*1536)*2 + 8*1024*4 // reference attention keeps fp32 probabilities
+	probs := int64(8 * 1024 * 4)
+	if a := l["activations (micro-batch)"]; a != 4096*(perTok*9+probs) {
+		t.Errorf("activations %d, by hand %d", a, 4096*(perTok*9+probs))
+	}
+	if l := plan(func(o *PlanOptions) { o.SDPA = true }); l["activations (micro-batch)"] != 4096*(perTok-probs)*9 {
+		t.Errorf("SDPA keeps no probabilities: %d", l["activations (micro-batch)"])
+	}
+	if l := plan(func(o *PlanOptions) { o.KLBeta = 0 }); l["reference model"] != 0 {
+		t.Errorf("kl_beta 0 keeps a reference of %d bytes", l["reference model"])
+	}
+	if l := plan(func(o *PlanOptions) { o.Zero = 2 }); l["gradients"] != 2*p {
+		t.Errorf("ZeRO-2 without checkpointing cannot free gradient shards early: %d", l["gradients"])
+	}
+	l2 := plan(func(o *PlanOptions) { o.Zero, o.Checkpointing = 2, true })
+	if l2["gradients"] != (2*p+3)/4 {
+		t.Errorf("ZeRO-2 with checkpointing: gradients %d, want a quarter of %d", l2["gradients"], 2*p)
+	}
+	if a := l2["activations (micro-batch)"]; a != 4096*512*2*9+4096*(2*perTok+probs) {
+		t.Errorf("checkpointed activations %d, by hand %d", a, 4096*512*2*9+4096*(2*perTok+probs))
+	}
+	if l := plan(func(o *PlanOptions) { o.Zero = 0 }); l["Adam moments (fp32 m, v)"] != 8*p {
+		t.Errorf("ZeRO-0 shards nothing: %d", l["Adam moments (fp32 m, v)"])
+	}
+	if _, err := Plan(cfg, PlanOptions{GPUs: 1, Zero: 3, SeqLen: 1, MicroTokens: 1}); err == nil || !strings.Contains(err.Error(), "stage 3, is not implemented") {
+		t.Errorf("zero 3: %v", err)
+	}
+}
+
+// The README's answers for 8 × 80 GiB: full-parameter Qwen3-14B with a
+// bf16 reference model and ZeRO-1 does not fit and says what would help;
+// ZeRO-2 with checkpointing at β = 0 does; Qwen2.5-7B fits with ZeRO-1 and
+// checkpointing but not without checkpointing.
+func TestPlanLargeModels(t *testing.T) {
+	o := PlanOptions{GPUs: 8, Zero: 1, DTypeBytes: 2, SeqLen: 4096, MicroTokens: 16384, KLBeta: 0.001, SDPA: true, RolloutRows: 64,
+		RolloutTokens: 4096, LogProbChunk: 4096, GPUMem: 80 << 30, Headroom: 0.08, MasterForWeight: true}
+	cases := []struct {
+		model string
+		edit  func(*PlanOptions)
+		fits  bool
+		note  string
+	}{
+		{"qwen3-14b", nil, false, "kl_beta 0"},
+		{"qwen3-14b", func(o *PlanOptions) { o.Checkpointing = true }, false, "ZeRO-2 with activation checkpointing"},
+		{"qwen3-14b", func(o *PlanOptions) { o.Checkpointing, o.Zero, o.KLBeta = true, 2, 0 }, true, ""},
+		{"qwen2.5-7b", nil, false, "the update is over by"},
+		{"qwen2.5-7b", func(o *PlanOptions) { o.Checkpointing = true }, true, ""},
+	}
+	for _, c := range cases {
+		oc := o
+		if c.edit != nil {
+			c.edit(&oc)
+		}
+		r, err := Plan(loadPlanModel(t, c.model), oc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Fits != c.fits {
+			t.Errorf("%s %+v: fits %v, want %v\n%s", c.model, oc, r.Fits, c.fits, r)
+		}
+		if c.note != "" && !strings.Contains(strings.Join(r.Notes, "\n"), c.note) {
+			t.Errorf("%s: notes %q lack %q", c.model, r.Notes, c.note)
+		}
+		if c.fits && r.RowsThatFit < 1 {
+			t.Errorf("%s: fits, yet no rollout row fits", c.model)
+		}
+	}
+}
+
+// The plan's figures against the host's measured peak memory for a small
+// model (the method: MeasureMemory). Within 20% (this small model's
+// fixed costs weigh more than a real one's: libtorch's first allocations,
+// the final norm); checkpointing must cut the measured update peak by
+// more than half.
+func TestPlanMatchesMeasuredMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~1 GB and runs three updates; skipped with -short")
+	}
+	lockThread(t)
+	cfg := model.MemoryBenchShape()
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.NumAttentionHeads, cfg.VocabSize = 384, 1024, 6, 6, 16000
+	checks, err := MeasureMemory(cfg, 2, 512, 1)
+	if err != nil {
+		t.Skipf("no memory figures on this system: %v", err)
+	}
+	for _, c := range checks {
+		t.Logf("%-44s plan %8.1f MiB measured %8.1f MiB ratio %.3f", c.Name, float64(c.Planned)/(1<<20), float64(c.Measured)/(1<<20), c.Ratio)
+		if c.Ratio < 0.8 || c.Ratio > 1.2 {
+			t.Errorf("%s: measured %.3f× the plan", c.Name, c.Ratio)
+		}
+	}
+	n := len(checks)
+	if n != 5 || checks[n-1].Measured*2 > checks[n-2].Measured {
+		t.Errorf("checkpointing did not halve the update's peak: %+v", checks)
+	}
+}
