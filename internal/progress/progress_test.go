@@ -14,7 +14,7 @@ func TestLine(t *testing.T) {
 		detail string
 		want   string
 	}{
-		{20, "", "train [====>                   ] 20/100"}, // none done by this process yet: no rate
+		{20, "", "train [====>                   ] 20/100"},                                 // none done by this process yet: no rate
 		{40, "loss 0.5", "train [=========>              ] 40/100  2/s  ETA 30s  loss 0.5"}, // 20 units in 10 s
 		{100, "", "train [========================] 100/100  8/s  ETA 0s"},
 	} {
