@@ -131,6 +131,11 @@ type AlgoConfig struct {
 	// on it. Metrics: sampler_logp_gap_mean/max, tis_clipped_frac.
 	RecomputeOldLogp bool    `yaml:"recompute_old_logp"`
 	TISCap           float64 `yaml:"tis_cap"`
+	// RefDevice puts the KL term's reference model on another device than
+	// the policy ("": the same; cpu: offloaded to the host, in the policy's
+	// dtype), freeing its weights' memory on the GPU at the price of
+	// computing its log-probs there.
+	RefDevice string `yaml:"ref_device"`
 }
 
 // SFTConfig are the supervised fine-tuning settings.
@@ -348,6 +353,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseDevice(c.Device); err != nil {
 		return bad("device", "%v", err)
+	}
+	if _, err := ParseDevice(c.Algo.RefDevice); err != nil {
+		return bad("algo.ref_device", "%v", err)
 	}
 	if !strings.Contains(c.Data.PromptTemplate, "{problem}") {
 		return bad("data.prompt_template", "must contain {problem}")

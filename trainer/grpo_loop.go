@@ -106,7 +106,15 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		return err
 	}
 	if cfg.Algo.KLBeta > 0 {
-		if g.ref, err = model.Load(s.modelDir, cfg.loadOptions()); err != nil {
+		o := cfg.loadOptions()
+		if cfg.Algo.RefDevice != "" {
+			o.Device, _ = ParseDevice(cfg.Algo.RefDevice) // parsed at load
+			o.DType = s.m.DType
+			if err := CheckDevice(o.Device); err != nil {
+				return fmt.Errorf("config key algo.ref_device: %w", err)
+			}
+		}
+		if g.ref, err = model.Load(s.modelDir, o); err != nil {
 			return fmt.Errorf("reference model: %w", err)
 		}
 		defer g.ref.Close()

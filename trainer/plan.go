@@ -206,7 +206,7 @@ func suggestions(over int64, o PlanOptions) []string {
 	var s []string
 	s = append(s, fmt.Sprintf("the update is over by %.1f GiB", float64(over)/gib))
 	if o.KLBeta > 0 && !o.RefOffload {
-		s = append(s, "kl_beta 0 (or --ref-offload) removes the reference model")
+		s = append(s, "kl_beta 0, or the reference on the host (algo.ref_device: cpu; --ref-offload here), removes the reference model from the GPU")
 	}
 	if o.Zero < 2 || !o.Checkpointing {
 		s = append(s, "ZeRO-2 with activation checkpointing shards the gradients layer by layer")

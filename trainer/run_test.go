@@ -663,3 +663,23 @@ func TestRecomputeOldLogp(t *testing.T) {
 		t.Errorf("tis_cap below 1: %v", err)
 	}
 }
+
+// algo.ref_device: the reference model on the host computes the same KL
+// term (here both are on the CPU, so the run is identical); a device this
+// build lacks is refused naming the key.
+func TestRefDevice(t *testing.T) {
+	a := tinyConfig(t, "total_steps=1", "algo.kl_beta=0.05")
+	runGRPO(t, a, "")
+	b := tinyConfig(t, "total_steps=1", "algo.kl_beta=0.05", "algo.ref_device=cpu")
+	runGRPO(t, b, "")
+	if ma, mb := stableMetrics(t, a.RunDir), stableMetrics(t, b.RunDir); !reflect.DeepEqual(ma, mb) || ma[0]["kl"] == nil {
+		t.Errorf("metrics differ with the reference on the host:\n%v\n%v", ma, mb)
+	}
+	c := tinyConfig(t, "total_steps=1", "algo.kl_beta=0.05", "algo.ref_device=cuda:0")
+	if err := RunGRPO(context.Background(), c, "", RunOptions{}); err == nil || !strings.Contains(err.Error(), "config key algo.ref_device: device cuda:0, but this lanpo was built for CPU only") {
+		t.Errorf("a CUDA reference on a CPU build: %v", err)
+	}
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"algo.ref_device=tpu"}); err == nil || !strings.Contains(err.Error(), "config key algo.ref_device") {
+		t.Errorf("a bad ref_device: %v", err)
+	}
+}

@@ -34,7 +34,7 @@ func planCommand() *cli.Command {
 			&cli.Int64Flag{Name: "micro-tokens", Value: 16384, Usage: "tokens per micro-batch (algo.max_tokens_per_micro_batch)"},
 			&cli.BoolFlag{Name: "activation-checkpointing"},
 			&cli.Float64Flag{Name: "kl-beta", Usage: "algo.kl_beta; > 0 keeps a reference model"},
-			&cli.BoolFlag{Name: "ref-offload", Usage: "the reference model lives on the host"},
+			&cli.BoolFlag{Name: "ref-offload", Usage: "the reference model lives on the host (algo.ref_device: cpu)"},
 			&cli.StringFlag{Name: "gpu-mem", Value: "80GiB", Usage: "memory per GPU (GiB, GB, or bytes)"},
 			&cli.StringFlag{Name: "dtype", Value: "bfloat16", Usage: "parameters and activations"},
 			&cli.Int64Flag{Name: "rollout-rows", Value: 64, Usage: "sequences a step generates per GPU (prompts per GPU × samples per prompt)"},
