@@ -31,10 +31,11 @@ inline lanpo_tensor new_handle(at::Tensor t) { return new at::Tensor(std::move(t
 
 // LANPO_GUARD runs body and turns any exception into a returned error
 // string naming the function; c10::Error loses its C++ backtrace, which
-// means nothing to a Go caller.
-#define LANPO_GUARD(where, body)                                \
+// means nothing to a Go caller. The body is variadic so that commas in it
+// (declarations, template arguments) do not split it into macro arguments.
+#define LANPO_GUARD(where, ...)                                 \
   try {                                                         \
-    body return nullptr;                                        \
+    __VA_ARGS__ return nullptr;                                 \
   } catch (const c10::Error &e) {                               \
     return lanpo::dup_error(where, e.what_without_backtrace()); \
   } catch (const std::exception &e) {                           \
