@@ -1,7 +1,8 @@
 # lanpo — build, test and run. Every target prepares libtorch and gotch first
 # (make deps); see README.md for how libtorch is chosen.
 #
-#   make deps    find libtorch, prepare gotch for it (cached in ~/.cache/lanpo)
+#   make deps    find libtorch, prepare gotch for it, find Gloo's headers for
+#                distributed support (Debian's libgloo-dev; cached in ~/.cache/lanpo)
 #   make build   bin/lanpo
 #   make test    vet and all tests (fetches the tokenizer fixtures first; compile-checks
 #                the CUDA kernels with nvcc from PyPI, no GPU needed)
@@ -44,7 +45,7 @@ cuda-check:
 
 test: deps fixtures cuda-check
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 30m ./...
+	LANPO_REQUIRE_DIST=1 $(GO) test -count=1 -timeout 30m ./...
 
 # Each benchmark prints a ratio against a baseline measured in the same run.
 # bench forward compares with transformers when LANPO_HF_PYTHON names a
@@ -55,6 +56,7 @@ bench: build fixtures
 	bin/lanpo bench logprob --grad --reps 1
 	bin/lanpo bench forward
 	bin/lanpo bench generate
+	bin/lanpo bench allreduce
 	bin/lanpo bench tokenize --tokenizer "$${LANPO_TOKENIZERS:-$${XDG_CACHE_HOME:-$$HOME/.cache}/lanpo/tokenizers}/qwen3" \
 		--data ../shared/data/math_train.jsonl
 

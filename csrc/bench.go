@@ -188,6 +188,13 @@ func Backward(out, grad *ts.Tensor) error {
 	return takeError(C.lanpo_backward(handle(out), handle(grad)))
 }
 
+// ClearGrad drops t's accumulated gradient: t.grad becomes undefined and
+// its memory is freed (a later backward allocates it anew).
+func ClearGrad(t *ts.Tensor) error { return takeError(C.lanpo_clear_grad(handle(t))) }
+
+// EnsureGrad gives t a zero gradient if it has none.
+func EnsureGrad(t *ts.Tensor) error { return takeError(C.lanpo_ensure_grad(handle(t))) }
+
 // SetGradEnabled sets autograd's grad mode on the calling OS thread and
 // returns the previous mode.
 func SetGradEnabled(on bool) bool {

@@ -112,6 +112,17 @@ extern "C" char *lanpo_backward(lanpo_tensor out, lanpo_tensor grad) {
   })
 }
 
+extern "C" char *lanpo_clear_grad(lanpo_tensor t) {
+  LANPO_GUARD("clear_grad", { static_cast<at::Tensor *>(t)->mutable_grad().reset(); })
+}
+
+extern "C" char *lanpo_ensure_grad(lanpo_tensor t) {
+  LANPO_GUARD("ensure_grad", {
+    auto *x = static_cast<at::Tensor *>(t);
+    if (!x->grad().defined()) x->mutable_grad() = at::zeros_like(*x);
+  })
+}
+
 extern "C" char *lanpo_tensor_from_bytes(const void *data, const int64_t *shape, int ndim, int src_dtype, int dst_dtype,
                                          int device, lanpo_tensor *out) {
   LANPO_GUARD("tensor_from_bytes", {

@@ -71,6 +71,14 @@ char *lanpo_set_grad_enabled(int enabled, int *previous);
 // checkpointing's per-layer backward).
 char *lanpo_backward(lanpo_tensor out, lanpo_tensor grad);
 
+// Drops t's accumulated gradient (t.grad becomes undefined and its memory
+// is freed), as ZeRO-2 does once a gradient's shard has been reduced.
+char *lanpo_clear_grad(lanpo_tensor t);
+
+// Gives t a zero gradient if it has none (a rank whose share of a step was
+// empty ran no backward, yet must take part in the gradient reduction).
+char *lanpo_ensure_grad(lanpo_tensor t);
+
 // Waits for all queued work on the current CUDA device (no-op without CUDA),
 // so timings include it.
 char *lanpo_synchronize(void);
@@ -86,6 +94,51 @@ char *lanpo_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes,
 // Makes the host allocator return every large free to the system (fixed
 // mmap threshold, heap trimmed), so peak RSS measures what tensors hold.
 void lanpo_malloc_measure(void);
+
+// ---- Collectives (dist.cpp), over torch's c10d ----
+//
+// A lanpo_dist is one process group (a TCPStore rendezvous plus a Gloo or
+// NCCL backend); a lanpo_store is a TCPStore server on its own. Both are
+// opaque. In a build without distributed support (prepare found no Gloo
+// headers) every function returns an error and lanpo_dist_support reports 0.
+
+typedef void *lanpo_dist;
+typedef void *lanpo_store;
+
+// Which backends this build compiled in (1) or not (0).
+void lanpo_dist_support(int *gloo, int *nccl);
+
+// Joins a process group. backend is "gloo" or "nccl". The rendezvous is a
+// TCPStore at host:port, served by this process when is_server (rank 0 of a
+// launch whose launcher serves no store), with every key under prefix when
+// prefix is non-empty (torchrun's agent store: "/worker/attempt_<n>").
+// bind_host is the address Gloo listens on ("" for torch's default; the
+// environment's GLOO_SOCKET_IFNAME wins over both). timeout_ms bounds the
+// rendezvous and every collective. cuda_device is the device index of an
+// NCCL group (ignored by Gloo). Blocks until every rank has joined.
+char *lanpo_dist_init(const char *backend, const char *host, int port, int rank, int world, int is_server,
+                      const char *prefix, const char *bind_host, int64_t timeout_ms, int cuda_device,
+                      lanpo_dist *out);
+
+// Collectives, in place or into out, each waited for before returning
+// (on NCCL: the current CUDA stream waits for it). Tensors are contiguous
+// and on the group's device; they are treated as flat.
+//   allreduce_sum:   t = Σ_ranks t
+//   broadcast:       t = t of rank root
+//   allgather:       in n elements, out world × n; chunk r of out = rank r's in
+//   reduce_scatter:  in world × n elements, out n = Σ_ranks chunk <rank> of in
+char *lanpo_dist_allreduce_sum(lanpo_dist d, lanpo_tensor t);
+char *lanpo_dist_broadcast(lanpo_dist d, lanpo_tensor t, int root);
+char *lanpo_dist_allgather(lanpo_dist d, lanpo_tensor in, lanpo_tensor out);
+char *lanpo_dist_reduce_scatter_sum(lanpo_dist d, lanpo_tensor in, lanpo_tensor out);
+char *lanpo_dist_barrier(lanpo_dist d);
+// Leaves the group and frees it (NULL is a no-op).
+void lanpo_dist_free(lanpo_dist d);
+
+// Serves a TCPStore on host:port (0: a free port, reported in *bound_port),
+// the way torchrun's agent does; for tests.
+char *lanpo_store_serve(const char *host, int port, int64_t timeout_ms, lanpo_store *out, int *bound_port);
+void lanpo_store_free(lanpo_store s);
 
 // Throws a C++ exception of the given kind inside the bridge, for tests of
 // the error path: 0 c10::Error (TORCH_CHECK), 1 std::runtime_error,

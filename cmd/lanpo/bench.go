@@ -24,6 +24,7 @@ func benchCommand() *cli.Command {
 			benchVerifyCommand(),
 			benchRelevanceCommand(),
 			benchMemoryCommand(),
+			benchAllreduceCommand(),
 		},
 	}
 }

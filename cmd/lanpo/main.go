@@ -70,6 +70,7 @@ func newApp() *cli.App {
 			verifyCommand(),
 			sftCommand(),
 			trainCommand(),
+			launchCommand(),
 			poolCommand(),
 			evalCommand(),
 			seedCommand(),

@@ -141,6 +141,12 @@ func wheelURL(index, name, version string) (string, error) {
 // fetchWheelFiles extracts the wanted files of a remote wheel into root,
 // each checked against the sha256 the wheel's RECORD gives for it.
 func fetchWheelFiles(index string, w toolkitWheel, root string) (int, error) {
+	return fetchWheelFilesUnder(index, w, "nvidia/cu13/", root)
+}
+
+// fetchWheelFilesUnder is fetchWheelFiles for a wheel whose files live
+// under another prefix (nvidia-nccl-cu13: nvidia/nccl/).
+func fetchWheelFilesUnder(index string, w toolkitWheel, prefix, root string) (int, error) {
 	u, err := wheelURL(index, w.name, w.version)
 	if err != nil {
 		return 0, err
@@ -159,7 +165,7 @@ func fetchWheelFiles(index string, w toolkitWheel, root string) (int, error) {
 	}
 	n := 0
 	for _, f := range z.File {
-		rel, ok := strings.CutPrefix(f.Name, "nvidia/cu13/")
+		rel, ok := strings.CutPrefix(f.Name, prefix)
 		if !ok || strings.HasSuffix(f.Name, "/") || !w.keep(rel) {
 			continue
 		}
@@ -434,7 +440,11 @@ func cudaCheck(repo, cache string, logf func(string, ...any)) error {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "prepare: cuda-check ok: %d kernel file(s) built into liblanpo_cuda.a for sm_80, sm_90 with nvcc 13.5 (PyPI), as CUDA=1 builds them; csrc's CUDA branch compiles against libtorch %s\n",
-		n, lt.Version)
+	distNote, err := distCheck(cxx, args, repo, cache, lt, logf)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "prepare: cuda-check ok: %d kernel file(s) built into liblanpo_cuda.a for sm_80, sm_90 with nvcc 13.5 (PyPI), as CUDA=1 builds them; csrc's CUDA branch compiles against libtorch %s; %s\n",
+		n, lt.Version, distNote)
 	return nil
 }

@@ -1,0 +1,348 @@
+package dist
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// LaunchOptions say what Launch starts on this machine.
+type LaunchOptions struct {
+	NProcPerNode int    // processes (ranks) on this machine
+	NNodes       int    // machines in the run (0: 1)
+	NodeRank     int    // this machine's index in [0, NNodes)
+	MasterAddr   string // rendezvous host (default 127.0.0.1 on one machine; required on several)
+	MasterPort   int    // rendezvous port (0 on one machine: a free port)
+	Exe          string // the program every rank runs
+	Args         []string
+	// Env is added to each child's environment after the launcher's own
+	// variables, so it can override them (tests use this to emulate
+	// torchrun's agent store).
+	Env            []string
+	Stdout, Stderr io.Writer     // where the children's prefixed lines go (nil: os.Stdout, os.Stderr)
+	Grace          time.Duration // SIGTERM to SIGKILL (0: 30 s)
+}
+
+// ExitError is how a launch ends when a rank fails: the first rank that
+// exited non-zero or was killed by a signal.
+type ExitError struct {
+	Rank   int
+	Status int            // exit status, when it exited
+	Signal syscall.Signal // the signal that killed it, or 0
+	// Forwarded is the signal the launcher had passed on to every rank
+	// before (SIGINT or SIGTERM it received), or 0.
+	Forwarded os.Signal
+}
+
+func (e *ExitError) Error() string {
+	var s string
+	if e.Signal != 0 {
+		s = fmt.Sprintf("rank %d was killed by signal %d (%s)", e.Rank, int(e.Signal), signalName(e.Signal))
+	} else {
+		s = fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
+	}
+	if e.Forwarded != nil {
+		s += fmt.Sprintf(" (after the launcher forwarded %s to every rank)", e.Forwarded)
+	}
+	return s
+}
+
+// Launch starts NProcPerNode children of Exe with Args and the environment
+// torchrun gives its workers: RANK = NodeRank·NProcPerNode + local rank,
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT=0 and, when unset,
+// OMP_NUM_THREADS = max(1, CPUs / NProcPerNode). TORCHELASTIC_USE_AGENT_STORE
+// is removed: Launch serves no store, rank 0 does (dist.Init).
+//
+// Each line a child writes is passed on prefixed with "[rank R] ". SIGINT
+// and SIGTERM sent to the launcher are forwarded to every child. When a
+// child fails (non-zero exit or killed by a signal), the others get SIGTERM,
+// then SIGKILL after Grace, and Launch returns an *ExitError naming the
+// first failed rank and how it ended. Cancelling ctx stops the children the
+// same way. Launch returns nil when every child exits 0.
+func Launch(ctx context.Context, o LaunchOptions) error {
+	if err := o.defaults(); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	world := o.NNodes * o.NProcPerNode
+	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE")
+	if _, ok := lookupEnv(append(base, o.Env...), "OMP_NUM_THREADS"); !ok {
+		base = append(base, fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, runtime.NumCPU()/o.NProcPerNode)))
+	}
+
+	// Forward SIGINT/SIGTERM from now on; before Start a signal would find
+	// no child, so it is held until they run.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	var outMu, errMu sync.Mutex
+	type exit struct {
+		rank int
+		err  error
+	}
+	done := make(chan exit, o.NProcPerNode)
+	var procs []*exec.Cmd
+	var flushers []func()
+	for local := 0; local < o.NProcPerNode; local++ {
+		rank := o.NodeRank*o.NProcPerNode + local
+		cmd := exec.Command(o.Exe, o.Args...)
+		cmd.Env = append(append([]string(nil), base...),
+			"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(local),
+			"WORLD_SIZE="+strconv.Itoa(world), "LOCAL_WORLD_SIZE="+strconv.Itoa(o.NProcPerNode),
+			"GROUP_RANK="+strconv.Itoa(o.NodeRank), "GROUP_WORLD_SIZE="+strconv.Itoa(o.NNodes),
+			"MASTER_ADDR="+o.MasterAddr, "MASTER_PORT="+strconv.Itoa(o.MasterPort),
+			"TORCHELASTIC_RESTART_COUNT=0")
+		cmd.Env = append(cmd.Env, o.Env...)
+		prefix := fmt.Sprintf("[rank %d] ", rank)
+		stdout := &lineWriter{w: o.Stdout, mu: &outMu, prefix: prefix}
+		stderr := &lineWriter{w: o.Stderr, mu: &errMu, prefix: prefix}
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		flushers = append(flushers, stdout.flush, stderr.flush)
+		// Own process group: a Ctrl-C at the terminal reaches the launcher
+		// only, which forwards it once. Pdeathsig: a launcher killed outright
+		// takes its children with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		// A grandchild holding the output pipes must not keep Wait forever.
+		cmd.WaitDelay = 5 * time.Second
+		if err := cmd.Start(); err != nil {
+			for _, p := range procs {
+				signalGroup(p, syscall.SIGKILL)
+				p.Wait()
+			}
+			return fmt.Errorf("launch: rank %d: %w", rank, err)
+		}
+		procs = append(procs, cmd)
+		go func(rank int, cmd *exec.Cmd) { done <- exit{rank, cmd.Wait()} }(rank, cmd)
+	}
+	defer func() {
+		for _, f := range flushers {
+			f()
+		}
+	}()
+
+	running := map[int]*exec.Cmd{}
+	for i, p := range procs {
+		running[o.NodeRank*o.NProcPerNode+i] = p
+	}
+	var first *ExitError
+	var ctxErr error
+	var forwarded os.Signal
+	var kill <-chan time.Time
+	stopping := false
+	stopAll := func() {
+		if stopping {
+			return
+		}
+		stopping = true
+		for _, p := range running {
+			signalGroup(p, syscall.SIGTERM)
+		}
+		kill = time.After(o.Grace)
+	}
+	ctxDone := ctx.Done()
+	for len(running) > 0 {
+		select {
+		case e := <-done:
+			delete(running, e.rank)
+			if ee := exitError(e.rank, e.err); ee != nil && first == nil {
+				ee.Forwarded = forwarded
+				first = ee
+				stopAll()
+			} else if e.err != nil && first == nil && !isExit(e.err) {
+				// Wait failed for another reason (the output copy): report it.
+				ctxErr = fmt.Errorf("launch: rank %d: %w", e.rank, e.err)
+				stopAll()
+			}
+		case s := <-sigs:
+			forwarded = s
+			for _, p := range running {
+				signalGroup(p, s.(syscall.Signal))
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			if ctxErr == nil {
+				ctxErr = fmt.Errorf("launch: %w", ctx.Err())
+			}
+			stopAll()
+		case <-kill:
+			for _, p := range running {
+				signalGroup(p, syscall.SIGKILL)
+			}
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return ctxErr
+}
+
+func (o *LaunchOptions) defaults() error {
+	if o.NNodes == 0 {
+		o.NNodes = 1
+	}
+	switch {
+	case o.NProcPerNode < 1:
+		return fmt.Errorf("nproc-per-node %d: want at least 1", o.NProcPerNode)
+	case o.NNodes < 1:
+		return fmt.Errorf("nnodes %d: want at least 1", o.NNodes)
+	case o.NodeRank < 0 || o.NodeRank >= o.NNodes:
+		return fmt.Errorf("node-rank %d: want 0 to %d", o.NodeRank, o.NNodes-1)
+	case o.Exe == "":
+		return errors.New("no program to run")
+	case o.MasterPort < 0 || o.MasterPort > 65535:
+		return fmt.Errorf("master-port %d: not a TCP port", o.MasterPort)
+	}
+	if o.NNodes > 1 && (o.MasterAddr == "" || o.MasterPort == 0) {
+		return fmt.Errorf("%d nodes need --master-addr and --master-port (the address of node 0, where rank 0 serves the rendezvous)", o.NNodes)
+	}
+	if o.MasterAddr == "" {
+		o.MasterAddr = "127.0.0.1"
+	}
+	if o.MasterPort == 0 {
+		p, err := freePort()
+		if err != nil {
+			return fmt.Errorf("no free port for the rendezvous: %w", err)
+		}
+		o.MasterPort = p
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Grace <= 0 {
+		o.Grace = 30 * time.Second
+	}
+	return nil
+}
+
+// freePort asks the kernel for a free TCP port. Another process may take it
+// before rank 0 binds it; rank 0 then fails with "Address already in use"
+// and the launch with it.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// exitError describes a failed child, or returns nil if it exited 0.
+func exitError(rank int, err error) *ExitError {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return nil
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return &ExitError{Rank: rank, Signal: ws.Signal()}
+	}
+	return &ExitError{Rank: rank, Status: ee.ExitCode()}
+}
+
+func isExit(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee)
+}
+
+// signalGroup signals the child's process group (the child and whatever it
+// started).
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, sig)
+	}
+}
+
+func signalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT",
+		syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGILL: "SIGILL", syscall.SIGHUP: "SIGHUP", syscall.SIGPIPE: "SIGPIPE", syscall.SIGQUIT: "SIGQUIT"}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return s.String()
+}
+
+// envWithout drops the named variables from env.
+func envWithout(env []string, names ...string) []string {
+	var out []string
+	for _, kv := range env {
+		keep := true
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// lookupEnv finds name in env, the last setting winning as in exec.
+func lookupEnv(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// lineWriter passes whole lines on to w with a prefix, one Write per line
+// under mu so lines of different ranks never interleave mid-line.
+type lineWriter struct {
+	w      io.Writer
+	mu     *sync.Mutex
+	prefix string
+	buf    []byte
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.emit(l.buf[:i+1])
+		l.buf = l.buf[i+1:]
+	}
+	// Bound the buffer for output that never ends a line (a progress bar).
+	if len(l.buf) > 64<<10 {
+		l.emit(append(l.buf, '\n'))
+		l.buf = nil
+	}
+	return len(p), nil
+}
+
+// flush writes a last line that had no newline.
+func (l *lineWriter) flush() {
+	if len(l.buf) > 0 {
+		l.emit(append(l.buf, '\n'))
+		l.buf = nil
+	}
+}
+
+func (l *lineWriter) emit(line []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]byte, 0, len(l.prefix)+len(line))
+	out = append(append(out, l.prefix...), line...)
+	l.w.Write(out)
+}
