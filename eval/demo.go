@@ -366,7 +366,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 		cfg := d.arms[arm]
 		fmt.Fprintf(o.Log, "demo: stage 2: %s, %d steps\n", arm, cfg.TotalSteps)
 		opts := trainer.RunOptions{Progress: o.Progress}
-		if opts.Evaluate, err = TrainingEvaluator(cfg); err != nil {
+		if opts.Evaluate, err = TrainingEvaluator(cfg, true); err != nil {
 			return err
 		}
 		if err := trainer.RunGRPO(ctx, cfg, "", opts); err != nil {

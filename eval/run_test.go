@@ -174,7 +174,7 @@ func TestTrainingWithEvaluationTrainsTheSame(t *testing.T) {
 		}
 		opts := trainer.RunOptions{}
 		if withEval {
-			if opts.Evaluate, err = TrainingEvaluator(cfg); err != nil {
+			if opts.Evaluate, err = TrainingEvaluator(cfg, true); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -14,8 +14,10 @@ import (
 // eval.every steps: the eval section's benchmarks (loaded once) on the
 // current policy, with samples in RUN_DIR/eval/step-NNNNNN/. It draws only
 // from its own seeds (eval.seed, benchmark, mode, problem, sample) and
-// runs without grad, so training is the same with or without it.
-func TrainingEvaluator(cfg trainer.Config) (trainer.Evaluator, error) {
+// runs without grad, so training is the same with or without it. Without
+// record it keeps the samples in memory (the ranks other than 0 of a
+// data-parallel run, which evaluate alike but must not write the files).
+func TrainingEvaluator(cfg trainer.Config, record bool) (trainer.Evaluator, error) {
 	ec := cfg.Eval
 	var benches []Benchmark
 	for _, spec := range ec.Bench {
@@ -41,6 +43,9 @@ func TrainingEvaluator(cfg trainer.Config) (trainer.Evaluator, error) {
 		o := Options{Benchmarks: benches, Modes: modes, K: ec.K, Config: cfg, Pool: p, Batch: ec.BatchSize, Resume: true,
 			Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: maxNew, Seed: ec.Seed},
 			Out:      filepath.Join(cfg.RunDir, "eval", fmt.Sprintf("step-%06d", step))}
+		if !record {
+			o.Out, o.Resume = "", false
+		}
 		sums, err := Run(m, tk, o)
 		if err != nil {
 			return nil, err

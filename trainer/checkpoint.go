@@ -48,7 +48,7 @@ type TrainerState struct {
 // model directory (weights are model.safetensors or an index with shards)
 // and the trainer's state. A checkpoint without one of them is not
 // complete, whatever its manifest says.
-var requiredFiles = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optimMetaFile, optimTensorsFile}
+var requiredFiles = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optimMetaFile}
 
 // namedFile is a file's name and contents, held in memory so checkpoints do
 // not depend on a directory that may be gone by the time they are written.
@@ -86,80 +86,160 @@ func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 type checkpointParts struct {
 	m        *model.Model
 	tokFiles []namedFile // the run's tokenizer files
-	opt      *AdamW
+	opt      Optimizer
 	state    TrainerState
 	extra    []func(dir string) error // more state (the LANPO pool), written before the manifest
+	comm     Comm                     // nil: one process
 }
 
 // SaveCheckpoint writes a checkpoint for state.Step and keeps the newest
-// keep checkpoints.
+// keep checkpoints. In a data-parallel run every rank calls it: rank 0
+// makes the temporary directory and writes the model, tokenizer, trainer
+// state, extra state and metrics; every rank writes its part of the
+// optimizer (ZeRO: its shard); after all ranks are done, rank 0 writes
+// the manifest and renames the directory into place. A failure on any
+// rank fails the save on every rank (nothing half-written is renamed).
 func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, error) {
 	m, tokFiles, opt, state := parts.m, parts.tokFiles, parts.opt, parts.state
-	root := filepath.Join(runDir, checkpointsDir)
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
+	c := parts.comm
+	if c == nil {
+		c = singleComm{}
 	}
+	rank0 := c.Rank() == 0
+	root := filepath.Join(runDir, checkpointsDir)
 	final := filepath.Join(root, checkpointName(state.Step))
-	tmp, err := os.MkdirTemp(root, tmpPrefix+checkpointName(state.Step)+"-")
+	// 1. rank 0 makes the temporary directory and tells the others.
+	var tmp string
+	err := func() error {
+		if !rank0 {
+			return nil
+		}
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return err
+		}
+		var err error
+		tmp, err = os.MkdirTemp(root, tmpPrefix+checkpointName(state.Step)+"-")
+		return err
+	}()
+	if rank0 && tmp != "" {
+		defer os.RemoveAll(tmp) // after a successful rename there is nothing left to remove
+	}
+	dirs, err := agree(c, err, tmp)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp) // after a successful rename there is nothing left to remove
-	if err := m.Save(tmp); err != nil {
-		return "", fmt.Errorf("checkpoint model: %w", err)
-	}
-	for _, f := range tokFiles {
-		if err := fsutil.WriteFileSync(filepath.Join(tmp, f.name), f.data); err != nil {
-			return "", fmt.Errorf("checkpoint tokenizer: %w", err)
+	tmp = dirs[0]
+	// 2. every rank writes its part.
+	err = func() error {
+		if err := opt.Save(tmp); err != nil {
+			return fmt.Errorf("checkpoint optimizer: %w", err)
 		}
-	}
-	if err := opt.Save(tmp); err != nil {
-		return "", fmt.Errorf("checkpoint optimizer: %w", err)
-	}
-	js, _ := json.MarshalIndent(state, "", "  ")
-	if err := fsutil.WriteFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
+		if !rank0 {
+			return nil
+		}
+		if err := m.Save(tmp); err != nil {
+			return fmt.Errorf("checkpoint model: %w", err)
+		}
+		for _, f := range tokFiles {
+			if err := fsutil.WriteFileSync(filepath.Join(tmp, f.name), f.data); err != nil {
+				return fmt.Errorf("checkpoint tokenizer: %w", err)
+			}
+		}
+		js, _ := json.MarshalIndent(state, "", "  ")
+		if err := fsutil.WriteFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
+			return err
+		}
+		for _, save := range parts.extra {
+			if err := save(tmp); err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(runDir, metricsFile)); err == nil {
+			if err := fsutil.WriteFileSync(filepath.Join(tmp, metricsFile), b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if _, err := agree(c, err, ""); err != nil {
 		return "", err
 	}
-	for _, save := range parts.extra {
-		if err := save(tmp); err != nil {
-			return "", fmt.Errorf("checkpoint: %w", err)
+	// 3. rank 0 seals it: the manifest, written last, then the rename.
+	err = func() error {
+		if !rank0 {
+			return nil
 		}
+		return sealCheckpoint(root, tmp, final, state.Step, keep)
+	}()
+	if _, err := agree(c, err, ""); err != nil {
+		return "", err
 	}
-	if b, err := os.ReadFile(filepath.Join(runDir, metricsFile)); err == nil {
-		if err := fsutil.WriteFileSync(filepath.Join(tmp, metricsFile), b); err != nil {
-			return "", err
-		}
-	}
-	man := manifest{Step: state.Step, Files: map[string]int64{}}
+	return final, nil
+}
+
+// sealCheckpoint writes tmp's manifest, renames it to final and prunes.
+func sealCheckpoint(root, tmp, final string, step, keep int) error {
+	man := manifest{Step: step, Files: map[string]int64{}}
 	entries, err := os.ReadDir(tmp)
 	if err != nil {
-		return "", err
+		return err
 	}
 	for _, e := range entries {
 		info, err := e.Info()
 		if err != nil {
-			return "", err
+			return err
 		}
 		man.Files[e.Name()] = info.Size()
 	}
-	js, _ = json.MarshalIndent(man, "", "  ")
+	js, _ := json.MarshalIndent(man, "", "  ")
 	if err := fsutil.WriteFileSync(filepath.Join(tmp, manifestFile), append(js, '\n')); err != nil {
-		return "", err
+		return err
 	}
 	if err := fsutil.SyncDir(tmp); err != nil {
-		return "", err
+		return err
 	}
 	if err := os.RemoveAll(final); err != nil { // a stale copy of this step
-		return "", err
+		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return "", err
+		return err
 	}
 	if err := fsutil.SyncDir(root); err != nil {
-		return "", err
+		return err
 	}
 	pruneCheckpoints(root, keep)
-	return final, nil
+	return nil
+}
+
+// agree all-gathers each rank's outcome of a phase and its value: an
+// error on any rank is an error on every rank, naming the rank.
+func agree(c Comm, err error, value string) ([]string, error) {
+	type outcome struct {
+		Err   string `json:"err,omitempty"`
+		Value string `json:"value"`
+	}
+	o := outcome{Value: value}
+	if err != nil {
+		o.Err = err.Error()
+	}
+	all, gerr := gatherJSON(c, o)
+	if gerr != nil {
+		if err != nil {
+			return nil, fmt.Errorf("%w (and telling the other ranks failed: %v)", err, gerr)
+		}
+		return nil, gerr
+	}
+	vals := make([]string, len(all))
+	for r, x := range all {
+		if x.Err != "" {
+			if c.Size() == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("rank %d: %s", r, x.Err)
+		}
+		vals[r] = x.Value
+	}
+	return vals, nil
 }
 
 // completeCheckpoints lists the complete checkpoints under root, oldest
@@ -197,6 +277,9 @@ func checkManifest(dir string) error {
 			return fmt.Errorf("%s: no %s", dir, name)
 		}
 	}
+	if err := checkOptimizerFiles(dir, man); err != nil {
+		return err
+	}
 	_, single := man.Files["model.safetensors"]
 	_, sharded := man.Files["model.safetensors.index.json"]
 	if !single && !sharded {
@@ -209,6 +292,31 @@ func checkManifest(dir string) error {
 		}
 		if info.Size() != size {
 			return fmt.Errorf("%s: %d bytes, the manifest says %d", filepath.Join(dir, name), info.Size(), size)
+		}
+	}
+	return nil
+}
+
+// checkOptimizerFiles requires the optimizer's tensors: plain AdamW's one
+// file, or every shard optimizer.json lists.
+func checkOptimizerFiles(dir string, man manifest) error {
+	if _, ok := man.Files[optimTensorsFile]; ok {
+		return nil
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, optimMetaFile))
+	if err != nil {
+		return err
+	}
+	var meta adamMeta
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, optimMetaFile), err)
+	}
+	if len(meta.Files) == 0 {
+		return fmt.Errorf("%s: no %s", dir, optimTensorsFile)
+	}
+	for _, f := range meta.Files {
+		if _, ok := man.Files[f]; !ok {
+			return fmt.Errorf("%s: no %s", dir, f)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -39,6 +40,30 @@ type Config struct {
 	LANPO      LANPOConfig      `yaml:"lanpo"`
 	Log        LogConfig        `yaml:"log"`
 	Eval       EvalConfig       `yaml:"eval"`
+	Dist       DistConfig       `yaml:"dist"`
+}
+
+// DistConfig is multi-process data parallelism (lanpo launch or torchrun
+// start the ranks; a single process ignores it but for zero_stage, which
+// then shards over one rank).
+type DistConfig struct {
+	// Timeout bounds every collective and the rendezvous: a rank that died
+	// or hangs ends the others' wait with an error after at most this long.
+	Timeout string `yaml:"timeout"`
+	// Backend: gloo, nccl or "" (nccl on CUDA devices, else gloo).
+	Backend string `yaml:"backend"`
+	// ZeroStage shards AdamW's state over the ranks: 0 none, 1 masters and
+	// moments, 2 gradients too (layer by layer with activation
+	// checkpointing).
+	ZeroStage int `yaml:"zero_stage"`
+	// BucketMB is the size of the flat buffers gradients are reduced in.
+	BucketMB int `yaml:"bucket_mb"`
+}
+
+// TimeoutDuration is Timeout parsed (validated at load).
+func (d DistConfig) TimeoutDuration() time.Duration {
+	t, _ := time.ParseDuration(d.Timeout)
+	return t
 }
 
 // EvalConfig is benchmark evaluation: during training (every > 0: the
@@ -128,7 +153,7 @@ type AlgoConfig struct {
 	// GPU in bf16 the sampler's and the trainer's log-probs differ (other
 	// kernels, other batch shapes); this keeps PPO's ratio at exactly 1 on
 	// the first epoch and corrects for the difference instead of clipping
-	// on it. Metrics: sampler_logp_gap_mean/max, tis_clipped_frac.
+	// on it. Metrics: sampler_logp_gap_mean/max, sampler_tis_clipped_frac.
 	RecomputeOldLogp bool    `yaml:"recompute_old_logp"`
 	TISCap           float64 `yaml:"tis_cap"`
 	// RefDevice puts the KL term's reference model on another device than
@@ -189,6 +214,7 @@ func DefaultConfig() Config {
 		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
 		LANPO:      defaultLANPO(),
 		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
+		Dist:       DistConfig{Timeout: "5m", BucketMB: 16},
 	}
 }
 
@@ -300,6 +326,14 @@ func (c *Config) Validate() error {
 		return bad("algo.clip_high", "must be ≥ 0")
 	case c.Algo.KLBeta < 0:
 		return bad("algo.kl_beta", "must be ≥ 0")
+	case c.Dist.ZeroStage < 0 || c.Dist.ZeroStage > 2:
+		return bad("dist.zero_stage", "%d: want 0, 1 or 2 (parameter sharding, stage 3, is not implemented)", c.Dist.ZeroStage)
+	case c.Dist.BucketMB < 1:
+		return bad("dist.bucket_mb", "must be ≥ 1")
+	case c.Dist.Backend != "" && c.Dist.Backend != "gloo" && c.Dist.Backend != "nccl":
+		return bad("dist.backend", "%q: want gloo, nccl or empty (nccl on CUDA, else gloo)", c.Dist.Backend)
+	case c.Dist.TimeoutDuration() <= 0:
+		return bad("dist.timeout", "%q: want a positive duration such as 5m or 90s", c.Dist.Timeout)
 	case c.Algo.TISCap < 1:
 		return bad("algo.tis_cap", "must be ≥ 1, got %g", c.Algo.TISCap)
 	case c.Algo.Epochs < 1:

@@ -77,19 +77,31 @@ const (
 //
 // When every sequence is masked, every weight is 0: the step has no loss.
 func TokenWeights(lengths []int, masked []bool, mode string, maxLen int) ([]float64, error) {
+	tokens, seqs := normalizer(lengths, masked)
+	return tokenWeights(lengths, masked, mode, maxLen, tokens, seqs)
+}
+
+// normalizer counts the response tokens and sequences that are not masked.
+func normalizer(lengths []int, masked []bool) (tokens, seqs int) {
+	for i, n := range lengths {
+		if masked == nil || !masked[i] {
+			tokens += n
+			seqs++
+		}
+	}
+	return tokens, seqs
+}
+
+// tokenWeights is TokenWeights for part of a global batch whose unmasked
+// sequences hold tokens response tokens in seqs sequences (a rank's share
+// of a data-parallel step).
+func tokenWeights(lengths []int, masked []bool, mode string, maxLen, tokens, seqs int) ([]float64, error) {
 	switch mode {
 	case AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm:
 	default:
 		return nil, fmt.Errorf("loss_agg_mode %q: want %s, %s or %s", mode, AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm)
 	}
 	kept := func(i int) bool { return masked == nil || !masked[i] }
-	tokens, seqs := 0, 0
-	for i, n := range lengths {
-		if kept(i) {
-			tokens += n
-			seqs++
-		}
-	}
 	w := make([]float64, len(lengths))
 	for i, n := range lengths {
 		switch {

@@ -56,7 +56,6 @@ type rollout struct {
 	problem   int // index into the run's problems
 	prompt    *prompt
 	sample    int       // index within its group
-	group     int       // index of its group among the step's kept groups
 	promptIDs []int64   // the prompt the update conditions on
 	ids       []int64   // generated ids
 	oldLogp   []float64 // the sampler's record (float32) or the trainer's
@@ -152,17 +151,17 @@ func (g *grpoRun) renderPrompts() error {
 func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var met StepMetrics
 	g.stepTokens.prefilled, g.stepTokens.generated = 0, 0
-	kept, sampled, err := g.collect(t)
+	kept, sampled, stats, err := g.collect(t)
 	if err != nil {
 		return met, err
 	}
-	g.fillMetrics(&met, kept, sampled)
+	g.fillMetrics(&met, stats)
 	if g.cfg.Log.Rollouts {
 		if err := g.logRollouts(sampled); err != nil {
 			return met, err
 		}
 	}
-	if len(kept) == 0 {
+	if met.GroupsKept == 0 {
 		met.Skipped = true
 		log.Warn().Int("step", g.state.Step+1).Msg("no group with reward variance: update skipped")
 	} else if err := g.train(t, kept, &met); err != nil {
@@ -173,12 +172,18 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 		if err := g.lanpo.write(sampled); err != nil {
 			return met, err
 		}
-		g.lanpo.finish(&met, sampled)
+		if err := g.lanpo.finish(&met, stats); err != nil {
+			return met, err
+		}
 		g.stepTokens.prefilled += g.lanpo.tokens.prefilled
 		g.stepTokens.generated += g.lanpo.tokens.generated
 		g.lanpo.tokens.prefilled, g.lanpo.tokens.generated = 0, 0
 	}
-	met.PrefillTokens, met.GenTokens = g.stepTokens.prefilled, g.stepTokens.generated
+	tok, err := sumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated)})
+	if err != nil {
+		return met, err
+	}
+	met.PrefillTokens, met.GenTokens = int(tok[0]), int(tok[1])
 	return met, nil
 }
 
@@ -204,34 +209,103 @@ func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error 
 
 // collect runs rounds of prompts → rollout → reward → filter until P
 // groups are kept (dynamic sampling drops zero-variance groups and draws
-// more prompts, at most algo.max_resample extra rounds). It returns the
-// kept rollouts and every rollout sampled.
-func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, err error) {
+// more prompts, at most algo.max_resample extra rounds). Every rank draws
+// the round's prompts alike and samples its share of them; it returns
+// this rank's kept and sampled rollouts and the statistics of every
+// rollout sampled on any rank, in global order.
+func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []rolloutStat, err error) {
 	cfg := g.cfg
-	P := cfg.Rollout.PromptsPerStep
-	for round := 0; len(kept) < P*cfg.Rollout.SamplesPerPrompt && round <= cfg.Algo.MaxResample; round++ {
+	P, G := cfg.Rollout.PromptsPerStep, cfg.Rollout.SamplesPerPrompt
+	keptRolls := 0 // on every rank
+	for round := 0; keptRolls/G < P && round <= cfg.Algo.MaxResample; round++ {
 		t.enter("prompts")
-		idx := g.state.Cursor.Next(len(g.problems), P-len(kept)/cfg.Rollout.SamplesPerPrompt)
-		ps := make([]*prompt, len(idx))
-		for i, k := range idx {
-			ps[i] = &prompt{problem: k, index: round*P + i, ids: g.prompts[k], trainIDs: g.prompts[k], mode: modeScratch}
+		idx := g.state.Cursor.Next(len(g.problems), P-keptRolls/G)
+		lo, hi := share(len(idx), g.comm.Rank(), g.comm.Size())
+		ps := make([]*prompt, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			k := idx[i]
+			ps = append(ps, &prompt{problem: k, index: round*P + i, ids: g.prompts[k], trainIDs: g.prompts[k], mode: modeScratch})
 		}
 		if g.lanpo != nil {
 			if err := g.lanpo.addContext(t, ps); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		}
 		t.enter("rollout")
 		batch, err := g.rollout(ps)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		t.enter("reward")
 		g.score(batch)
 		sampled = append(sampled, batch...)
-		kept = append(kept, g.filterGroups(batch, len(kept)/cfg.Rollout.SamplesPerPrompt, round == cfg.Algo.MaxResample)...)
+		k := g.filterGroups(batch, round == cfg.Algo.MaxResample)
+		kept = append(kept, k...)
+		all, err := g.exchangeStats(batch, k)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("round %d: %w", round, err)
+		}
+		for _, st := range all {
+			if st.Kept {
+				keptRolls++
+			}
+		}
+		stats = append(stats, all...)
 	}
-	return kept, sampled, nil
+	return kept, sampled, stats, nil
+}
+
+// rolloutStat is what every rank learns of every rollout of the step: what
+// the metrics and LANPO's accounting need.
+type rolloutStat struct {
+	Index   int     `json:"i"` // the prompt's global index in the step
+	Sample  int     `json:"s"`
+	Reward  float64 `json:"r"`
+	Correct bool    `json:"c,omitempty"`
+	Trunc   bool    `json:"t,omitempty"`
+	Len     int     `json:"n"`
+	Kept    bool    `json:"k,omitempty"`
+	Mode    string  `json:"m,omitempty"`
+	Shown   bool    `json:"sh,omitempty"` // reflection on an attempt with a final answer
+	Copied  bool    `json:"cp,omitempty"` // … and the redo's answer equals it
+}
+
+// exchangeStats all-gathers the round's rollout statistics (kept: this
+// rank's rollouts that survived the filter), sorted by global index.
+func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
+	isKept := make(map[*rollout]bool, len(kept))
+	for _, r := range kept {
+		isKept[r] = true
+	}
+	mine := make([]rolloutStat, len(batch))
+	for i, r := range batch {
+		mine[i] = rolloutStat{Index: r.prompt.index, Sample: r.sample, Reward: r.reward, Correct: r.correct, Trunc: r.truncated,
+			Len: len(r.ids), Kept: isKept[r], Mode: r.prompt.mode}
+		if r.prompt.mode == modeReflection && r.prompt.shown != "" {
+			mine[i].Shown = true
+			if got, ok := reward.ExtractResponse(r.text, r.truncated); ok && reward.Equivalent(r.prompt.shown, got, reward.Options{}) {
+				mine[i].Copied = true
+			}
+		}
+	}
+	if g.comm.Size() == 1 {
+		return mine, nil
+	}
+	parts, err := gatherJSON(g.comm, mine)
+	if err != nil {
+		return nil, err
+	}
+	var all []rolloutStat
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	slices.SortFunc(all, func(a, b rolloutStat) int {
+		if a.Index != b.Index {
+			return a.Index - b.Index
+		}
+		return a.Sample - b.Sample
+	})
+	return all, nil
 }
 
 // rollout samples G responses to each prompt, each prompt's randomness
@@ -301,10 +375,10 @@ func (g *grpoRun) score(batch []*rollout) {
 }
 
 // filterGroups computes advantages group by group (G consecutive rollouts)
-// and returns the groups to train on, numbered from first. With dynamic
-// sampling a group whose rewards are all equal is dropped (it has no
-// gradient), except in the last round, which keeps what it gets.
-func (g *grpoRun) filterGroups(batch []*rollout, first int, lastRound bool) []*rollout {
+// and returns the groups to train on. With dynamic sampling a group whose
+// rewards are all equal is dropped (it has no gradient), except in the
+// last round, which keeps what it gets.
+func (g *grpoRun) filterGroups(batch []*rollout, lastRound bool) []*rollout {
 	G := g.cfg.Rollout.SamplesPerPrompt
 	var kept []*rollout
 	for start := 0; start < len(batch); start += G {
@@ -315,10 +389,9 @@ func (g *grpoRun) filterGroups(batch []*rollout, first int, lastRound bool) []*r
 		}
 		adv := Advantages([][]float64{rs}, g.cfg.Algo.AdvNoStd, 1e-6)[0]
 		for i, r := range grp {
-			r.adv, r.group = adv[i], first
+			r.adv = adv[i]
 		}
 		kept = append(kept, grp...)
-		first++
 	}
 	return kept
 }
@@ -331,50 +404,55 @@ func groupRewards(grp []*rollout) []float64 {
 	return rs
 }
 
-// fillMetrics describes what the policy did — every rollout sampled,
-// before dynamic sampling's filter — and, under *_kept names, the batch
-// the update trained on.
-func (g *grpoRun) fillMetrics(m *StepMetrics, kept, sampled []*rollout) {
+// fillMetrics describes what the policy did — every rollout sampled on
+// any rank, before dynamic sampling's filter — and, under *_kept names,
+// the batch the update trained on. stats are in global order.
+func (g *grpoRun) fillMetrics(m *StepMetrics, stats []rolloutStat) {
 	G := g.cfg.Rollout.SamplesPerPrompt
 	var sum, sq, correct, lenSum, trunc float64
+	var keptN, keptSum, keptCorrect float64
 	maxLen := 0
-	for _, r := range sampled {
-		sum += r.reward
-		sq += r.reward * r.reward
-		if r.correct {
+	for _, r := range stats {
+		sum += r.Reward
+		sq += r.Reward * r.Reward
+		if r.Correct {
 			correct++
 		}
-		lenSum += float64(len(r.ids))
-		maxLen = max(maxLen, len(r.ids))
-		if r.truncated {
+		lenSum += float64(r.Len)
+		maxLen = max(maxLen, r.Len)
+		if r.Trunc {
 			trunc++
 		}
-		m.Tokens += len(r.ids)
+		m.Tokens += r.Len
+		if r.Kept {
+			keptN++
+			keptSum += r.Reward
+			if r.Correct {
+				keptCorrect++
+			}
+		}
 	}
-	if n := float64(len(sampled)); n > 0 {
+	if n := float64(len(stats)); n > 0 {
 		m.RewardMean = sum / n
 		m.RewardStd = math.Sqrt(math.Max(0, sq/n-m.RewardMean*m.RewardMean))
 		m.Accuracy = correct / n
 		m.RespLenMean, m.RespLenMax, m.TruncRatio = lenSum/n, maxLen, trunc/n
 	}
 	zero := 0
-	for start := 0; start < len(sampled); start += G {
-		if allEqual(groupRewards(sampled[start : start+G])) {
+	for start := 0; start+G <= len(stats); start += G {
+		rs := make([]float64, G)
+		for i := range rs {
+			rs[i] = stats[start+i].Reward
+		}
+		if allEqual(rs) {
 			zero++
 		}
 	}
-	m.ZeroVarFrac = float64(zero) / float64(max(len(sampled)/G, 1))
-	m.GroupsKept = len(kept) / G
-	m.GroupsDropped = (len(sampled) - len(kept)) / G
-	var keptSum, keptCorrect float64
-	for _, r := range kept {
-		keptSum += r.reward
-		if r.correct {
-			keptCorrect++
-		}
-	}
-	if n := float64(len(kept)); n > 0 {
-		m.RewardMeanKept, m.AccuracyKept = keptSum/n, keptCorrect/n
+	m.ZeroVarFrac = float64(zero) / float64(max(len(stats)/G, 1))
+	m.GroupsKept = int(keptN) / G
+	m.GroupsDropped = (len(stats) - int(keptN)) / G
+	if keptN > 0 {
+		m.RewardMeanKept, m.AccuracyKept = keptSum/keptN, keptCorrect/keptN
 	}
 }
 
@@ -427,10 +505,10 @@ func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, 
 // Rollouts sampled from a context prompt and trained as answers to the
 // bare problem (lanpo.train_prompt: original) need it always: μ saw the
 // context, π_old is on the bare prompt (cap lanpo.tis_cap; metrics
-// lanpo/context_logp_gap, lanpo/tis_clipped_frac). With
+// context_logp_gap, tis_clipped_frac). With
 // algo.recompute_old_logp every other rollout gets it too, μ and π_old on
 // the same prompt differing only by the sampler's numerics (cap
-// algo.tis_cap; metrics sampler_logp_gap_mean/max, tis_clipped_frac).
+// algo.tis_cap; metrics sampler_logp_gap_mean/max, sampler_tis_clipped_frac).
 func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 	var todo []*rollout
 	for _, r := range rolls {
@@ -438,9 +516,6 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 			r.behaviorLogp, r.promptIDs = r.oldLogp, r.prompt.trainIDs
 			todo = append(todo, r)
 		}
-	}
-	if len(todo) == 0 {
-		return nil
 	}
 	if err := g.logprobs(g.m, todo, func(r *rollout, lp []float64) { r.oldLogp = lp }); err != nil {
 		return fmt.Errorf("π_old from the trainer: %w", err)
@@ -473,12 +548,19 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 			tl.tokens++
 		}
 	}
-	if ctx.tokens > 0 {
-		g.lanpo.met.ContextLogpGap, g.lanpo.met.TISClipped = ctx.gap/float64(ctx.tokens), float64(ctx.clipped)/float64(ctx.tokens)
+	// Over every rank's rollouts.
+	tot, err := sumFloats(g.comm, []float64{ctx.gap, float64(ctx.tokens), float64(ctx.clipped), same.gap, float64(same.tokens), float64(same.clipped)})
+	if err != nil {
+		return err
 	}
-	if same.tokens > 0 {
-		met.SamplerGapMean, met.SamplerGapMax = same.gap/float64(same.tokens), same.gapMax
-		met.TISClipped = float64(same.clipped) / float64(same.tokens)
+	if same.gapMax, err = maxFloat(g.comm, same.gapMax); err != nil {
+		return err
+	}
+	if tot[1] > 0 {
+		g.lanpo.met.ContextLogpGap, g.lanpo.met.TISClipped = tot[0]/tot[1], tot[2]/tot[1]
+	}
+	if tot[4] > 0 {
+		met.SamplerGapMean, met.SamplerGapMax, met.TISClipped = tot[3]/tot[4], same.gapMax, tot[5]/tot[4]
 	}
 	return nil
 }
@@ -517,7 +599,13 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 		lengths[i] = len(r.ids)
 		masked[i] = cfg.Algo.OverlongMask && r.truncated
 	}
-	w, err := TokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens)
+	// The loss is normalized over the global batch: every rank's share.
+	tokens, seqs := normalizer(lengths, masked)
+	tot, err := sumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
+	if err != nil {
+		return err
+	}
+	w, err := tokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens, int(tot[0]), int(tot[1]))
 	if err != nil {
 		return err
 	}
@@ -536,7 +624,19 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 		var st PolicyLossStats
 		done := 0 // rollouts of earlier micro-batches, for messages
 		padded, real := 0, 0
-		for _, mb := range g.microBatches(rolls) {
+		mbs := g.microBatches(rolls)
+		n, err := g.microBatchCount(len(mbs))
+		if err != nil {
+			return err
+		}
+		for i := len(mbs); i < n; i++ {
+			// Fewer micro-batches here than on another rank: take part in
+			// the collectives those backward passes issue.
+			if err := g.opt.SkipBackward(); err != nil {
+				return err
+			}
+		}
+		for _, mb := range mbs {
 			var s tensor.Scope
 			b := buildBatch(&s, g.m.Device, mb)
 			padded += len(mb) * int(b.t)
@@ -559,7 +659,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 				s.Close()
 				return err
 			}
-			if err := backward(l, ckpt); err != nil {
+			if err := backward(l, ckpt, g.opt.LayerDone); err != nil {
 				s.Close()
 				return where(err)
 			}
@@ -576,9 +676,19 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			s.Close()
 			done += len(mb)
 		}
-		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio = loss, ent, st.ClipFrac, st.KL, st.Ratio
-		met.PaddingFrac = 1 - float64(real)/float64(max(padded, 1))
-		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, loss); err != nil {
+		// Every rank's contributions are weighted by the global batch: sums.
+		tot, err := sumFloats(g.comm, []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)})
+		if err != nil {
+			return err
+		}
+		if epoch == 0 {
+			if met.LogpMismatch, err = maxFloat(g.comm, met.LogpMismatch); err != nil {
+				return err
+			}
+		}
+		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio = tot[0], tot[1], tot[2], tot[3], tot[4]
+		met.PaddingFrac = 1 - tot[5]/math.Max(tot[6], 1)
+		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 			return err
 		}
 	}
@@ -586,14 +696,26 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 }
 
 // backward runs autograd from a scalar loss, errors instead of panics; with
-// activation checkpointing (ckpt non-nil) it continues through the layers.
-func backward(l *ts.Tensor, ckpt *model.Checkpointed) (err error) {
+// activation checkpointing (ckpt non-nil) it continues through the layers,
+// calling layerDone (may be nil) as each layer's gradients are complete.
+func backward(l *ts.Tensor, ckpt *model.Checkpointed, layerDone func(int) error) (err error) {
 	defer tensor.Recover("backward", &err)
 	l.MustBackward()
 	if ckpt != nil {
-		return ckpt.Backward(nil)
+		return ckpt.Backward(layerDone)
 	}
 	return nil
+}
+
+// microBatchCount is the most micro-batches any rank has this step: a
+// rank with fewer issues the missing backward passes' collectives
+// (Optimizer.SkipBackward) so every rank issues the same ones.
+func (s *session) microBatchCount(mine int) (int, error) {
+	if s.comm.Size() == 1 {
+		return mine, nil
+	}
+	m, err := maxFloat(s.comm, float64(mine))
+	return int(m), err
 }
 
 // logProbsForUpdate is the policy's log-probs of a micro-batch for the

@@ -198,15 +198,16 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 func scoringRun(t *testing.T, sets ...string) *grpoRun {
 	t.Helper()
 	cfg := tinyConfig(t, append([]string{"rollout.samples_per_prompt=4"}, sets...)...)
-	return &grpoRun{session: &session{cfg: cfg}, problems: []Problem{
+	return &grpoRun{session: &session{cfg: cfg, comm: singleComm{}}, problems: []Problem{
 		{ID: "a", Problem: "1+1?", Answer: "2"}, {ID: "b", Problem: "2+2?", Answer: "4"}, {ID: "c", Problem: "3+3?", Answer: "6"}}}
 }
 
 // group makes G rollouts of problem p with the given responses.
 func group(p int, texts ...string) []*rollout {
 	var out []*rollout
-	for _, x := range texts {
-		out = append(out, &rollout{problem: p, text: x, ids: make([]int64, len(x))})
+	pr := &prompt{problem: p, index: p, mode: modeScratch}
+	for i, x := range texts {
+		out = append(out, &rollout{problem: p, prompt: pr, sample: i, text: x, ids: make([]int64, len(x))})
 	}
 	return out
 }
@@ -249,19 +250,20 @@ func TestScoreAndFilter(t *testing.T) {
 			g := scoringRun(t, c.sets...)
 			b := batch()
 			g.score(b)
-			kept := g.filterGroups(b, 3, c.lastRound)
+			kept := g.filterGroups(b, c.lastRound)
 			var problems []int
 			for i := 0; i < len(kept); i += 4 {
 				problems = append(problems, kept[i].problem)
-				if kept[i].group != 3+i/4 {
-					t.Fatalf("kept group %d numbered %d", i/4, kept[i].group)
-				}
 			}
 			if fmt.Sprint(problems) != fmt.Sprint(c.kept) {
 				t.Fatalf("kept problems %v, want %v", problems, c.kept)
 			}
 			var met StepMetrics
-			g.fillMetrics(&met, kept, b)
+			stats, err := g.exchangeStats(b, kept)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.fillMetrics(&met, stats)
 			// Pre-filter: 6 of 12 right (4 + 2); groups 0 and, without the
 			// format reward, 2 have no variance.
 			if met.Accuracy != 0.5 || met.GroupsKept != len(c.kept) || met.GroupsDropped != 3-len(c.kept) {

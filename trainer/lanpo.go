@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 
 	"github.com/rs/zerolog/log"
 
@@ -220,61 +221,108 @@ func (l *lanpoRun) use(p *prompt, ids []int64, mode string) {
 func (l *lanpoRun) write(sampled []*rollout) error {
 	G := l.g.cfg.Rollout.SamplesPerPrompt
 	k := min(l.cfg.SummariesPerGroup, G)
+	// newEntry is one stored rollout, sent to every rank.
+	type newEntry struct {
+		Problem int        `json:"problem"`
+		Order   int        `json:"order"` // position in its group's draw
+		Entry   pool.Entry `json:"entry"`
+	}
 	var chosen []*rollout
+	var order []int
 	for start := 0; start+G <= len(sampled) && k > 0; start += G {
 		grp := sampled[start : start+G]
 		rng := rand.New(rand.NewPCG(l.g.cfg.Seed, drawKey(l.g.state.Step, grp[0].prompt.index, "store")))
-		for _, i := range rng.Perm(G)[:k] {
+		for j, i := range rng.Perm(G)[:k] {
 			chosen = append(chosen, grp[i])
+			order = append(order, j)
 		}
 	}
-	if len(chosen) == 0 {
-		return nil
+	var mine []newEntry
+	if len(chosen) > 0 {
+		problems, attempts := make([]string, len(chosen)), make([]string, len(chosen))
+		correct, indexes := make([]bool, len(chosen)), make([]int, len(chosen))
+		for i, r := range chosen {
+			problems[i], attempts[i], correct[i] = l.g.problems[r.problem].Problem, r.text, r.correct
+			indexes[i] = r.prompt.index*G + r.sample
+		}
+		l.step = l.g.state.Step
+		sums, err := l.summarize(problems, attempts, correct, indexes)
+		if err != nil {
+			return fmt.Errorf("summaries: %w", err)
+		}
+		for i, r := range chosen {
+			pr := l.g.problems[r.problem]
+			text, _ := l.tk.StripAddedTokens(r.text)
+			sum := sums[i]
+			sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
+			mine = append(mine, newEntry{Problem: r.problem, Order: order[i], Entry: pool.Entry{ProblemID: pr.ID, Step: l.g.state.Step + 1,
+				Attempt: text, Summary: sum, Correct: r.correct, Reward: r.reward, Truncated: r.truncated, ResponseTokens: len(r.ids),
+				Group: r.prompt.index, Sample: r.sample}})
+		}
 	}
-	problems, attempts := make([]string, len(chosen)), make([]string, len(chosen))
-	correct, indexes := make([]bool, len(chosen)), make([]int, len(chosen))
-	for i, r := range chosen {
-		problems[i], attempts[i], correct[i] = l.g.problems[r.problem].Problem, r.text, r.correct
-		indexes[i] = r.prompt.index*G + r.sample
+	// Every rank adds every rank's entries in global group order, so the
+	// pool is the same on every rank and for any world size.
+	all := mine
+	if l.g.comm.Size() > 1 {
+		parts, err := gatherJSON(l.g.comm, mine)
+		if err != nil {
+			return fmt.Errorf("pool entries: %w", err)
+		}
+		all = nil
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		slices.SortFunc(all, func(a, b newEntry) int {
+			if a.Entry.Group != b.Entry.Group {
+				return a.Entry.Group - b.Entry.Group
+			}
+			return a.Order - b.Order
+		})
 	}
-	l.step = l.g.state.Step
-	sums, err := l.summarize(problems, attempts, correct, indexes)
-	if err != nil {
-		return fmt.Errorf("summaries: %w", err)
-	}
-	for i, r := range chosen {
-		pr := l.g.problems[r.problem]
-		text, _ := l.tk.StripAddedTokens(r.text)
-		sum := sums[i]
-		sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
-		e := pool.Entry{ProblemID: pr.ID, Step: l.g.state.Step + 1, Attempt: text, Summary: sum, Correct: r.correct,
-			Reward: r.reward, Truncated: r.truncated, ResponseTokens: len(r.ids), Group: r.prompt.index, Sample: r.sample}
-		l.met.SummaryEmptyFields += sum.Empty()
-		l.met.PoolEvicted += l.pool.Add(pr.Problem, e)
+	for _, ne := range all {
+		l.met.SummaryEmptyFields += ne.Entry.Summary.Empty()
+		l.met.PoolEvicted += l.pool.Add(l.g.problems[ne.Problem].Problem, ne.Entry)
 		l.met.PoolAdded++
 	}
 	return nil
 }
 
-// finish completes the step's metrics and resets the counters.
-func (l *lanpoRun) finish(m *StepMetrics, sampled []*rollout) {
+// finish completes the step's metrics (global over the ranks: stats are
+// every rank's rollouts, and the counters each rank kept of its own
+// prompts are summed) and resets the counters.
+func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
 	lm := l.met
+	loc := []float64{float64(lm.Prompts), float64(lm.FeedbackAware), float64(lm.Reflection), float64(lm.Abstraction), float64(lm.Fallback),
+		float64(lm.FallbackNotRelevant), float64(lm.FallbackTooLong), float64(lm.Candidates), float64(lm.Passed), lm.relevanceSum,
+		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved)}
+	tot, err := sumFloats(l.g.comm, loc)
+	if err != nil {
+		return err
+	}
+	ctxMax, err := maxFloat(l.g.comm, float64(lm.ContextTokensMax))
+	if err != nil {
+		return err
+	}
+	lm.Prompts, lm.FeedbackAware, lm.Reflection, lm.Abstraction, lm.Fallback = int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), int(tot[4])
+	lm.FallbackNotRelevant, lm.FallbackTooLong, lm.Candidates, lm.Passed = int(tot[5]), int(tot[6]), int(tot[7]), int(tot[8])
+	lm.relevanceSum, lm.rawRelevanceSum, lm.contextSum, lm.ContextTruncated, lm.SpecialRemoved = tot[9], tot[10], int(tot[11]), int(tot[12]), int(tot[13])
+	lm.ContextTokensMax = int(ctxMax)
 	var fb, fbRight, sc, scRight, refl, copied float64
-	for _, r := range sampled {
-		if r.prompt.mode == modeScratch {
+	for _, r := range stats {
+		if r.Mode == modeScratch {
 			sc++
-			if r.correct {
+			if r.Correct {
 				scRight++
 			}
 			continue
 		}
 		fb++
-		if r.correct {
+		if r.Correct {
 			fbRight++
 		}
-		if r.prompt.mode == modeReflection && r.prompt.shown != "" {
+		if r.Shown {
 			refl++
-			if got, ok := reward.ExtractResponse(r.text, r.truncated); ok && reward.Equivalent(r.prompt.shown, got, reward.Options{}) {
+			if r.Copied {
 				copied++
 			}
 		}
@@ -298,6 +346,7 @@ func (l *lanpoRun) finish(m *StepMetrics, sampled []*rollout) {
 	lm.PoolProblems, lm.PoolEntries, lm.PoolBytes = l.pool.Problems(), l.pool.Entries(), l.pool.Bytes()
 	m.LANPOMetrics = &lm
 	l.met = LANPOMetrics{}
+	return nil
 }
 
 // LANPOMetrics are a LANPO step's lines in metrics.jsonl.

@@ -38,7 +38,7 @@ type StepMetrics struct {
 	// weight hit algo.tis_cap.
 	SamplerGapMean float64 `json:"sampler_logp_gap_mean,omitempty"`
 	SamplerGapMax  float64 `json:"sampler_logp_gap_max,omitempty"`
-	TISClipped     float64 `json:"tis_clipped_frac,omitempty"`
+	TISClipped     float64 `json:"sampler_tis_clipped_frac,omitempty"`
 
 	// SFT
 	EvalLoss float64 `json:"eval_loss,omitempty"`
@@ -66,6 +66,8 @@ type StepMetrics struct {
 }
 
 // metricsLog appends StepMetrics to RUN_DIR/metrics.jsonl.
+// metricsLog appends metrics.jsonl; a nil f (ranks other than 0) writes
+// nothing.
 type metricsLog struct{ f *os.File }
 
 func openMetrics(runDir string) (*metricsLog, error) {
@@ -77,6 +79,9 @@ func openMetrics(runDir string) (*metricsLog, error) {
 }
 
 func (l *metricsLog) write(m StepMetrics) error {
+	if l.f == nil {
+		return nil
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -99,7 +104,12 @@ func (l *metricsLog) write(m StepMetrics) error {
 	return l.f.Sync()
 }
 
-func (l *metricsLog) Close() error { return l.f.Close() }
+func (l *metricsLog) Close() error {
+	if l.f == nil {
+		return nil
+	}
+	return l.f.Close()
+}
 
 // phaseTimer accumulates wall time per named phase of a step.
 type phaseTimer struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 
 	"github.com/sugarme/gotch"
@@ -23,8 +22,8 @@ import (
 // order). Parameters stored in 16-bit get an fp32 master copy, which is
 // what the update and the checkpoint use.
 type AdamW struct {
-	Beta1, Beta2, Eps, WeightDecay float64
-	Step                           int64 // updates done
+	adamHyper
+	Step int64 // updates done
 
 	params []model.NamedParam
 	master []*ts.Tensor // fp32 copy for 16-bit params, else the param itself
@@ -34,7 +33,7 @@ type AdamW struct {
 // NewAdamW sets every parameter to require grad and allocates the state.
 func NewAdamW(params []model.NamedParam, beta1, beta2, eps, weightDecay float64) (o *AdamW, err error) {
 	defer tensor.Recover("optimizer init", &err)
-	o = &AdamW{Beta1: beta1, Beta2: beta2, Eps: eps, WeightDecay: weightDecay, params: params}
+	o = &AdamW{adamHyper: adamHyper{beta1, beta2, eps, weightDecay}, params: params}
 	for _, p := range params {
 		p.Tensor.MustSetRequiresGrad(true, false).MustDrop()
 		master := p.Tensor
@@ -80,12 +79,14 @@ func (o *AdamW) ClipGradNorm(maxNorm float64) (norm float64, err error) {
 	defer s.Close()
 	var sq []*ts.Tensor
 	for _, p := range o.params {
-		g := s.Keep(p.Tensor.MustGrad(false))
-		if !g.MustDefined() {
-			continue
+		// One parameter's float64 copy and square at a time: kept for
+		// all of them, they were four times the gradients' bytes.
+		var ps tensor.Scope
+		g := ps.Keep(p.Tensor.MustGrad(false))
+		if g.MustDefined() {
+			sq = append(sq, s.Keep(sumSquares(&ps, g)))
 		}
-		g64 := s.Keep(g.MustTotype(gotch.Double, false))
-		sq = append(sq, s.Keep(s.Keep(g64.MustSquare(false)).MustSum(gotch.Double, false)))
+		ps.Close()
 	}
 	if len(sq) == 0 {
 		return 0, nil
@@ -104,12 +105,61 @@ func (o *AdamW) ClipGradNorm(maxNorm float64) (norm float64, err error) {
 	return norm, nil
 }
 
+// sumSquares is Σ g² in float64, a new scalar tensor the caller keeps; the
+// float64 copy and the squares are registered in s (one parameter's scope,
+// so they never coexist for all parameters).
+func sumSquares(s *tensor.Scope, g *ts.Tensor) *ts.Tensor {
+	g64 := s.Keep(g.MustTotype(gotch.Double, false))
+	return s.Keep(g64.MustSquare(false)).MustSum(gotch.Double, false)
+}
+
+// adamHyper are AdamW's hyper-parameters.
+type adamHyper struct {
+	Beta1, Beta2, Eps, WeightDecay float64
+}
+
+// step updates w in place from gradient g with moments m and v (all of
+// w's dtype and shape, g converted first), at learning rate lr and update
+// number t: the one AdamW formula, shared by the plain and the sharded
+// optimizer, so a shard's update is bit for bit the whole tensor's.
+func (h adamHyper) step(s *tensor.Scope, w, m, v, g *ts.Tensor, lr float64, t int64) {
+	bc1 := 1 - math.Pow(h.Beta1, float64(t))
+	bc2 := 1 - math.Pow(h.Beta2, float64(t))
+	if g.DType() != w.DType() {
+		g = s.Keep(g.MustTotype(w.DType(), false))
+	}
+	// m = β1 m + (1−β1) g;  v = β2 v + (1−β2) g². Each temporary is
+	// w's size and is dropped as soon as it is used, and the rest are
+	// computed in place (the same kernels, so the same bits): at most two
+	// exist at once, which for the embedding matrix is what bounds the
+	// step's transient memory.
+	m.MustMulScalar_(s.Float(h.Beta1))
+	tmp := g.MustMulScalar(s.Float(1-h.Beta1), false)
+	m.MustAdd_(tmp)
+	tmp.MustDrop()
+	v.MustMulScalar_(s.Float(h.Beta2))
+	tmp = g.MustSquare(false)
+	tmp.MustMulScalar_(s.Float(1 - h.Beta2))
+	v.MustAdd_(tmp)
+	tmp.MustDrop()
+	// w −= lr·wd·w (decoupled), then w −= lr · m̂ / (√v̂ + eps)
+	if h.WeightDecay != 0 {
+		w.MustMulScalar_(s.Float(1 - lr*h.WeightDecay))
+	}
+	denom := v.MustDivScalar(s.Float(bc2), false)
+	denom.MustSqrt_()
+	denom.MustAddScalar_(s.Float(h.Eps))
+	upd := m.MustDiv(denom, false)
+	denom.MustDrop()
+	upd.MustMulScalar_(s.Float(lr / bc1))
+	w.MustSub_(upd)
+	upd.MustDrop()
+}
+
 // Update applies one AdamW step with learning rate lr to every parameter
 // that has a gradient.
 func (o *AdamW) Update(lr float64) error {
 	o.Step++
-	bc1 := 1 - math.Pow(o.Beta1, float64(o.Step))
-	bc2 := 1 - math.Pow(o.Beta2, float64(o.Step))
 	return csrc.NoGrad(func() (err error) {
 		defer tensor.Recover("optimizer step", &err)
 		for i, p := range o.params {
@@ -120,21 +170,7 @@ func (o *AdamW) Update(lr float64) error {
 				continue
 			}
 			w := o.master[i]
-			if g.DType() != w.DType() {
-				g = s.Keep(g.MustTotype(w.DType(), false))
-			}
-			// m = β1 m + (1−β1) g;  v = β2 v + (1−β2) g²
-			o.m[i].MustMulScalar_(s.Float(o.Beta1))
-			o.m[i].MustAdd_(s.Keep(g.MustMulScalar(s.Float(1-o.Beta1), false)))
-			o.v[i].MustMulScalar_(s.Float(o.Beta2))
-			o.v[i].MustAdd_(s.Keep(s.Keep(g.MustSquare(false)).MustMulScalar(s.Float(1-o.Beta2), false)))
-			// w −= lr·wd·w (decoupled), then w −= lr · m̂ / (√v̂ + eps)
-			if o.WeightDecay != 0 {
-				w.MustMulScalar_(s.Float(1 - lr*o.WeightDecay))
-			}
-			denom := s.Keep(s.Keep(s.Keep(o.v[i].MustDivScalar(s.Float(bc2), false)).MustSqrt(false)).MustAddScalar(s.Float(o.Eps), false))
-			upd := s.Keep(s.Keep(o.m[i].MustDiv(denom, false)).MustMulScalar(s.Float(lr/bc1), false))
-			w.MustSub_(upd)
+			o.step(&s, w, o.m[i], o.v[i], g, lr, o.Step)
 			if w != p.Tensor {
 				p.Tensor.Copy_(w)
 			}
@@ -149,6 +185,11 @@ type adamMeta struct {
 	Beta1, Beta2, Eps, WeightDecay float64
 	Step                           int64
 	Params                         []string
+	// ZeRO checkpoints: the stage and world size that wrote them and their
+	// per-rank files (zeroShardFile); absent for plain AdamW's single file.
+	ZeroStage int      `json:",omitempty"`
+	World     int      `json:",omitempty"`
+	Files     []string `json:",omitempty"`
 }
 
 const (
@@ -159,7 +200,7 @@ const (
 // Save writes the state into dir: moments and fp32 masters as
 // safetensors (exact bytes), hyper-parameters and step as JSON.
 func (o *AdamW) Save(dir string) error {
-	meta := adamMeta{o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.Step, nil}
+	meta := adamMeta{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: o.Step}
 	var srcs []model.TensorSource
 	for i, p := range o.params {
 		meta.Params = append(meta.Params, p.Name)
@@ -197,58 +238,31 @@ func (o *AdamW) Save(dir string) error {
 	return fsutil.WriteFileSync(filepath.Join(dir, optimMetaFile), append(js, '\n'))
 }
 
-// Load restores the state Save wrote; the parameter names must match.
+// Load restores the state from a checkpoint of plain AdamW or of ZeRO at
+// any world size (optimState); the parameter names must match.
 func (o *AdamW) Load(dir string) (err error) {
 	defer tensor.Recover("load optimizer", &err)
-	raw, err := os.ReadFile(filepath.Join(dir, optimMetaFile))
+	st, err := openOptimState(dir, o.params)
 	if err != nil {
 		return err
 	}
-	var meta adamMeta
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, optimMetaFile), err)
-	}
-	if len(meta.Params) != len(o.params) {
-		return fmt.Errorf("%s: %d parameters, the model has %d", filepath.Join(dir, optimMetaFile), len(meta.Params), len(o.params))
-	}
-	f, err := model.OpenSafetensors(filepath.Join(dir, optimTensorsFile))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	restore := func(name string, into *ts.Tensor) error {
-		b, info, err := f.Bytes(name)
-		if err != nil {
-			return fmt.Errorf("%s: %w", optimTensorsFile, err)
-		}
-		src, err := info.DType.Gotch()
-		if err != nil {
-			return err
-		}
-		t, err := csrc.FromBytes(b, info.Shape, src, into.DType(), into.MustDevice())
-		if err != nil {
-			return err
-		}
-		defer t.MustDrop()
-		return csrc.NoGrad(func() error { into.Copy_(t); return nil })
-	}
+	defer st.Close()
 	for i, p := range o.params {
-		if meta.Params[i] != p.Name {
-			return fmt.Errorf("%s: parameter %d is %q, the model's is %q", optimMetaFile, i, meta.Params[i], p.Name)
-		}
-		if err := restore("exp_avg."+p.Name, o.m[i]); err != nil {
+		n := int64(p.Tensor.Numel())
+		if err := st.restore("exp_avg", p.Name, n, 0, n, o.m[i]); err != nil {
 			return err
 		}
-		if err := restore("exp_avg_sq."+p.Name, o.v[i]); err != nil {
+		if err := st.restore("exp_avg_sq", p.Name, n, 0, n, o.v[i]); err != nil {
 			return err
 		}
 		if o.master[i] != p.Tensor {
-			if err := restore("master."+p.Name, o.master[i]); err != nil {
+			if err := st.restore("master", p.Name, n, 0, n, o.master[i]); err != nil {
 				return err
 			}
 		}
 	}
-	o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.Step = meta.Beta1, meta.Beta2, meta.Eps, meta.WeightDecay, meta.Step
+	m := st.meta
+	o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.Step = m.Beta1, m.Beta2, m.Eps, m.WeightDecay, m.Step
 	return nil
 }
 

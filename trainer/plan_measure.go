@@ -117,7 +117,7 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 			return err
 		}
 		loss := s.Keep(lp.MustMean(gotch.Float, false))
-		return backward(loss, c)
+		return backward(loss, c, nil)
 	}
 
 	// A forward without grad first starts the thread pools and kernels'
@@ -172,4 +172,113 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 		add(name, plan["activations (micro-batch)"]+plan["log-prob chunk buffer"], peak)
 	}
 	return checks, nil
+}
+
+// ZeroMemory is one line of lanpo bench memory --zero: a rank's memory for
+// an update under one sharding.
+type ZeroMemory struct {
+	Mode  string `json:"mode"`
+	Rank  int    `json:"rank"`
+	World int    `json:"world"`
+	// State is the optimizer's own bytes (Optimizer.StateBytes).
+	State int64 `json:"optimizer_state_bytes"`
+	// Peak is the process's peak RSS during a whole update (forward,
+	// checkpointed backward, reduction, AdamW step) above its RSS before
+	// the model was built: weights, gradients, optimizer state, activations
+	// and the collectives' buffers together.
+	Peak int64 `json:"update_peak_bytes"`
+}
+
+// MeasureZeroMemory runs, on this rank of c, one update of a random model
+// of cfg (float32, CPU, rows × seq tokens, activation checkpointing) under
+// plain data parallelism, ZeRO-1 and ZeRO-2 (gradients reduce-scattered
+// layer by layer during the backward), and measures each one's peak RSS
+// (see ZeroMemory). A warm-up update first writes the moments' pages, so
+// they count. Every rank must call it with the same arguments: the updates
+// are collectives.
+func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c Comm) (out []ZeroMemory, err error) {
+	defer tensor.Recover("bench memory --zero", &err)
+	if c == nil {
+		c = singleComm{}
+	}
+	rss := func() int64 {
+		csrc.MeasureHostMemory()
+		n, err := tensor.RSSBytes()
+		if err != nil {
+			panic(err)
+		}
+		return n
+	}
+	csrc.MeasureHostMemory()
+	ids := model.RandomIDs(rows, seq, cfg.VocabSize, seed)
+	flat, pos, mask := make([]int64, 0, rows*seq), make([]int64, 0, rows*seq), make([]int64, 0, rows*seq)
+	for _, row := range ids {
+		for j, id := range row {
+			flat, pos, mask = append(flat, id), append(pos, int64(j)), append(mask, 1)
+		}
+	}
+	for _, mode := range []struct {
+		name  string
+		stage int
+	}{{"plain (all-reduce)", 0}, {"ZeRO-1", 1}, {"ZeRO-2 per layer", 2}} {
+		z, err := measureZeroMode(cfg, seed, c, mode.stage, rss, flat, pos, mask, []int64{rows, seq})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", mode.name, err)
+		}
+		z.Mode, z.Rank, z.World = mode.name, c.Rank(), c.Size()
+		out = append(out, z)
+	}
+	return out, nil
+}
+
+func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, rss func() int64, flat, pos, mask, shape []int64) (ZeroMemory, error) {
+	var data tensor.Scope
+	defer data.Close()
+	base := rss()
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: gotch.Float}, seed)
+	if err != nil {
+		return ZeroMemory{}, err
+	}
+	defer m.Close()
+	for _, p := range m.Params() {
+		p.Tensor.MustRequiresGrad_(true)
+	}
+	idsT := tensor.FromSlice(&data, flat, shape, gotch.CPU)
+	posT := tensor.FromSlice(&data, pos, shape, gotch.CPU)
+	maskT := tensor.FromSlice(&data, mask, shape, gotch.CPU)
+	tmask := data.Keep(maskT.MustTotype(gotch.Bool, false))
+	o, err := NewOptimizer(m.Params(), adamHyper{0.9, 0.999, 1e-8, 0}, c, stage, 16<<20, true)
+	if err != nil {
+		return ZeroMemory{}, err
+	}
+	defer o.Close()
+	update := func() error {
+		var s tensor.Scope
+		defer s.Close()
+		o.ZeroGrad()
+		lp, _, ck, err := m.TokenLogProbsCheckpointed(&s, idsT, posT, maskT, idsT, tmask, csrc.LogProbOptions{Temperature: 1})
+		if err != nil {
+			return err
+		}
+		loss := s.Keep(lp.MustMean(gotch.Float, false))
+		if err := backward(loss, ck, o.LayerDone); err != nil {
+			return err
+		}
+		_, err = o.Apply(1e-6, 0, 0)
+		return err
+	}
+	if err := update(); err != nil {
+		return ZeroMemory{}, err
+	}
+	o.ZeroGrad()
+	start := rss()
+	meter := csrc.NewPeakMeter(gotch.CPU) // peak above the RSS at start
+	if err := update(); err != nil {
+		return ZeroMemory{}, err
+	}
+	peak, src := meter.Peak()
+	if peak == 0 {
+		return ZeroMemory{}, fmt.Errorf("no peak memory figure: %s", src)
+	}
+	return ZeroMemory{State: o.StateBytes(), Peak: start - base + peak}, nil
 }

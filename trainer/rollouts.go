@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -43,6 +44,26 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 		}
 		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.problem].ID, Group: r.prompt.index, Sample: r.sample, Mode: r.prompt.mode,
 			Prompt: text, Response: r.text, Reward: r.reward, Correct: r.correct, Truncated: r.truncated}
+	}
+	if g.comm.Size() > 1 {
+		// Rank 0 writes every rank's rollouts, in global order.
+		parts, err := gatherJSON(g.comm, rows)
+		if err != nil {
+			return err
+		}
+		if g.comm.Rank() != 0 {
+			return nil
+		}
+		rows = nil
+		for _, p := range parts {
+			rows = append(rows, p...)
+		}
+		slices.SortFunc(rows, func(a, b rolloutLine) int {
+			if a.Group != b.Group {
+				return a.Group - b.Group
+			}
+			return a.Sample - b.Sample
+		})
 	}
 	return jsonl.WriteFile(filepath.Join(dir, fmt.Sprintf("step-%06d.jsonl", step)), rows)
 }

@@ -499,7 +499,7 @@ func TestFailedStepSavesLastGoodState(t *testing.T) {
 				}
 				if c.afterUpdate {
 					pt.enter("update")
-					if err := s.opt.Update(1e-3); err != nil {
+					if err := s.opt.(*AdamW).Update(1e-3); err != nil {
 						return StepMetrics{}, err
 					}
 				}
@@ -652,7 +652,7 @@ func TestRecomputeOldLogp(t *testing.T) {
 		if w := num(a[i], "sampler_trainer_logp_max_abs_diff"); gm <= 0 || gx < gm || math.Abs(gx-w) > 0.05*w {
 			t.Errorf("step %d: sampler gap mean %g max %g; without recomputation the update saw %g", i+1, gm, gx, num(a[i], "sampler_trainer_logp_max_abs_diff"))
 		}
-		if _, ok := b[i]["tis_clipped_frac"]; ok {
+		if _, ok := b[i]["sampler_tis_clipped_frac"]; ok {
 			t.Errorf("step %d: importance weights clipped at a gap of %g", i+1, gx)
 		}
 		if x, y := num(a[i], "grad_norm"), num(b[i], "grad_norm"); math.Abs(x-y) > 1e-5*math.Max(1, x) {

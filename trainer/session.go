@@ -35,6 +35,11 @@ type RunOptions struct {
 	// randomness from the run; its results go into that step's metrics line
 	// as eval/… keys.
 	Evaluate Evaluator
+	// Comm is the process group of a data-parallel run (dist.Init under
+	// lanpo launch or torchrun); nil: one process. Every rank runs the same
+	// loop; rank 0 writes metrics, the progress line and the shared parts
+	// of checkpoints.
+	Comm Comm
 }
 
 // Evaluator evaluates the policy after a step and returns named results;
@@ -51,7 +56,8 @@ type session struct {
 	tokFiles []namedFile // the tokenizer's files, written into every checkpoint
 	m        *model.Model
 	tk       *tokenizer.Tokenizer
-	opt      *AdamW
+	opt      Optimizer
+	comm     Comm
 	state    TrainerState
 	metrics  *metricsLog
 	prog     *progress.Bar
@@ -75,7 +81,10 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm}
+	if sess.comm == nil {
+		sess.comm = singleComm{}
+	}
 	s = sess
 	defer func() {
 		if err != nil {
@@ -93,6 +102,9 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	ckpt, err := ResolveResume(cfg.RunDir, resume)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.sameOnEveryRank("--resume checkpoint", ckpt); err != nil {
 		return nil, err
 	}
 	from, tokDir := s.modelDir, s.modelDir
@@ -120,7 +132,8 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		}
 	}
 	o := cfg.Optim
-	if s.opt, err = NewAdamW(s.m.Params(), o.Beta1, o.Beta2, o.Eps, o.WeightDecay); err != nil {
+	if s.opt, err = NewOptimizer(s.m.Params(), adamHyper{o.Beta1, o.Beta2, o.Eps, o.WeightDecay}, s.comm, cfg.Dist.ZeroStage,
+		int64(cfg.Dist.BucketMB)<<20, cfg.Train.ActivationCheckpointing); err != nil {
 		return nil, err
 	}
 	s.state = TrainerState{Kind: kind, Seed: cfg.Seed, Cursor: Cursor{Seed: cfg.Seed}}
@@ -136,11 +149,18 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		}
 		s.lastSave, s.resumedFrom = s.state.Step, ckpt
 		log.Info().Str("checkpoint", ckpt).Int("step", s.state.Step).Msg("resumed")
-	} else if err := os.Remove(filepath.Join(cfg.RunDir, metricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	} else if s.comm.Rank() == 0 {
+		if err := os.Remove(filepath.Join(cfg.RunDir, metricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
-	if s.metrics, err = openMetrics(cfg.RunDir); err != nil {
-		return nil, err
+	s.metrics = &metricsLog{}
+	if s.comm.Rank() == 0 {
+		if s.metrics, err = openMetrics(cfg.RunDir); err != nil {
+			return nil, err
+		}
+	} else {
+		opts.Progress = nil
 	}
 	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
 	return s, nil
@@ -170,14 +190,19 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			log.Info().Int("step", s.state.Step).Msg("stop_after_steps reached")
 			break
 		}
-		if ctx.Err() != nil {
+		// A signal on any rank stops every rank at the same step.
+		stop, err := anyRank(s.comm, ctx.Err() != nil)
+		if err != nil {
+			return fmt.Errorf("before step %d: %w", s.state.Step+1, err)
+		}
+		if stop {
 			if err := s.save(); err != nil {
 				return err
 			}
 			return ErrInterrupted
 		}
 		t := newPhaseTimer()
-		before, updates := s.state, s.opt.Step
+		before, updates := s.state, s.opt.Updates()
 		met, err := s.guardedStep(step, t)
 		if err != nil && !errors.Is(err, errBadLoss) {
 			return s.stepFailed(err, t.phase, before, updates)
@@ -240,7 +265,13 @@ func (s *session) guardedStep(step func(*phaseTimer) (StepMetrics, error), t *ph
 // the last checkpoint is where to resume.
 func (s *session) stepFailed(err error, phase string, before TrainerState, updates int64) error {
 	err = fmt.Errorf("step %d, phase %s: %w", s.state.Step+1, phase, err)
-	if s.opt.Step != updates {
+	if s.comm.Size() > 1 {
+		// The other ranks may be anywhere in the step: saving would need
+		// collectives they are not issuing. The last checkpoint stands.
+		log.Error().Int("rank", s.comm.Rank()).Int("step", s.state.Step+1).Msg("the step failed on this rank of a multi-process run: not saving; resume from the last checkpoint")
+		return fmt.Errorf("rank %d: %w", s.comm.Rank(), err)
+	}
+	if s.opt.Updates() != updates {
 		log.Error().Int("step", s.state.Step+1).Msg("the step failed after the optimizer had updated the weights: not saving them; resume from the last checkpoint")
 		return err
 	}
@@ -256,12 +287,26 @@ func (s *session) save() error {
 	if s.lastSave == s.state.Step {
 		return nil
 	}
-	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra}, s.cfg.Checkpoint.Keep)
+	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra, s.comm}, s.cfg.Checkpoint.Keep)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", s.state.Step, err)
 	}
 	s.lastSave = s.state.Step
 	log.Info().Str("dir", dir).Int("step", s.state.Step).Msg("checkpoint saved")
+	return nil
+}
+
+// sameOnEveryRank checks that every rank has the same value of what.
+func (s *session) sameOnEveryRank(what, v string) error {
+	all, err := gatherJSON(s.comm, v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	for r, x := range all {
+		if x != v {
+			return fmt.Errorf("%s: rank %d has %q, rank %d has %q (every rank must see the same run directory)", what, r, x, s.comm.Rank(), v)
+		}
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -194,13 +195,27 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	met.LR = lr
 	t.enter("update")
 	r.opt.ZeroGrad()
+	// Data parallel: this rank's share of the step's examples; the loss is
+	// normalized by the whole step's target count, so gradients add up.
+	lo, hi := share(len(exs), r.comm.Rank(), r.comm.Size())
+	mbs := r.microBatches(exs[lo:hi])
+	nmb, err := r.microBatchCount(len(mbs))
+	if err != nil {
+		return met, err
+	}
+	for i := len(mbs); i < nmb; i++ {
+		if err := r.opt.SkipBackward(); err != nil {
+			return met, err
+		}
+	}
+	var loss float64
 	padded, real := 0, 0
-	for _, mb := range r.microBatches(exs) {
+	for _, mb := range mbs {
 		l, err := r.nll(mb, float64(max(tokens, 1)), true)
 		if err != nil {
 			return met, err
 		}
-		met.Loss += l
+		loss += l
 		longest := 0
 		for _, ex := range mb {
 			longest = max(longest, len(ex.ids))
@@ -208,7 +223,12 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		}
 		padded += len(mb) * longest
 	}
-	met.PaddingFrac = 1 - float64(real)/float64(max(padded, 1))
+	tot, err := sumFloats(r.comm, []float64{loss, float64(real), float64(padded)})
+	if err != nil {
+		return met, err
+	}
+	met.Loss = tot[0]
+	met.PaddingFrac = 1 - tot[1]/math.Max(tot[2], 1)
 	if met.GradNorm, err = r.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 		return met, err
 	}
@@ -295,22 +315,24 @@ func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
 	weighted := s.Keep(lp.MustMul(tensor.FromSlice(&s, w, shape, dev), false))
 	loss := s.Keep(s.Keep(weighted.MustSum(gotch.Double, false)).MustNeg(false))
 	if grad {
-		if err := backward(loss, ckpt); err != nil {
+		if err := backward(loss, ckpt, r.opt.LayerDone); err != nil {
 			return 0, err
 		}
 	}
 	return tensor.Float64s(loss)[0], nil // sync: one read per micro-batch
 }
 
-// evalLoss is the mean NLL per assistant token over the eval set.
+// evalLoss is the mean NLL per assistant token over the eval set (each
+// rank its share).
 func (r *sftRun) evalLoss() (float64, error) {
 	total := 0
 	for _, ex := range r.eval {
 		total += countTargets(ex)
 	}
 	var sum float64
+	lo, hi := share(len(r.eval), r.comm.Rank(), r.comm.Size())
 	err := csrc.NoGrad(func() error {
-		for mb := range slices.Chunk(r.eval, r.cfg.SFT.MicroBatchSize) {
+		for mb := range slices.Chunk(r.eval[lo:hi], r.cfg.SFT.MicroBatchSize) {
 			l, err := r.nll(mb, float64(max(total, 1)), false)
 			if err != nil {
 				return err
@@ -319,5 +341,12 @@ func (r *sftRun) evalLoss() (float64, error) {
 		}
 		return nil
 	})
-	return sum, err
+	if err != nil {
+		return 0, err
+	}
+	tot, err := sumFloats(r.comm, []float64{sum})
+	if err != nil {
+		return 0, err
+	}
+	return tot[0], nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
@@ -86,8 +87,20 @@ func runTraining(c *cli.Context, run runFunc) error {
 	if isTerminal(os.Stderr) {
 		opts.Progress = os.Stderr
 	}
+	comm, err := joinGroup(cfg)
+	if err != nil {
+		return err
+	}
+	if comm != nil {
+		defer comm.Close()
+		opts.Comm = comm
+		if comm.Rank() != 0 {
+			opts.Progress = nil
+		}
+	}
 	if cfg.Eval.Every > 0 {
-		if opts.Evaluate, err = eval.TrainingEvaluator(cfg); err != nil {
+		// Every rank evaluates alike; rank 0 writes the samples.
+		if opts.Evaluate, err = eval.TrainingEvaluator(cfg, comm == nil || comm.Rank() == 0); err != nil {
 			return usageError{err}
 		}
 	}
@@ -97,6 +110,28 @@ func runTraining(c *cli.Context, run runFunc) error {
 		return cli.Exit("", 130)
 	}
 	return err
+}
+
+// joinGroup joins the data-parallel process group when lanpo launch or
+// torchrun started this process (WORLD_SIZE set), else returns nil.
+func joinGroup(cfg trainer.Config) (dist.Comm, error) {
+	env, launched, err := dist.FromEnv()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if !launched || env.World == 1 {
+		return nil, nil
+	}
+	dev, err := trainer.ParseDevice(cfg.Device)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("config key device: %w", err)}
+	}
+	if gloo, nccl, why := dist.Available(); !gloo && !nccl {
+		return nil, fmt.Errorf("WORLD_SIZE=%d, but this lanpo has no distributed support: %s", env.World, why)
+	}
+	log.Info().Int("rank", env.Rank).Int("world_size", env.World).Int("local_rank", env.LocalRank).Str("master", fmt.Sprintf("%s:%d", env.MasterAddr, env.MasterPort)).
+		Bool("agent_store", env.AgentStore).Msg("joining the process group")
+	return dist.Init(env, dist.Options{Backend: cfg.Dist.Backend, Timeout: cfg.Dist.TimeoutDuration(), Device: dev})
 }
 
 // interruptible returns a context that the first SIGINT or SIGTERM cancels:

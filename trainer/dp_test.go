@@ -1,0 +1,494 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/internal/disttest"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+// memGroup is an in-process process group for tests: ranks are
+// goroutines, each on its own locked OS thread with its own model, and a
+// collective is an exchange of host copies. Sums are taken in float64 in
+// rank order. The multi-process tests over Gloo are in ../dist and
+// ../cmd/lanpo; this one makes the trainer's data-parallel logic fast to
+// test.
+type memGroup struct {
+	n       int
+	mu      sync.Mutex
+	cond    *sync.Cond
+	gen     int
+	arrived int
+	inputs  [][]float64
+	result  [][]float64
+}
+
+func newMemGroup(n int) *memGroup {
+	g := &memGroup{n: n, inputs: make([][]float64, n)}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *memGroup) exchange(rank int, xs []float64) [][]float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gen := g.gen
+	g.inputs[rank] = xs
+	g.arrived++
+	if g.arrived == g.n {
+		g.result, g.inputs, g.arrived = g.inputs, make([][]float64, g.n), 0
+		g.gen++
+		g.cond.Broadcast()
+	} else {
+		for gen == g.gen {
+			g.cond.Wait()
+		}
+	}
+	return g.result
+}
+
+type memComm struct {
+	g    *memGroup
+	rank int
+	ops  int // collectives issued, to check ranks stay in step
+}
+
+func (c *memComm) Rank() int { return c.rank }
+func (c *memComm) Size() int { return c.g.n }
+
+func setValues(t *ts.Tensor, vals []float64) {
+	var s tensor.Scope
+	defer s.Close()
+	t.Copy_(tensor.FromSlice(&s, vals, t.MustSize(), t.MustDevice()))
+}
+
+func (c *memComm) AllReduceSum(t *ts.Tensor) error {
+	c.ops++
+	all := c.g.exchange(c.rank, tensor.Float64s(t))
+	sum := make([]float64, len(all[0]))
+	for _, a := range all {
+		if len(a) != len(sum) {
+			return fmt.Errorf("allreduce of %d and %d elements", len(a), len(sum))
+		}
+		for i, x := range a {
+			sum[i] += x
+		}
+	}
+	setValues(t, sum)
+	return nil
+}
+
+func (c *memComm) Broadcast(t *ts.Tensor, root int) error {
+	c.ops++
+	all := c.g.exchange(c.rank, tensor.Float64s(t))
+	setValues(t, all[root])
+	return nil
+}
+
+func (c *memComm) ReduceScatterSum(in, out *ts.Tensor) error {
+	c.ops++
+	all := c.g.exchange(c.rank, tensor.Float64s(in))
+	n := int(out.Numel())
+	sum := make([]float64, n)
+	for _, a := range all {
+		if len(a) != n*c.g.n {
+			return fmt.Errorf("reduce-scatter of %d elements into %d", len(a), n)
+		}
+		for i := range sum {
+			sum[i] += a[c.rank*n+i]
+		}
+	}
+	setValues(out, sum)
+	return nil
+}
+
+func (c *memComm) AllGather(in, out *ts.Tensor) error {
+	c.ops++
+	all := c.g.exchange(c.rank, tensor.Float64s(in))
+	var cat []float64
+	for _, a := range all {
+		cat = append(cat, a...)
+	}
+	setValues(out, cat)
+	return nil
+}
+
+func (c *memComm) AllGatherBytes(b []byte) ([][]byte, error) {
+	c.ops++
+	xs := make([]float64, len(b))
+	for i, x := range b {
+		xs[i] = float64(x)
+	}
+	all := c.g.exchange(c.rank, xs)
+	out := make([][]byte, len(all))
+	for r, a := range all {
+		out[r] = make([]byte, len(a))
+		for i, x := range a {
+			out[r][i] = byte(x)
+		}
+	}
+	return out, nil
+}
+
+func (c *memComm) Barrier() error {
+	c.ops++
+	c.g.exchange(c.rank, nil)
+	return nil
+}
+
+// onRanks runs fn as n ranks of a memGroup, each on its own locked OS
+// thread, and returns their errors.
+func onRanks(n int, fn func(c Comm) error) []error {
+	g := newMemGroup(n)
+	return inGoroutines(n, func(r int) error { return fn(&memComm{g: g, rank: r}) })
+}
+
+// onGlooRanks runs fn as n ranks of a real Gloo process group (c10d over
+// TCP on 127.0.0.1, rank 0 serving the store), each rank a goroutine on its
+// own locked OS thread: the trainer's collectives as they run across
+// processes, in one test process.
+func onGlooRanks(t *testing.T, n int, fn func(c Comm) error) []error {
+	gloo, _, why := dist.Available()
+	disttest.Need(t, gloo, why)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return inGoroutines(n, func(r int) error {
+		env := dist.Env{Rank: r, LocalRank: r, World: n, LocalWorld: n, MasterAddr: "127.0.0.1", MasterPort: port}
+		c, err := dist.Init(env, dist.Options{Backend: "gloo", Timeout: time.Minute, Device: gotch.CPU})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(c)
+	})
+}
+
+func inGoroutines(n int, fn func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[r] = fmt.Errorf("rank %d panicked: %v", r, p)
+				}
+			}()
+			errs[r] = fn(r)
+		}(r)
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestShare(t *testing.T) {
+	for _, c := range []struct{ n, size int }{{10, 3}, {2, 4}, {0, 2}, {7, 1}, {8, 8}} {
+		next := 0
+		for r := 0; r < c.size; r++ {
+			lo, hi := share(c.n, r, c.size)
+			if lo != next || hi < lo || hi-lo > (c.n+c.size-1)/c.size {
+				t.Fatalf("share(%d, %d, %d) = [%d, %d)", c.n, r, c.size, lo, hi)
+			}
+			next = hi
+		}
+		if next != c.n {
+			t.Fatalf("shares of %d over %d end at %d", c.n, c.size, next)
+		}
+	}
+}
+
+// dpUpdate is one rank's view after an update: its reduced gradient of
+// every parameter (the whole tensor, or its ZeRO-2 chunk at offset lo),
+// the metrics and the weights.
+type dpUpdate struct {
+	met   StepMetrics
+	grads map[string][]float64
+	lo    map[string]int64
+	w     []float64
+	state int64 // optimizer state bytes
+}
+
+// updateOnRank runs one update of the tiny model over this rank's share of
+// rolls (float32, no clipping, so the reduced gradients stay as they are).
+func updateOnRank(t *testing.T, c Comm, runDir string, rolls []rollout, sets ...string) (dpUpdate, error) {
+	cfg := tinyConfig(t, append([]string{"run_dir=" + runDir, "dtype=float32", "optim.grad_clip=0", "algo.kl_beta=0.05"}, sets...)...)
+	s, err := openSession(cfg, "", "grpo", RunOptions{Comm: c})
+	if err != nil {
+		return dpUpdate{}, err
+	}
+	defer s.Close()
+	g := &grpoRun{session: s}
+	lo, hi := share(len(rolls), c.Rank(), c.Size())
+	var batch []*rollout
+	for i := lo; i < hi; i++ {
+		r := rolls[i]
+		batch = append(batch, &r)
+	}
+	var out dpUpdate
+	if err := g.update(batch, &out.met); err != nil {
+		return out, err
+	}
+	out.grads, out.lo = map[string][]float64{}, map[string]int64{}
+	for i, p := range s.m.Params() {
+		if z, ok := s.opt.(*zeroAdamW); ok && z.stage == 2 {
+			out.grads[p.Name], out.lo[p.Name] = tensor.Float64s(z.sh[i].grad), z.sh[i].lo
+			continue
+		}
+		g := p.Tensor.MustGrad(false)
+		out.grads[p.Name] = tensor.Float64s(g)
+		g.MustDrop()
+	}
+	for _, p := range s.m.Params() {
+		out.w = append(out.w, tensor.Float64s(p.Tensor)...)
+	}
+	out.state = s.opt.StateBytes()
+	return out, nil
+}
+
+// 2 and 3 ranks against 1 with the same global batch of injected
+// rollouts: the same reduced gradients, gradient norm, loss and weights,
+// for plain AdamW and ZeRO-1 and -2 (with and without per-layer
+// reduction), within float32 reduction tolerance: gradients summed over
+// ranks add the same terms in another order, so they agree to 2e-6 of the
+// largest gradient; the norm to 1e-5, the loss to 1e-6; every rank ends
+// with bit-identical weights.
+func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
+	rolls := madeUpRollouts(10, 5)
+	var one dpUpdate
+	errs := onRanks(1, func(c Comm) (err error) {
+		one, err = updateOnRank(t, c, t.TempDir(), rolls)
+		return err
+	})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	var gmax float64
+	for _, g := range one.grads {
+		for _, x := range g {
+			gmax = math.Max(gmax, math.Abs(x))
+		}
+	}
+	if gmax < 1e-3 {
+		t.Fatalf("largest gradient %g: the test compares nothing", gmax)
+	}
+	for _, c := range []struct {
+		name  string
+		ranks int
+		sets  []string
+		gloo  bool
+	}{
+		{"plain, 2 ranks", 2, nil, false},
+		{"plain, 3 ranks, uneven shares and micro-batches", 3, []string{"algo.micro_batch_size=2"}, false},
+		{"ZeRO-1, 2 ranks", 2, []string{"dist.zero_stage=1"}, false},
+		{"ZeRO-2, 2 ranks", 2, []string{"dist.zero_stage=2"}, false},
+		{"ZeRO-2 per layer, 3 ranks", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, false},
+		{"plain, 2 ranks over Gloo", 2, nil, true},
+		{"ZeRO-1, 2 ranks over Gloo", 2, []string{"dist.zero_stage=1"}, true},
+		{"ZeRO-2 per layer, 3 ranks over Gloo", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			res := make([]dpUpdate, c.ranks)
+			update := func(mc Comm) (err error) {
+				res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, c.sets...)
+				return err
+			}
+			var errs []error
+			if c.gloo {
+				errs = onGlooRanks(t, c.ranks, update)
+			} else {
+				errs = onRanks(c.ranks, update)
+			}
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			tol := 2e-6 * gmax
+			for r, u := range res {
+				for name, g := range u.grads {
+					want := one.grads[name][u.lo[name] : u.lo[name]+int64(len(g))]
+					if d := maxAbsDiff(g, want); d > tol {
+						t.Fatalf("rank %d: gradient of %s differs by %g (tolerance %g)", r, name, d, tol)
+					}
+				}
+				if math.Abs(u.met.GradNorm-one.met.GradNorm) > 1e-5*one.met.GradNorm || math.Abs(u.met.Loss-one.met.Loss) > 1e-6*math.Max(1, math.Abs(one.met.Loss)) {
+					t.Fatalf("rank %d: grad norm %g loss %g; one rank %g %g", r, u.met.GradNorm, u.met.Loss, one.met.GradNorm, one.met.Loss)
+				}
+				// AdamW's first step is about lr·sign(g): a gradient near eps
+				// that differs in its last bits moves its weight by a visible
+				// fraction of lr, so weights are compared to 5% of one step.
+				if d := maxAbsDiff(u.w, one.w); d > 0.05*u.met.LR {
+					t.Fatalf("rank %d: weights differ from one rank's by %g (lr %g)", r, d, u.met.LR)
+				}
+				if d := maxAbsDiff(u.w, res[0].w); d != 0 {
+					t.Fatalf("rank %d: weights differ from rank 0's by %g", r, d)
+				}
+			}
+		})
+	}
+}
+
+// ZeRO keeps 1/world of plain AdamW's state on each rank (moments; and
+// masters for 16-bit parameters), measured in bytes.
+func TestZeroStateBytes(t *testing.T) {
+	rolls := madeUpRollouts(4, 9)
+	var plain dpUpdate
+	if errs := onRanks(1, func(c Comm) (err error) {
+		plain, err = updateOnRank(t, c, t.TempDir(), rolls, "dtype=bfloat16")
+		return err
+	}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	for _, ranks := range []int{2, 4} {
+		dir := t.TempDir()
+		res := make([]dpUpdate, ranks)
+		errs := onRanks(ranks, func(mc Comm) (err error) {
+			res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, "dtype=bfloat16", "dist.zero_stage=1")
+			return err
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+			ratio := float64(res[r].state) / float64(plain.state)
+			t.Logf("%d ranks, rank %d: %d bytes of optimizer state, plain AdamW %d (×%.3f)", ranks, r, res[r].state, plain.state, ratio)
+			if math.Abs(ratio-1/float64(ranks)) > 0.02 {
+				t.Errorf("%d ranks, rank %d: state ×%.3f of plain AdamW's, want ≈ 1/%d", ranks, r, ratio, ranks)
+			}
+		}
+	}
+}
+
+var _ = gotch.Float
+
+// ZeRO over one rank is plain AdamW, bit for bit.
+func TestZeroOnOneRankIsAdamW(t *testing.T) {
+	rolls := madeUpRollouts(6, 3)
+	var plain, z1, z2 dpUpdate
+	for _, c := range []struct {
+		out  *dpUpdate
+		sets []string
+	}{{&plain, nil}, {&z1, []string{"dist.zero_stage=1"}}, {&z2, []string{"dist.zero_stage=2", "train.activation_checkpointing=true"}}} {
+		if errs := onRanks(1, func(mc Comm) (err error) {
+			*c.out, err = updateOnRank(t, mc, t.TempDir(), rolls, c.sets...)
+			return err
+		}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	if d := maxAbsDiff(plain.w, z1.w); d != 0 {
+		t.Errorf("ZeRO-1 on one rank: weights differ by %g", d)
+	}
+	if d := maxAbsDiff(plain.w, z2.w); d != 0 {
+		t.Errorf("ZeRO-2 on one rank: weights differ by %g", d)
+	}
+}
+
+// runRanks runs a whole GRPO job on n in-process ranks.
+func runRanks(t *testing.T, n int, cfg Config, resume string) {
+	t.Helper()
+	errs := onRanks(n, func(c Comm) error {
+		return RunGRPO(context.Background(), cfg, resume, RunOptions{Comm: c})
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// 2 ranks: 4 steps straight, and 2 steps then --resume auto to 4, give
+// bit-identical weights, optimizer shards and metrics (ZeRO-1, LANPO with
+// its pool); and the checkpoint's shards reload into plain AdamW on one
+// rank and into ZeRO on three by parameter name.
+func TestDataParallelExactResumeAndReshard(t *testing.T) {
+	sets := []string{"algo.name=lanpo", "lanpo.feedback_ratio=1", "dist.zero_stage=1", "rollout.prompts_per_step=4"}
+	straight := tinyConfig(t, sets...)
+	runRanks(t, 2, straight, "")
+	split := tinyConfig(t, append(sets, "stop_after_steps=2")...)
+	runRanks(t, 2, split, "")
+	split.StopAfterSteps = 0
+	runRanks(t, 2, split, "auto")
+	last := filepath.Join(checkpointsDir, checkpointName(4))
+	for _, f := range []string{"model.safetensors", zeroShardFile(0, 2), zeroShardFile(1, 2), optimMetaFile, "pool.jsonl", stateFile} {
+		a, errA := os.ReadFile(filepath.Join(straight.RunDir, last, f))
+		b, errB := os.ReadFile(filepath.Join(split.RunDir, last, f))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs after resume (%v, %v)", f, errA, errB)
+		}
+	}
+	if a, b := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir); !reflect.DeepEqual(a, b) {
+		t.Errorf("metrics differ after resume:\n%v\n%v", a, b)
+	}
+
+	// Reshard: the 2-rank ZeRO checkpoint into plain AdamW and ZeRO-2 on 3.
+	ckpt := filepath.Join(straight.RunDir, last)
+	lockThread(t)
+	m, err := model.Load(ckpt, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	plain, err := NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.Load(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if plain.Step != 4 {
+		t.Errorf("plain AdamW from the shards: step %d, want 4", plain.Step)
+	}
+	g := newMemGroup(3)
+	for r := 0; r < 3; r++ {
+		z, err := newZeroAdamW(m.Params(), adamHyper{0.9, 0.999, 1e-8, 0}, &memComm{g: g, rank: r}, 2, 1<<20, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := z.Load(ckpt); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range m.Params() {
+			want := tensor.Float64s(plain.v[i])
+			sh := z.sh[i]
+			if got := tensor.Float64s(sh.v); !reflect.DeepEqual(got, want[sh.lo:sh.hi]) {
+				t.Fatalf("rank %d of 3: exp_avg_sq of %s [%d, %d) differs from the whole state's", r, p.Name, sh.lo, sh.hi)
+			}
+		}
+		z.Close()
+	}
+	var nonzero bool
+	for _, v := range plain.v {
+		for _, x := range tensor.Float64s(v) {
+			nonzero = nonzero || x != 0
+		}
+	}
+	if !nonzero {
+		t.Fatal("the loaded moments are all zero: the test compares nothing")
+	}
+}
