@@ -40,19 +40,6 @@ namespace {
 char *unsupported(const char *where) {
   return lanpo::dup_error(where, "lanpo was built without distributed support");
 }
-#ifdef USE_C10D_NCCL
-// ProcessGroupNCCL::Options holds an ncclConfig_t, whose size depends on the
-// nccl.h compiled against, while its constructor is libtorch's, compiled
-// against libtorch's own NCCL. Options::create() would allocate with this
-// file's idea of the size and let that constructor fill libtorch's: with an
-// older nccl.h here, past the end. So allocate with room to spare (freed by
-// libtorch's deleting destructor: plain operator delete, as malloc'd memory).
-c10::intrusive_ptr<c10d::ProcessGroupNCCL::Options> ncclOptions() {
-  using Options = c10d::ProcessGroupNCCL::Options;
-  void *mem = ::operator new(sizeof(Options) + 4096);
-  return c10::intrusive_ptr<Options>::unsafe_steal_from_new(new (mem) Options(/*is_high_priority_stream=*/false));
-}
-#endif
 
 }  // namespace
 

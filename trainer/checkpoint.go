@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -103,7 +104,7 @@ func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, err
 	m, tokFiles, opt, state := parts.m, parts.tokFiles, parts.opt, parts.state
 	c := parts.comm
 	if c == nil {
-		c = singleComm{}
+		c = dist.Single()
 	}
 	rank0 := c.Rank() == 0
 	root := filepath.Join(runDir, checkpointsDir)

@@ -3,9 +3,8 @@ package trainer
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 
-	"github.com/sugarme/gotch/ts"
+	"github.com/lanpo-rl/lanpo/dist"
 )
 
 // Data parallelism. Every rank holds the whole model and runs the same
@@ -20,44 +19,10 @@ import (
 // issued in the same order on every rank, from the run's one torch
 // thread.
 
-// Comm is what the trainer needs of a process group; dist.Comm (c10d,
-// Gloo or NCCL) has it, and singleComm is the world of one. Tensors are
-// contiguous and on the group's device.
-type Comm interface {
-	Rank() int
-	Size() int
-	AllReduceSum(t *ts.Tensor) error           // in place
-	Broadcast(t *ts.Tensor, root int) error    // in place
-	ReduceScatterSum(in, out *ts.Tensor) error // in: Size()·n elements, out: n (chunk Rank())
-	AllGather(in, out *ts.Tensor) error        // in: n, out: Size()·n (chunk r from rank r)
-	AllGatherBytes(b []byte) ([][]byte, error) // index = rank
-	Barrier() error
-}
-
-// singleComm is the world of one process: every collective is the
-// identity.
-type singleComm struct{}
-
-func (singleComm) Rank() int                       { return 0 }
-func (singleComm) Size() int                       { return 1 }
-func (singleComm) AllReduceSum(*ts.Tensor) error   { return nil }
-func (singleComm) Broadcast(*ts.Tensor, int) error { return nil }
-func (singleComm) Barrier() error                  { return nil }
-func (singleComm) AllGatherBytes(b []byte) ([][]byte, error) {
-	return [][]byte{b}, nil
-}
-func (singleComm) ReduceScatterSum(in, out *ts.Tensor) error { return copyInto(out, in) }
-func (singleComm) AllGather(in, out *ts.Tensor) error        { return copyInto(out, in) }
-
-func copyInto(dst, src *ts.Tensor) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("copy: %v", r)
-		}
-	}()
-	dst.Copy_(src)
-	return nil
-}
+// Comm is the process group: dist.Comm (c10d, Gloo or NCCL), or
+// dist.Single() for the world of one, where every collective is the
+// identity. Tensors are contiguous and on the group's device.
+type Comm = dist.Comm
 
 // share is rank's contiguous part [lo, hi) of n items cut into size
 // nearly equal parts (the first n mod size parts one longer).
@@ -91,44 +56,23 @@ func gatherJSON[T any](c Comm, v T) ([]T, error) {
 	return out, nil
 }
 
-// gatherFloats all-gathers a fixed-length vector from every rank; sums
-// and maxima are then taken in Go in rank order, so every rank gets the
-// same bits.
+// gatherFloats all-gathers a fixed-length vector from every rank (exact
+// bits); sums and maxima are then taken in Go in rank order, so every rank
+// gets the same bits.
 func gatherFloats(c Comm, xs []float64) ([][]float64, error) {
 	if c.Size() == 1 {
 		return [][]float64{xs}, nil
 	}
-	all, err := gatherJSON(c, toFloatBits(xs))
+	all, err := dist.AllGatherFloat64s(c, xs)
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]float64, len(all))
 	for i, a := range all {
 		if len(a) != len(xs) {
 			return nil, fmt.Errorf("rank %d sent %d values, this rank %d: the ranks are out of step", i, len(a), len(xs))
 		}
-		out[i] = a.floats()
 	}
-	return out, nil
-}
-
-// floatBits carries float64s through JSON exactly (NaN and Inf included).
-type floatBits []uint64
-
-func (f floatBits) floats() []float64 {
-	out := make([]float64, len(f))
-	for i, b := range f {
-		out[i] = math.Float64frombits(b)
-	}
-	return out
-}
-
-func toFloatBits(xs []float64) floatBits {
-	out := make(floatBits, len(xs))
-	for i, x := range xs {
-		out[i] = math.Float64bits(x)
-	}
-	return out
+	return all, nil
 }
 
 // sumFloats returns the element-wise sum over ranks of xs.
@@ -148,15 +92,10 @@ func sumFloats(c Comm, xs []float64) ([]float64, error) {
 
 // maxFloat returns the maximum over ranks of x.
 func maxFloat(c Comm, x float64) (float64, error) {
-	all, err := gatherFloats(c, []float64{x})
-	if err != nil {
-		return 0, err
+	if c.Size() == 1 {
+		return x, nil
 	}
-	m := math.Inf(-1)
-	for _, a := range all {
-		m = math.Max(m, a[0])
-	}
-	return m, nil
+	return dist.AllReduceMaxFloat64(c, x)
 }
 
 // anyRank reports whether flag is true on any rank.

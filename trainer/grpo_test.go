@@ -10,6 +10,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -198,7 +199,7 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 func scoringRun(t *testing.T, sets ...string) *grpoRun {
 	t.Helper()
 	cfg := tinyConfig(t, append([]string{"rollout.samples_per_prompt=4"}, sets...)...)
-	return &grpoRun{session: &session{cfg: cfg, comm: singleComm{}}, problems: []Problem{
+	return &grpoRun{session: &session{cfg: cfg, comm: dist.Single()}, problems: []Problem{
 		{ID: "a", Problem: "1+1?", Answer: "2"}, {ID: "b", Problem: "2+2?", Answer: "4"}, {ID: "c", Problem: "3+3?", Answer: "6"}}}
 }
 

@@ -231,6 +231,11 @@ func (o *AdamW) Save(dir string) error {
 	if err := model.WriteSafetensors(filepath.Join(dir, optimTensorsFile), srcs, nil); err != nil {
 		return err
 	}
+	return writeOptimMeta(dir, meta)
+}
+
+// writeOptimMeta writes optimizer.json, the state's JSON part.
+func writeOptimMeta(dir string, meta adamMeta) error {
 	js, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 )
@@ -199,7 +200,7 @@ type ZeroMemory struct {
 func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c Comm) (out []ZeroMemory, err error) {
 	defer tensor.Recover("bench memory --zero", &err)
 	if c == nil {
-		c = singleComm{}
+		c = dist.Single()
 	}
 	rss := func() int64 {
 		csrc.MeasureHostMemory()

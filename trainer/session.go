@@ -14,6 +14,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/progress"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -83,7 +84,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm}
 	if sess.comm == nil {
-		sess.comm = singleComm{}
+		sess.comm = dist.Single()
 	}
 	s = sess
 	defer func() {

@@ -12,7 +12,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
-	"github.com/lanpo-rl/lanpo/internal/fsutil"
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 )
@@ -57,7 +57,7 @@ type Optimizer interface {
 // layer by layer when layerwise, i.e. with activation checkpointing).
 func NewOptimizer(params []model.NamedParam, h adamHyper, c Comm, zeroStage int, bucketBytes int64, layerwise bool) (Optimizer, error) {
 	if c == nil {
-		c = singleComm{}
+		c = dist.Single()
 	}
 	if zeroStage == 0 {
 		o, err := NewAdamW(params, h.Beta1, h.Beta2, h.Eps, h.WeightDecay)
@@ -606,11 +606,7 @@ func (o *zeroAdamW) Save(dir string) error {
 	for r := 0; r < W; r++ {
 		meta.Files = append(meta.Files, zeroShardFile(r, W))
 	}
-	js, err := json.MarshalIndent(meta, "", "  ")
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileSync(filepath.Join(dir, optimMetaFile), append(js, '\n'))
+	return writeOptimMeta(dir, meta)
 }
 
 func (o *zeroAdamW) Load(dir string) (err error) {
