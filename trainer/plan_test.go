@@ -1,6 +1,12 @@
 package trainer
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -139,17 +145,24 @@ func TestPlanLargeModels(t *testing.T) {
 // model (the method: MeasureMemory). Within 20% (this small model's
 // fixed costs weigh more than a real one's: libtorch's first allocations,
 // the final norm); checkpointing must cut the measured update peak by
-// more than half.
+// more than half. The measurement runs in a fresh child process: RSS
+// deltas in this one would also count the heap the package's other tests
+// leave behind and the allocator trimming it.
 func TestPlanMatchesMeasuredMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates ~1 GB and runs three updates; skipped with -short")
 	}
-	lockThread(t)
-	cfg := model.MemoryBenchShape()
-	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.NumAttentionHeads, cfg.VocabSize = 384, 1024, 6, 6, 16000
-	checks, err := MeasureMemory(cfg, 2, 512, 1)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), measureMemoryVar+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Skipf("no memory figures on this system: %v", err)
+		t.Fatalf("measuring: %v: %s", err, stderr.String())
+	}
+	var checks []MemoryCheck
+	if err := json.Unmarshal(out, &checks); err != nil {
+		t.Fatalf("child printed %q: %v", out, err)
 	}
 	for _, c := range checks {
 		t.Logf("%-44s plan %8.1f MiB measured %8.1f MiB ratio %.3f", c.Name, float64(c.Planned)/(1<<20), float64(c.Measured)/(1<<20), c.Ratio)
@@ -161,4 +174,21 @@ func TestPlanMatchesMeasuredMemory(t *testing.T) {
 	if n != 5 || checks[n-1].Measured*2 > checks[n-2].Measured {
 		t.Errorf("checkpointing did not halve the update's peak: %+v", checks)
 	}
+}
+
+const measureMemoryVar = "LANPO_TEST_MEASURE_MEMORY"
+
+// measureMemoryChild is TestPlanMatchesMeasuredMemory's child: it measures
+// and prints the checks as JSON on stdout.
+func measureMemoryChild() int {
+	runtime.LockOSThread()
+	cfg := model.MemoryBenchShape()
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.NumAttentionHeads, cfg.VocabSize = 384, 1024, 6, 6, 16000
+	checks, err := MeasureMemory(cfg, 2, 512, 1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	json.NewEncoder(os.Stdout).Encode(checks)
+	return 0
 }

@@ -25,6 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(measureMemoryVar) == "1" {
+		os.Exit(measureMemoryChild())
+	}
 	zerolog.SetGlobalLevel(zerolog.WarnLevel) // the runs log every checkpoint
 	code := m.Run()
 	if warm.dir != "" {
