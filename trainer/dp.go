@@ -3,6 +3,7 @@ package trainer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/lanpo-rl/lanpo/dist"
 )
@@ -54,6 +55,29 @@ func gatherJSON[T any](c Comm, v T) ([]T, error) {
 		}
 	}
 	return out, nil
+}
+
+// gatherOrdered all-gathers every rank's items and returns them all, on
+// every rank, sorted by the global key (major, minor) — e.g. group and
+// sample — so the result does not depend on which rank held what.
+func gatherOrdered[T any](c Comm, mine []T, key func(T) (int, int)) ([]T, error) {
+	parts, err := gatherJSON(c, mine)
+	if err != nil {
+		return nil, err
+	}
+	var all []T
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	slices.SortFunc(all, func(a, b T) int {
+		a1, a2 := key(a)
+		b1, b2 := key(b)
+		if a1 != b1 {
+			return a1 - b1
+		}
+		return a2 - b2
+	})
+	return all, nil
 }
 
 // gatherFloats all-gathers a fixed-length vector from every rank (exact

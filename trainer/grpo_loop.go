@@ -291,21 +291,7 @@ func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
 	if g.comm.Size() == 1 {
 		return mine, nil
 	}
-	parts, err := gatherJSON(g.comm, mine)
-	if err != nil {
-		return nil, err
-	}
-	var all []rolloutStat
-	for _, p := range parts {
-		all = append(all, p...)
-	}
-	slices.SortFunc(all, func(a, b rolloutStat) int {
-		if a.Index != b.Index {
-			return a.Index - b.Index
-		}
-		return a.Sample - b.Sample
-	})
-	return all, nil
+	return gatherOrdered(g.comm, mine, func(r rolloutStat) (int, int) { return r.Index, r.Sample })
 }
 
 // rollout samples G responses to each prompt, each prompt's randomness

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"slices"
 
 	"github.com/rs/zerolog/log"
 
@@ -264,20 +263,10 @@ func (l *lanpoRun) write(sampled []*rollout) error {
 	// pool is the same on every rank and for any world size.
 	all := mine
 	if l.g.comm.Size() > 1 {
-		parts, err := gatherJSON(l.g.comm, mine)
-		if err != nil {
+		var err error
+		if all, err = gatherOrdered(l.g.comm, mine, func(e newEntry) (int, int) { return e.Entry.Group, e.Order }); err != nil {
 			return fmt.Errorf("pool entries: %w", err)
 		}
-		all = nil
-		for _, p := range parts {
-			all = append(all, p...)
-		}
-		slices.SortFunc(all, func(a, b newEntry) int {
-			if a.Entry.Group != b.Entry.Group {
-				return a.Entry.Group - b.Entry.Group
-			}
-			return a.Order - b.Order
-		})
 	}
 	for _, ne := range all {
 		l.met.SummaryEmptyFields += ne.Entry.Summary.Empty()

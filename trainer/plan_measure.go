@@ -45,14 +45,6 @@ type MemoryCheck struct {
 func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []MemoryCheck, err error) {
 	defer tensor.Recover("bench memory", &err)
 	csrc.MeasureHostMemory()
-	rss := func() int64 {
-		csrc.MeasureHostMemory() // trims the heap before each reading
-		n, err := tensor.RSSBytes()
-		if err != nil {
-			panic(err)
-		}
-		return n
-	}
 	planFor := func(ckpt bool) (map[string]int64, error) {
 		r, err := Plan(cfg, PlanOptions{GPUs: 1, DTypeBytes: 4, SeqLen: seq, MicroTokens: rows * seq, Checkpointing: ckpt,
 			LogProbChunk: csrc.DefaultLogProbChunk(false)})
@@ -77,31 +69,20 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 		checks = append(checks, MemoryCheck{Name: name, Planned: planned, Measured: measured, Ratio: float64(measured) / math.Max(float64(planned), 1)})
 	}
 
-	before := rss()
+	before := measuredRSS()
 	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: gotch.Float}, seed)
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close()
-	add("weights", plain["weights"], rss()-before)
+	add("weights", plain["weights"], measuredRSS()-before)
 	for _, p := range m.Params() {
 		p.Tensor.MustRequiresGrad_(true)
 	}
 
 	var data tensor.Scope
 	defer data.Close()
-	ids := model.RandomIDs(rows, seq, cfg.VocabSize, seed)
-	flat, pos, mask := make([]int64, 0, rows*seq), make([]int64, 0, rows*seq), make([]int64, 0, rows*seq)
-	for _, row := range ids {
-		for j, id := range row {
-			flat, pos, mask = append(flat, id), append(pos, int64(j)), append(mask, 1)
-		}
-	}
-	shape := []int64{rows, seq}
-	idsT := tensor.FromSlice(&data, flat, shape, gotch.CPU)
-	posT := tensor.FromSlice(&data, pos, shape, gotch.CPU)
-	maskT := tensor.FromSlice(&data, mask, shape, gotch.CPU)
-	tmask := data.Keep(maskT.MustTotype(gotch.Bool, false))
+	idsT, posT, maskT, tmask := memoryBenchBatch(&data, cfg, rows, seq, seed)
 	opt := csrc.LogProbOptions{Temperature: 1}
 	step := func(ckpt bool) error {
 		var s tensor.Scope
@@ -131,14 +112,14 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 	}); err != nil {
 		return nil, err
 	}
-	before = rss()
+	before = measuredRSS()
 	if err := step(false); err != nil {
 		return nil, err
 	}
-	add("gradients", plain["gradients"], rss()-before)
+	add("gradients", plain["gradients"], measuredRSS()-before)
 	// The moments are allocated zeroed, so their pages count once the
 	// first step writes them.
-	before = rss()
+	before = measuredRSS()
 	o, err := NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
 	if err != nil {
 		return nil, err
@@ -147,7 +128,7 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 	if err := o.Update(1e-6); err != nil {
 		return nil, err
 	}
-	add("Adam moments (fp32 m, v)", plain["Adam moments (fp32 m, v)"], rss()-before)
+	add("Adam moments (fp32 m, v)", plain["Adam moments (fp32 m, v)"], measuredRSS()-before)
 
 	for _, ckpt := range []bool{false, true} {
 		plan := plain
@@ -202,27 +183,15 @@ func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c Comm) (out []
 	if c == nil {
 		c = dist.Single()
 	}
-	rss := func() int64 {
-		csrc.MeasureHostMemory()
-		n, err := tensor.RSSBytes()
-		if err != nil {
-			panic(err)
-		}
-		return n
-	}
 	csrc.MeasureHostMemory()
-	ids := model.RandomIDs(rows, seq, cfg.VocabSize, seed)
-	flat, pos, mask := make([]int64, 0, rows*seq), make([]int64, 0, rows*seq), make([]int64, 0, rows*seq)
-	for _, row := range ids {
-		for j, id := range row {
-			flat, pos, mask = append(flat, id), append(pos, int64(j)), append(mask, 1)
-		}
-	}
+	var data tensor.Scope
+	defer data.Close()
+	ids, pos, mask, tmask := memoryBenchBatch(&data, cfg, rows, seq, seed)
 	for _, mode := range []struct {
 		name  string
 		stage int
 	}{{"plain (all-reduce)", 0}, {"ZeRO-1", 1}, {"ZeRO-2 per layer", 2}} {
-		z, err := measureZeroMode(cfg, seed, c, mode.stage, rss, flat, pos, mask, []int64{rows, seq})
+		z, err := measureZeroMode(cfg, seed, c, mode.stage, ids, pos, mask, tmask)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", mode.name, err)
 		}
@@ -232,10 +201,8 @@ func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c Comm) (out []
 	return out, nil
 }
 
-func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, rss func() int64, flat, pos, mask, shape []int64) (ZeroMemory, error) {
-	var data tensor.Scope
-	defer data.Close()
-	base := rss()
+func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, idsT, posT, maskT, tmask *ts.Tensor) (ZeroMemory, error) {
+	base := measuredRSS()
 	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: gotch.Float}, seed)
 	if err != nil {
 		return ZeroMemory{}, err
@@ -244,10 +211,6 @@ func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, rss func(
 	for _, p := range m.Params() {
 		p.Tensor.MustRequiresGrad_(true)
 	}
-	idsT := tensor.FromSlice(&data, flat, shape, gotch.CPU)
-	posT := tensor.FromSlice(&data, pos, shape, gotch.CPU)
-	maskT := tensor.FromSlice(&data, mask, shape, gotch.CPU)
-	tmask := data.Keep(maskT.MustTotype(gotch.Bool, false))
 	o, err := NewOptimizer(m.Params(), adamHyper{0.9, 0.999, 1e-8, 0}, c, stage, 16<<20, true)
 	if err != nil {
 		return ZeroMemory{}, err
@@ -272,7 +235,7 @@ func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, rss func(
 		return ZeroMemory{}, err
 	}
 	o.ZeroGrad()
-	start := rss()
+	start := measuredRSS()
 	meter := csrc.NewPeakMeter(gotch.CPU) // peak above the RSS at start
 	if err := update(); err != nil {
 		return ZeroMemory{}, err
@@ -282,4 +245,33 @@ func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, rss func(
 		return ZeroMemory{}, fmt.Errorf("no peak memory figure: %s", src)
 	}
 	return ZeroMemory{State: o.StateBytes(), Peak: start - base + peak}, nil
+}
+
+// measuredRSS is the process's resident set after trimming the heap (use
+// with csrc.MeasureHostMemory set); it panics where /proc cannot say, for
+// the measuring functions' tensor.Recover to report.
+func measuredRSS() int64 {
+	csrc.MeasureHostMemory()
+	n, err := tensor.RSSBytes()
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// memoryBenchBatch is the memory benchmarks' micro-batch: rows × seq random
+// token ids (targets = inputs), positions and an all-ones mask, on the CPU,
+// registered in s.
+func memoryBenchBatch(s *tensor.Scope, cfg *model.Config, rows, seq, seed int64) (ids, pos, mask, tmask *ts.Tensor) {
+	flat, p, m := make([]int64, 0, rows*seq), make([]int64, 0, rows*seq), make([]int64, 0, rows*seq)
+	for _, row := range model.RandomIDs(rows, seq, cfg.VocabSize, seed) {
+		for j, id := range row {
+			flat, p, m = append(flat, id), append(p, int64(j)), append(m, 1)
+		}
+	}
+	shape := []int64{rows, seq}
+	ids = tensor.FromSlice(s, flat, shape, gotch.CPU)
+	pos = tensor.FromSlice(s, p, shape, gotch.CPU)
+	mask = tensor.FromSlice(s, m, shape, gotch.CPU)
+	return ids, pos, mask, s.Keep(mask.MustTotype(gotch.Bool, false))
 }

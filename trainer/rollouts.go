@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -47,23 +46,13 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 	}
 	if g.comm.Size() > 1 {
 		// Rank 0 writes every rank's rollouts, in global order.
-		parts, err := gatherJSON(g.comm, rows)
-		if err != nil {
+		var err error
+		if rows, err = gatherOrdered(g.comm, rows, func(r rolloutLine) (int, int) { return r.Group, r.Sample }); err != nil {
 			return err
 		}
 		if g.comm.Rank() != 0 {
 			return nil
 		}
-		rows = nil
-		for _, p := range parts {
-			rows = append(rows, p...)
-		}
-		slices.SortFunc(rows, func(a, b rolloutLine) int {
-			if a.Group != b.Group {
-				return a.Group - b.Group
-			}
-			return a.Sample - b.Sample
-		})
 	}
 	return jsonl.WriteFile(filepath.Join(dir, fmt.Sprintf("step-%06d.jsonl", step)), rows)
 }

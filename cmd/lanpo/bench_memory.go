@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
@@ -43,11 +41,8 @@ func benchMemoryCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			cfg := model.MemoryBenchShape()
 			if path := c.String("model"); path != "" {
-				if st, err := os.Stat(path); err == nil && st.IsDir() {
-					path = filepath.Join(path, "config.json")
-				}
 				var err error
-				if cfg, err = model.LoadConfig(path); err != nil {
+				if cfg, _, err = loadModelConfig(path); err != nil {
 					return err
 				}
 			}

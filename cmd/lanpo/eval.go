@@ -65,15 +65,9 @@ func evalCommand() *cli.Command {
 }
 
 func runEval(c *cli.Context) error {
-	cfg := trainer.DefaultConfig()
-	if len(c.StringSlice("set")) > 0 && c.String("config") == "" {
-		return usageError{fmt.Errorf("--set needs --config (it overrides the config's keys)")}
-	}
-	if path := c.String("config"); path != "" {
-		var err error
-		if cfg, err = trainer.LoadConfig(path, c.StringSlice("set")); err != nil {
-			return usageError{err}
-		}
+	cfg, err := optionalRunConfig(c)
+	if err != nil {
+		return err
 	}
 	if v := c.String("prompt-template"); v != "" {
 		if !strings.Contains(v, "{problem}") {
@@ -223,4 +217,21 @@ func loadModelAndTokenizer(c *cli.Context, dir string) (*model.Model, *tokenizer
 		return nil, nil, err
 	}
 	return m, tk, nil
+}
+
+// optionalRunConfig is --config with its --set overrides, or the default
+// config when --config is absent (then --set is a usage error: it has
+// nothing to override).
+func optionalRunConfig(c *cli.Context) (trainer.Config, error) {
+	if c.String("config") == "" {
+		if len(c.StringSlice("set")) > 0 {
+			return trainer.Config{}, usageError{fmt.Errorf("--set needs --config (it overrides the config's keys)")}
+		}
+		return trainer.DefaultConfig(), nil
+	}
+	cfg, err := trainer.LoadConfig(c.String("config"), c.StringSlice("set"))
+	if err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
 }

@@ -47,11 +47,7 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json"},
 		},
 		Action: func(c *cli.Context) error {
-			path := c.String("model")
-			if st, err := os.Stat(path); err == nil && st.IsDir() {
-				path = filepath.Join(path, "config.json")
-			}
-			cfg, err := model.LoadConfig(path)
+			cfg, path, err := loadModelConfig(c.String("model"))
 			if err != nil {
 				return err
 			}
@@ -110,4 +106,14 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	return strconv.ParseInt(s, 10, 64)
+}
+
+// loadModelConfig reads a Hugging Face config.json, given as the file or
+// the model directory holding it; it returns the file's path too.
+func loadModelConfig(path string) (*model.Config, string, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "config.json")
+	}
+	cfg, err := model.LoadConfig(path)
+	return cfg, path, err
 }

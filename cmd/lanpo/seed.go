@@ -54,15 +54,9 @@ func seedCommand() *cli.Command {
 }
 
 func runSeed(c *cli.Context) error {
-	cfg := trainer.DefaultConfig()
-	if len(c.StringSlice("set")) > 0 && c.String("config") == "" {
-		return usageError{fmt.Errorf("--set needs --config (it overrides the config's keys)")}
-	}
-	if path := c.String("config"); path != "" {
-		var err error
-		if cfg, err = trainer.LoadConfig(path, c.StringSlice("set")); err != nil {
-			return usageError{err}
-		}
+	cfg, err := optionalRunConfig(c)
+	if err != nil {
+		return err
 	}
 	if t := c.Float64("temperature"); t >= 0 {
 		cfg.Rollout.Temperature = t
