@@ -22,21 +22,27 @@ type Build struct {
 	CUDA            bool
 	CUDAHome        string
 	GotchDir        string
-	CPPFLAGS        []string
+	TorchCPPFLAGS   []string // libtorch's include directories and ABI: what gotch's wrapper compiles with
+	CPPFLAGS        []string // TorchCPPFLAGS plus, for CUDA builds, the toolkit's headers and -DLANPO_CUDA
 	CXXFLAGS        []string
 	LDFLAGS         []string
 	UnavailableOps  []string
 	PreparedAlready bool
+	Wrapper         *wrapperLib
 }
 
 func newBuild(lt *Libtorch, cuda bool) (*Build, error) {
 	b := &Build{Libtorch: lt, CUDA: cuda}
-	b.CPPFLAGS = []string{
+	if lt.CXXStd == "" {
+		lt.CXXStd = "c++17"
+	}
+	b.TorchCPPFLAGS = []string{
 		"-I" + lt.IncludeDir,
 		"-I" + filepath.Join(lt.IncludeDir, "torch", "csrc", "api", "include"),
 		fmt.Sprintf("-D_GLIBCXX_USE_CXX11_ABI=%d", lt.ABI),
 	}
-	b.CXXFLAGS = []string{"-std=c++17", "-O2", "-w"}
+	b.CPPFLAGS = append([]string(nil), b.TorchCPPFLAGS...)
+	b.CXXFLAGS = []string{"-std=" + lt.CXXStd, "-O2", "-w"}
 	b.LDFLAGS = []string{"-L" + lt.LibDir, "-Wl,-rpath," + lt.LibDir}
 	if cuda {
 		if !lt.HasCUDA {
@@ -67,15 +73,23 @@ func (b *Build) kind() string {
 	return "cpu"
 }
 
-// gotchSource asks the go command where the module cache holds gotch,
-// downloading it if needed (the Go proxy serves it by explicit version only).
+// gotchSource returns gotch's source directory: LANPO_GOTCH_SRC (a local
+// copy, e.g. the offline GPU bundle's, which needs no go command and no
+// network), else the module cache's, which the go command downloads if
+// needed (the Go proxy serves gotch by explicit version only).
 func gotchSource() (string, error) {
+	if dir := os.Getenv("LANPO_GOTCH_SRC"); dir != "" {
+		if !fileExists(filepath.Join(dir, "libtch", wrapperGenerated)) || !fileExists(filepath.Join(dir, "ts")) {
+			return "", fmt.Errorf("LANPO_GOTCH_SRC=%s is not gotch %s's source (no libtch/%s or ts/)", dir, gotchVersion, wrapperGenerated)
+		}
+		return dir, nil
+	}
 	cmd := exec.Command("go", "mod", "download", "-json", gotchModule+"@"+gotchVersion)
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("go mod download %s@%s: %w", gotchModule, gotchVersion, err)
+		return "", fmt.Errorf("go mod download %s@%s: %w (offline? set LANPO_GOTCH_SRC to a copy of its source)", gotchModule, gotchVersion, err)
 	}
 	var info struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &info); err != nil {
@@ -101,19 +115,25 @@ func (b *Build) stamp(gotchSrc string) string {
 	}
 	lt := b.Libtorch
 	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%d\n%s\n", gotchSrc, lt.IncludeDir, lt.LibDir, lt.Version, lt.ABI, b.kind())
-	fmt.Fprintf(h, "%q %q %q\n", b.CPPFLAGS, b.CXXFLAGS, b.LDFLAGS)
+	fmt.Fprintf(h, "%q %q %q %s\n", b.CPPFLAGS, b.CXXFLAGS, b.LDFLAGS, b.Wrapper.Dir)
 	if st, err := os.Stat(filepath.Join(lt.LibDir, "libtorch_cpu.so")); err == nil {
 		fmt.Fprintf(h, "%d %d\n", st.Size(), st.ModTime().UnixNano())
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// prepareGotch makes (or reuses) the patched copy of gotch for this build.
+// prepareGotch makes (or reuses) the patched copy of gotch for this build:
+// its Go packages, with gotch's C++ compiled beforehand into a static
+// library (wrapper.go) that the copy's libtch links instead of compiling it.
 func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
 	src, err := gotchSource()
 	if err != nil {
 		return err
 	}
+	if b.Wrapper, err = buildWrapper(b, src, cacheDir, logf); err != nil {
+		return err
+	}
+	b.UnavailableOps = b.Wrapper.Unavailable
 	stamp := b.stamp(src)
 	lt := b.Libtorch
 	// One stable directory per libtorch and kind: cgo flags carry absolute
@@ -122,11 +142,7 @@ func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
 		gotchVersion, lt.Version, lt.ABI, b.kind(), stamp[:10]))
 	stampFile := filepath.Join(b.GotchDir, ".lanpo-stamp")
 	if got, err := os.ReadFile(stampFile); err == nil && strings.TrimSpace(string(got)) == stamp {
-		ops, err := readUnavailable(b.GotchDir)
-		if err != nil {
-			return err
-		}
-		b.UnavailableOps, b.PreparedAlready = ops, true
+		b.PreparedAlready = true
 		logf("gotch: prepared copy is up to date: %s", b.GotchDir)
 		return nil
 	}
@@ -146,20 +162,17 @@ func prepareGotch(b *Build, cacheDir string, logf func(string, ...any)) error {
 		return err
 	}
 	lib := filepath.Join(tmp, "libtch")
-	if err := patchFile(filepath.Join(lib, "torch_api.h"), fixProtect); err != nil {
+	if err := patchTorchAPIHeader(filepath.Join(lib, "torch_api.h")); err != nil {
 		return err
+	}
+	// The C++ is in the library; left here, go build would compile it again.
+	for _, f := range []string{wrapperMain, wrapperGenerated} {
+		if err := os.Remove(filepath.Join(lib, f)); err != nil {
+			return err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(lib, "lib.go"), []byte(libGo(b)), 0o644); err != nil {
 		return err
-	}
-	if !lt.Is21() {
-		logf("gotch: libtorch %s is not 2.1.x; compile-checking gotch's generated ops (about 30 s a round)", lt.Version)
-		ops, err := stubUnavailableOps(lib, "torch_api.cpp", "torch_api_generated.cpp.h", append([]string{"-I."}, b.CPPFLAGS...), lt.Version, logf)
-		if err != nil {
-			return err
-		}
-		b.UnavailableOps = ops
-		logf("gotch: %d generated ops are unavailable in libtorch %s; calling one returns an error naming it", len(ops), lt.Version)
 	}
 	if err := os.WriteFile(filepath.Join(lib, "lanpo_prepared.go"), []byte(preparedGo(b)), 0o644); err != nil {
 		return err
@@ -245,12 +258,14 @@ func libGo(b *Build) string {
 
 package libtch
 
-// #cgo CPPFLAGS: -I${SRCDIR} %s
+// gotch's C++ (torch_api.cpp and its generated ops) is compiled into
+// %s.
+
+// #cgo CPPFLAGS: -I${SRCDIR}
 // #cgo CFLAGS: -O2 -w
-// #cgo CXXFLAGS: %s
-// #cgo LDFLAGS: %s
+// #cgo LDFLAGS: -L%s -lgotch_wrapper %s
 import "C"
-`, b.Libtorch.Version, b.kind(), strings.Join(b.CPPFLAGS, " "), strings.Join(b.CXXFLAGS, " "), strings.Join(b.LDFLAGS, " "))
+`, b.Libtorch.Version, b.kind(), b.Wrapper.lib(), b.Wrapper.Dir, strings.Join(b.LDFLAGS, " "))
 }
 
 func preparedGo(b *Build) string {
@@ -280,20 +295,6 @@ var LanpoUnavailableOps = []string{
 `, lt.Root, lt.Version, lt.Source, lt.ABI, b.CUDA, gotchVersion, ops.String())
 }
 
-func readUnavailable(dir string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "libtch", "lanpo_prepared.go"))
-	if err != nil {
-		return nil, err
-	}
-	var ops []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "\t\"atg_") {
-			ops = append(ops, strings.Trim(strings.TrimSpace(l), `",`))
-		}
-	}
-	return ops, nil
-}
-
 // copyTree copies gotch without its examples and tests; the module cache is
 // read-only, the copy is writable.
 func copyTree(src, dst string) error {
@@ -303,7 +304,7 @@ func copyTree(src, dst string) error {
 		}
 		rel, _ := filepath.Rel(src, p)
 		if d.IsDir() {
-			if rel == "example" || rel == ".git" {
+			if rel == "example" || rel == "gen" || rel == ".git" {
 				return filepath.SkipDir
 			}
 			return os.MkdirAll(filepath.Join(dst, rel), 0o755)

@@ -16,6 +16,7 @@ type Libtorch struct {
 	IncludeDir string // holds torch/csrc/api/include/torch/version.h
 	LibDir     string // holds libtorch_cpu.so and libc10.so
 	Version    string // "2.1.0", read from torch/version.h
+	CXXStd     string // "c++17" or "c++20", what the headers require
 	ABI        int    // _GLIBCXX_USE_CXX11_ABI value it was built with
 	HasCUDA    bool   // libtorch_cuda.so and libc10_cuda.so are present
 	Source     string // "LIBTORCH", "cache (PyPI wheel)", "Debian libtorch-dev"
@@ -57,6 +58,7 @@ func probeLibtorch(root string) (*Libtorch, error) {
 		return nil, err
 	}
 	lt.Version = v
+	lt.CXXStd = cxxStandard(lt.IncludeDir)
 	lt.ABI, err = readABI(lt)
 	if err != nil {
 		return nil, err
@@ -77,9 +79,14 @@ func libDirCandidates(root string) []string {
 	}
 }
 
-var versionDefine = regexp.MustCompile(`#define\s+TORCH_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)`)
+var (
+	versionDefine  = regexp.MustCompile(`#define\s+TORCH_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)`)
+	versionInclude = regexp.MustCompile(`#include\s+[<"](torch/headeronly/version\.h)[>"]`)
+)
 
-// readTorchVersion reads TORCH_VERSION_{MAJOR,MINOR,PATCH} from torch/version.h.
+// readTorchVersion reads TORCH_VERSION_{MAJOR,MINOR,PATCH} from torch/version.h,
+// or, from torch 2.9 on, from torch/headeronly/version.h, which version.h
+// only includes.
 func readTorchVersion(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -89,11 +96,65 @@ func readTorchVersion(path string) (string, error) {
 	for _, m := range versionDefine.FindAllStringSubmatch(string(b), -1) {
 		parts[m[1]] = m[2]
 	}
+	if m := versionInclude.FindSubmatch(b); m != nil && parts["MAJOR"] == "" {
+		inc := filepath.Join(includeRootOf(path), string(m[1]))
+		v, err := readTorchVersion(inc)
+		if err != nil {
+			return "", fmt.Errorf("%s includes %s: %w", path, m[1], err)
+		}
+		return v, nil
+	}
 	if parts["MAJOR"] == "" || parts["MINOR"] == "" || parts["PATCH"] == "" {
 		return "", fmt.Errorf("%s: no TORCH_VERSION_MAJOR/MINOR/PATCH defines", path)
 	}
 	return parts["MAJOR"] + "." + parts["MINOR"] + "." + parts["PATCH"], nil
 }
+
+// includeRootOf returns the include/ directory a version header lives under.
+func includeRootOf(versionH string) string {
+	if root, ok := strings.CutSuffix(filepath.ToSlash(versionH), "/"+versionHeader); ok {
+		return filepath.FromSlash(root)
+	}
+	return filepath.Dir(filepath.Dir(versionH))
+}
+
+// versionLess compares dotted versions numerically ("2.9.1" < "2.11.0").
+func versionLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(pa) || i < len(pb); i++ {
+		var x, y int
+		if i < len(pa) {
+			fmt.Sscanf(pa[i], "%d", &x)
+		}
+		if i < len(pb) {
+			fmt.Sscanf(pb[i], "%d", &y)
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+// cxxStandard is the -std a libtorch's headers need: c10 states its
+// minimum in an #error guard (c10/util/C++17.h: "__cplusplus < 201703L";
+// releases that need C++20 check 202002L). Reading the guard, rather than
+// a table of versions, keeps a future libtorch right without a release of
+// lanpo; a header set without the guard gets C++17.
+func cxxStandard(includeDir string) string {
+	for _, h := range []string{"c10/util/C++17.h", "c10/macros/Macros.h", "torch/headeronly/macros/Macros.h"} {
+		b, err := os.ReadFile(filepath.Join(includeDir, h))
+		if err != nil {
+			continue
+		}
+		if cxx20Guard.Match(b) {
+			return "c++20"
+		}
+	}
+	return "c++17"
+}
+
+var cxx20Guard = regexp.MustCompile(`__cplusplus\s*<\s*202002L`)
 
 var abiFlag = regexp.MustCompile(`_GLIBCXX_USE_CXX11_ABI=([01])`)
 
@@ -124,7 +185,8 @@ func readABI(lt *Libtorch) (int, error) {
 }
 
 // Discovery order, as documented in the README: LIBTORCH, then the cached
-// wheel-derived libtorch 2.1.0, then Debian's libtorch-dev.
+// wheel-derived libtorch of LANPO_TORCH (default defaultTorch), then
+// Debian's libtorch-dev.
 func discover(cacheDir string, wantCUDA bool, logf func(string, ...any)) (*Libtorch, error) {
 	var tried []string
 	if env := os.Getenv("LIBTORCH"); env != "" {
@@ -137,24 +199,19 @@ func discover(cacheDir string, wantCUDA bool, logf func(string, ...any)) (*Libto
 		return lt, nil
 	}
 	if wantCUDA {
-		return nil, errors.New("CUDA=1 needs LIBTORCH pointing at a CUDA libtorch (the cached PyPI build is CPU-only)")
+		return nil, errors.New("CUDA=1 needs LIBTORCH pointing at a CUDA libtorch, e.g. a pip torch: " +
+			"LIBTORCH=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')")
 	}
-	cached := filepath.Join(cacheDir, "libtorch-"+wheelTorchVersion+"-cpu")
-	if lt, err := probeLibtorch(cached); err == nil {
-		lt.Source = "cache (PyPI wheel)"
-		logf("libtorch: LIBTORCH unset; using cached %s", cached)
+	spec, err := chosenTorch()
+	if err != nil {
+		return nil, err
+	}
+	lt, err := cachedLibtorch(cacheDir, spec, logf)
+	if err == nil {
 		return lt, nil
 	}
-	logf("libtorch: LIBTORCH unset and no cache at %s; building it from the PyPI wheel torch==%s", cached, wheelTorchVersion)
-	if err := buildWheelLibtorch(cacheDir, cached, logf); err != nil {
-		tried = append(tried, "PyPI wheel: "+err.Error())
-		logf("libtorch: PyPI route failed: %v", err)
-	} else if lt, err := probeLibtorch(cached); err == nil {
-		lt.Source = "cache (PyPI wheel)"
-		return lt, nil
-	} else {
-		tried = append(tried, "PyPI wheel: "+err.Error())
-	}
+	tried = append(tried, "PyPI wheel: "+err.Error())
+	logf("libtorch: PyPI route failed: %v", err)
 	if lt, err := probeLibtorch("/usr"); err == nil {
 		lt.Source = "Debian libtorch-dev"
 		logf("libtorch: falling back to the system libtorch in /usr (%s)", lt.Version)
@@ -167,7 +224,29 @@ func discover(cacheDir string, wantCUDA bool, logf func(string, ...any)) (*Libto
 		"       make build LIBTORCH=/opt/libtorch   or   LIBTORCH=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')\n"+
 		"  2. let the build fetch torch==%s from PyPI: needs python3 with pip and access to PyPI\n"+
 		"  3. install Debian's libtorch 1.13: apt-get install libtorch-dev",
-		strings.Join(tried, "\n  - "), wheelTorchVersion)
+		strings.Join(tried, "\n  - "), spec.version)
+}
+
+// cachedLibtorch returns the cached wheel-derived libtorch of spec, building
+// it on first use.
+func cachedLibtorch(cacheDir string, spec torchSpec, logf func(string, ...any)) (*Libtorch, error) {
+	dir := filepath.Join(cacheDir, spec.dir)
+	root := filepath.Join(dir, spec.root)
+	if lt, err := probeLibtorch(root); err == nil {
+		lt.Source = "cache (PyPI wheel)"
+		logf("libtorch: LIBTORCH unset; using cached torch %s at %s", spec.version, root)
+		return lt, nil
+	}
+	logf("libtorch: LIBTORCH unset and no cache at %s; building it from the PyPI wheel torch==%s", dir, spec.version)
+	if err := buildWheelLibtorch(cacheDir, dir, spec, logf); err != nil {
+		return nil, err
+	}
+	lt, err := probeLibtorch(root)
+	if err != nil {
+		return nil, err
+	}
+	lt.Source = "cache (PyPI wheel)"
+	return lt, nil
 }
 
 func fileExists(p string) bool {

@@ -118,7 +118,7 @@ func TestExtractWheelKeepsOnlyWhatIsAsked(t *testing.T) {
 	z.Close()
 	f.Close()
 	root := filepath.Join(dir, "out")
-	n, err := extractWheel(whl, wheels[0], root)
+	n, err := extractWheel(whl, torchSpecs["2.1.0"].wheels[0], root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +140,10 @@ func TestExtractWheelKeepsOnlyWhatIsAsked(t *testing.T) {
 func TestTruncatedWheelIsRemoved(t *testing.T) {
 	cache := t.TempDir()
 	dl := filepath.Join(cache, "wheels")
-	whl := filepath.Join(dl, "torch-"+wheelTorchVersion+"-cp311-cp311-manylinux1_x86_64.whl")
+	spec := torchSpecs["2.1.0"]
+	whl := filepath.Join(dl, "torch-"+spec.version+"-cp311-cp311-manylinux1_x86_64.whl")
 	writeFile(t, whl, "PK\x03\x04 this is not a whole zip")
-	err := buildWheelLibtorch(cache, filepath.Join(cache, "lt"), t.Logf)
+	err := buildWheelLibtorch(cache, filepath.Join(cache, "lt"), spec, t.Logf)
 	if err == nil || !strings.Contains(err.Error(), whl) {
 		t.Fatalf("want an error naming %s, got %v", whl, err)
 	}
@@ -151,5 +152,86 @@ func TestTruncatedWheelIsRemoved(t *testing.T) {
 	}
 	if fileExists(filepath.Join(cache, "lt")) {
 		t.Error("a partial libtorch was left in place")
+	}
+}
+
+// torch 2.9 moved the version defines into torch/headeronly/version.h,
+// which torch/version.h only includes (seen in the 2.11 wheel).
+func TestReadTorchVersionFollowsHeaderOnly(t *testing.T) {
+	inc := filepath.Join(t.TempDir(), "include")
+	writeFile(t, filepath.Join(inc, versionHeader), "#pragma once\n#if !defined(TORCH_STABLE_ONLY)\n#include <torch/headeronly/version.h>\n#endif\n")
+	writeFile(t, filepath.Join(inc, "torch", "headeronly", "version.h"),
+		"#define TORCH_VERSION_MAJOR 2\n#define TORCH_VERSION_MINOR 11\n#define TORCH_VERSION_PATCH 0\n#define TORCH_VERSION_ABI_TAG 0\n")
+	v, err := readTorchVersion(filepath.Join(inc, versionHeader))
+	if err != nil || v != "2.11.0" {
+		t.Fatalf("got %q, %v; want 2.11.0", v, err)
+	}
+	os.Remove(filepath.Join(inc, "torch", "headeronly", "version.h"))
+	if _, err := readTorchVersion(filepath.Join(inc, versionHeader)); err == nil || !strings.Contains(err.Error(), "headeronly/version.h") {
+		t.Errorf("a missing included header should be named, got %v", err)
+	}
+}
+
+func TestCXXStandardFromHeaders(t *testing.T) {
+	for _, c := range []struct{ guard, want string }{
+		{"#if !defined(__cplusplus) || (!defined(_MSC_VER) && __cplusplus < 201703L)\n#error C++17\n#endif\n", "c++17"},
+		{"#if __cplusplus < 202002L\n#error \"C++20 or later compatible compiler is required to use PyTorch.\"\n#endif\n", "c++20"},
+		{"", "c++17"},
+	} {
+		inc := t.TempDir()
+		if c.guard != "" {
+			writeFile(t, filepath.Join(inc, "c10", "util", "C++17.h"), c.guard)
+		}
+		if got := cxxStandard(inc); got != c.want {
+			t.Errorf("guard %q: got %s, want %s", c.guard, got, c.want)
+		}
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		less bool
+	}{{"2.9.1", "2.11.0", true}, {"2.11.0", "2.9.1", false}, {"2.1.0", "2.1.0", false}, {"2.1", "2.1.1", true}} {
+		if got := versionLess(c.a, c.b); got != c.less {
+			t.Errorf("versionLess(%s, %s) = %v", c.a, c.b, got)
+		}
+	}
+}
+
+func TestChosenTorch(t *testing.T) {
+	t.Setenv("LANPO_TORCH", "")
+	if s, err := chosenTorch(); err != nil || s.version != defaultTorch {
+		t.Errorf("default: %+v %v", s, err)
+	}
+	t.Setenv("LANPO_TORCH", "2.1.0")
+	if s, err := chosenTorch(); err != nil || s.version != "2.1.0" || s.root != "." {
+		t.Errorf("2.1.0: %+v %v", s, err)
+	}
+	t.Setenv("LANPO_TORCH", "1.99.0")
+	if _, err := chosenTorch(); err == nil || !strings.Contains(err.Error(), "LANPO_TORCH=1.99.0") || !strings.Contains(err.Error(), "2.1.0, 2.11.0") {
+		t.Errorf("unknown version: %v", err)
+	}
+}
+
+// The 2.11 libtorch is laid out as pip installs it: libtorch_cpu.so finds
+// the CUDA runtime through its RPATH, $ORIGIN/../../nvidia/cu13/lib.
+func TestTorch211SpecIsPipLayout(t *testing.T) {
+	s := torchSpecs["2.11.0"]
+	if s.root != "torch" || s.wheels[0].into != "torch" {
+		t.Fatalf("%+v", s)
+	}
+	for _, w := range s.wheels[1:] {
+		if w.into != "nvidia/cu13/lib" {
+			t.Errorf("%s goes to %s", w.req, w.into)
+		}
+	}
+	for _, p := range []string{"lib/libtorch_cuda.so", "lib/libc10_cuda.so", "lib/libtorch_cpu.so", "include/ATen/ATen.h"} {
+		if !s.wheels[0].keep(p) {
+			t.Errorf("%s not kept", p)
+		}
+	}
+	if s.wheels[0].keep("lib/libtorch_python.so") {
+		t.Error("libtorch_python.so kept")
 	}
 }

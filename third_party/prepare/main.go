@@ -27,7 +27,7 @@ var toolFS embed.FS
 
 // gotchSources are the files whose code decides what the prepared gotch
 // contains; a change to any of them re-prepares it.
-var gotchSources = []string{"gotch.go", "patch.go", "stubs.go"}
+var gotchSources = []string{"gotch.go", "patch.go", "stubs.go", "wrapper.go"}
 
 func main() {
 	repo := flag.String("repo", ".", "the lanpo checkout to write go.work and csrc flags into")

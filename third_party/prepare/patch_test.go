@@ -119,11 +119,12 @@ func TestPatchTorchAPIHeader(t *testing.T) {
 	}
 	p := filepath.Join(dir, "torch_api.h")
 	os.WriteFile(p, b, 0o644)
-	if err := patchFile(p, fixProtect); err != nil {
+	if err := patchTorchAPIHeader(p); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(p)
-	for _, want := range []string{"catch (const c10::Error &e)", "what_without_backtrace()", "catch (...)"} {
+	for _, want := range []string{"catch (const c10::Error &e)", "what_without_backtrace()", "catch (...)",
+		"#ifdef LANPO_GOTCH_PART\nextern thread_local char *torch_last_err;\n#else\nthread_local char *torch_last_err = nullptr;\n#endif"} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("patched PROTECT lacks %q", want)
 		}

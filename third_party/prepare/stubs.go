@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -14,10 +10,10 @@ import (
 
 // gotch v0.9.1's generated ops (libtch/torch_api_generated.cpp.h) are written
 // against libtorch 2.1.0's ATen signatures. Against another libtorch some of
-// them do not compile. stubUnavailableOps compile-checks the generated code
-// with the chosen libtorch's headers and replaces the body of every function
-// that fails with one that sets gotch's error slot to a message naming the op,
-// so the rest of gotch builds and the op fails cleanly if it is ever called.
+// them do not compile. While compiling gotch's wrapper (wrapper.go), the body
+// of every generated function the compiler rejects is replaced with one that
+// sets gotch's error slot to a message naming the op, so the rest of gotch
+// builds and the op fails cleanly if it is ever called.
 
 var (
 	// One generated function: "void atg_abs(tensor *out__, tensor self) {"
@@ -99,73 +95,6 @@ func failingFunctions(compilerOutput, file string, fns []cFunc) (map[string]bool
 		}
 	}
 	return bad, other
-}
-
-// syntaxCheck compiles one C++ file with -fsyntax-only and returns the
-// compiler's output and whether it succeeded.
-func syntaxCheck(dir, file string, cppflags []string) (string, bool, error) {
-	cxx := os.Getenv("CXX")
-	if cxx == "" {
-		cxx = "g++"
-	}
-	args := append([]string{"-std=c++17", "-fsyntax-only", "-w", "-fmax-errors=0"}, cppflags...)
-	args = append(args, file)
-	cmd := exec.Command(cxx, args...)
-	cmd.Dir = dir
-	var buf bytes.Buffer
-	cmd.Stdout = &buf
-	cmd.Stderr = &buf
-	err := cmd.Run()
-	if err != nil {
-		if _, ok := err.(*exec.ExitError); ok {
-			return buf.String(), false, nil
-		}
-		return "", false, fmt.Errorf("%s: %w", cxx, err)
-	}
-	return buf.String(), true, nil
-}
-
-// stubUnavailableOps edits generatedFile (inside dir, included by mainFile)
-// until mainFile compiles. It returns the stubbed op names, sorted.
-func stubUnavailableOps(dir, mainFile, generatedFile string, cppflags []string, torchVersion string, logf func(string, ...any)) ([]string, error) {
-	path := filepath.Join(dir, generatedFile)
-	stubbed := map[string]bool{}
-	for round := 1; round <= 5; round++ {
-		out, ok, err := syntaxCheck(dir, mainFile, cppflags)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return sortedKeys(stubbed), nil
-		}
-		srcb, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		src := string(srcb)
-		fns := parseGenerated(src)
-		bad, other := failingFunctions(out, generatedFile, fns)
-		for n := range bad {
-			if stubbed[n] {
-				delete(bad, n) // already a stub: the error is elsewhere
-			}
-		}
-		if len(bad) == 0 {
-			if len(other) > 10 {
-				other = other[:10]
-			}
-			return nil, fmt.Errorf("%s does not compile against libtorch %s outside the generated ops (not stubbable):\n%s",
-				mainFile, torchVersion, strings.Join(other, "\n"))
-		}
-		logf("gotch: compile check round %d: stubbing %d ops that do not compile against libtorch %s", round, len(bad), torchVersion)
-		for n := range bad {
-			stubbed[n] = true
-		}
-		if err := os.WriteFile(path, []byte(stubFunctions(src, fns, bad, torchVersion)), 0o644); err != nil {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("%s still fails to compile after 5 rounds of stubbing", mainFile)
 }
 
 func sortedKeys(m map[string]bool) []string {
