@@ -21,10 +21,10 @@ import (
 
 // torchSpec says how one torch version's libtorch is cut out of its wheels.
 type torchSpec struct {
-	version  string
-	dir      string // directory name in the cache
-	root     string // the libtorch root inside dir (LIBTORCH for the build)
-	wheels   []wheelSpec
+	version string
+	dir     string // directory name in the cache
+	root    string // the libtorch root inside dir (LIBTORCH for the build)
+	wheels  []wheelSpec
 }
 
 type wheelSpec struct {
