@@ -15,6 +15,13 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
+
+namespace {
+// Index of the all-pools total in the allocator's StatArray. The enum that
+// names it (StatType::AGGREGATE, 0 in every release) moved from
+// c10::cuda::CUDACachingAllocator (2.1) to c10::CachingAllocator (2.11).
+constexpr size_t kAggregateStat = 0;
+}  // namespace
 #endif
 
 extern "C" char *lanpo_get_build_info(lanpo_build_info *out) {
@@ -63,7 +70,7 @@ extern "C" char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, in
     *supported = 0;
 #ifdef LANPO_CUDA
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-    *bytes = stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak;
+    *bytes = stats.allocated_bytes[kAggregateStat].peak;
     *supported = 1;
     if (reset) c10::cuda::CUDACachingAllocator::resetPeakStats(device);
 #endif
@@ -80,7 +87,7 @@ extern "C" char *lanpo_cuda_mem_info(int device, int64_t *free_bytes, int64_t *t
     cudaError_t err = cudaMemGetInfo(&f, &t);
     if (err != cudaSuccess) throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(err));
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-    const auto agg = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+    const auto agg = kAggregateStat;
     *free_bytes = static_cast<int64_t>(f);
     *total_bytes = static_cast<int64_t>(t);
     *allocated = stats.allocated_bytes[agg].current;

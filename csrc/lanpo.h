@@ -47,6 +47,11 @@ char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor
 // The chunk size lanpo_fused_logprob uses when given chunk <= 0.
 int64_t lanpo_default_logprob_chunk(int cuda);
 
+// The cuBLAS handle of the last GEMM the fused op ran on this thread and
+// torch's current handle for device (CUDA builds; *supported = 0 otherwise):
+// the op runs on torch's handle and workspace, never a private one.
+char *lanpo_logprob_blas_handles(int device, void **last_used, void **torch_current, int *supported);
+
 // Copies a host buffer holding a tensor of src_dtype and the given shape
 // (little-endian, contiguous) into a new tensor of dst_dtype on device (-1
 // for CPU, else the CUDA index). dtypes are c10::ScalarType codes. One copy,

@@ -17,6 +17,7 @@
 
 #ifdef LANPO_CUDA
 #include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -154,19 +155,21 @@ bool use_cuda_kernels(const at::Tensor &hidden, const at::Tensor &weight) {
 
 struct GpuBackend {
   void *stream;
-  int device;
   DType dt;
   bool tf32;
   c10::cuda::CUDAGuard guard;
+  void *blas;  // torch's cuBLAS handle for this device and its current stream
 
+  // Members initialize in this order: the guard makes hidden's device
+  // current before torch's handle for it is taken.
   explicit GpuBackend(const at::Tensor &hidden)
       : stream(c10::cuda::getCurrentCUDAStream(hidden.get_device()).stream()),
-        device(hidden.get_device()),
         dt(cuda_dtype(hidden.scalar_type())),
         tf32(at::globalContext().allowTF32CuBLAS()),
-        guard(hidden.device()) {}
+        guard(hidden.device()),
+        blas(at::cuda::getCurrentCUDABlasHandle()) {}
   void logits(const void *x, const void *w, int64_t c, int64_t h, int64_t v, float *z, int64_t ldz) {
-    lanpo::cuda::logits(stream, device, dt, tf32, x, w, c, h, v, z, ldz);
+    lanpo::cuda::logits(stream, blas, dt, tf32, x, w, c, h, v, z, ldz);
   }
   void forward_stats(const float *z, int64_t ldz, int64_t c, int64_t v, const int64_t *tgt, float inv_t, float *logp,
                      float *lse, float *entropy) {
@@ -177,10 +180,10 @@ struct GpuBackend {
     lanpo::cuda::logits_grad(stream, z, ldz, c, v, tgt, inv_t, lse, entropy, g_logp, g_ent, dt);
   }
   void grad_input(const void *dz, int64_t lddz, const void *w, int64_t c, int64_t h, int64_t v, void *dx) {
-    lanpo::cuda::grad_input(stream, device, dt, tf32, dz, lddz, w, c, h, v, dx);
+    lanpo::cuda::grad_input(stream, blas, dt, tf32, dz, lddz, w, c, h, v, dx);
   }
   void grad_weight_acc(const void *dz, int64_t lddz, const void *x, int64_t c, int64_t h, int64_t v, float *dw) {
-    lanpo::cuda::grad_weight_acc(stream, device, dt, tf32, dz, lddz, x, c, h, v, dw);
+    lanpo::cuda::grad_weight_acc(stream, blas, dt, tf32, dz, lddz, x, c, h, v, dw);
   }
 };
 #endif
@@ -537,3 +540,16 @@ extern "C" char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, l
 }
 
 extern "C" int64_t lanpo_default_logprob_chunk(int cuda) { return cuda ? 4096 : 256; }
+
+extern "C" char *lanpo_logprob_blas_handles(int device, void **last_used, void **torch_current, int *supported) {
+  LANPO_GUARD("logprob_blas_handles", {
+    *last_used = *torch_current = nullptr;
+    *supported = 0;
+#ifdef LANPO_CUDA
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    *last_used = lanpo::cuda::last_blas_handle();
+    *torch_current = at::cuda::getCurrentCUDABlasHandle();
+    *supported = 1;
+#endif
+  })
+}

@@ -101,3 +101,14 @@ func builtWithCUDA() bool {
 	info, err := BuildInfo()
 	return err == nil && info.BuiltWithCUDA
 }
+
+// logProbBLASHandles returns the cuBLAS handle the fused op's last GEMM on
+// this thread used and torch's current handle for device; ok is false on a
+// build without CUDA.
+func logProbBLASHandles(device int) (lastUsed, torchCurrent unsafe.Pointer, ok bool, err error) {
+	var sup C.int
+	if err = takeError(C.lanpo_logprob_blas_handles(C.int(device), &lastUsed, &torchCurrent, &sup)); err != nil {
+		return nil, nil, false, err
+	}
+	return lastUsed, torchCurrent, sup != 0, nil
+}

@@ -4,6 +4,13 @@
 // seeing the other's headers. Every function runs asynchronously on the
 // given stream and throws std::runtime_error on a launch or cuBLAS error.
 //
+// GEMMs run on the cuBLAS handle the caller passes (blas, a cublasHandle_t):
+// torch's own for the current device and stream
+// (at::cuda::getCurrentCUDABlasHandle()), which is bound to that stream and
+// whose workspace comes from torch's caching allocator — so the op's memory
+// shows in torch's statistics and no second handle holds a workspace of its
+// own.
+//
 // Layouts are row-major, as torch stores tensors: a [rows, cols] matrix with
 // row stride ld (elements).
 #ifndef LANPO_CUDA_LOGPROB_H
@@ -21,7 +28,7 @@ enum class DType { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 // z[c, V] (fp32, row stride ldz) = x[c, H] · w[V, H]ᵀ, accumulated in fp32.
 // allow_tf32 lets fp32 inputs use TF32 tensor cores (torch's
 // allow_tf32 setting for cuBLAS); bf16/fp16 always use tensor cores.
-void logits(void *stream, int device, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
+void logits(void *stream, void *blas, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
             int64_t v, float *z, int64_t ldz);
 
 // One pass over each row of z (raw logits, divided by temperature here):
@@ -42,12 +49,16 @@ void logits_grad(void *stream, float *z, int64_t ldz, int64_t c, int64_t v, cons
                  const float *lse, const float *entropy, const float *g_logp, const float *g_ent, DType out);
 
 // dx[c, H] (type dt, row stride h) = dz[c, V] · w[V, H], fp32 accumulation.
-void grad_input(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
+void grad_input(void *stream, void *blas, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
                 int64_t c, int64_t h, int64_t v, void *dx);
 
 // dw[V, H] (fp32) += dz[c, V]ᵀ · x[c, H], fp32 accumulation.
-void grad_weight_acc(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
+void grad_weight_acc(void *stream, void *blas, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
                      int64_t c, int64_t h, int64_t v, float *dw);
+
+// The cuBLAS handle of the last GEMM this thread ran (tests check it is
+// torch's).
+void *last_blas_handle();
 
 }  // namespace cuda
 }  // namespace lanpo

@@ -268,6 +268,38 @@ func TestFusedLogProbCUDA(t *testing.T) {
 	matchFP64(t, append(lpCases, wideVCase), dtypes, func(c *lpCase) { c.cuda = true })
 }
 
+// TestCUDAFusedLogProbUsesTorchBLASHandle: the op's GEMMs run on torch's
+// cuBLAS handle for the current device and stream (so their workspace comes
+// from torch's caching allocator), not on a private handle.
+func TestCUDAFusedLogProbUsesTorchBLASHandle(t *testing.T) {
+	lockThread(t)
+	info, err := BuildInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.BuiltWithCUDA || !info.CUDAAvailable {
+		t.Skipf("no CUDA here (built with CUDA %v, device available %v)", info.BuiltWithCUDA, info.CUDAAvailable)
+	}
+	s := newScope(t)
+	dev := gotch.CudaBuilder(0)
+	r := rand.New(rand.NewSource(5))
+	hidden := s.Keep(tensorOf(t, s, randVals(r, 8*16), []int64{8, 16}, gotch.Float, false).MustTo(dev, false))
+	weight := s.Keep(tensorOf(t, s, randVals(r, 40*16), []int64{40, 16}, gotch.Float, false).MustTo(dev, false))
+	targets := s.Keep(ts.MustOfSlice([]int64{1, 9, 0, 4, 39, 2, 2, 7}).MustTo(dev, true))
+	logp, _, err := FusedLogProb(hidden, weight, targets, LogProbOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Keep(logp)
+	used, current, ok, err := logProbBLASHandles(0)
+	if err != nil || !ok {
+		t.Fatalf("handles: ok %v, err %v", ok, err)
+	}
+	if used == nil || used != current {
+		t.Errorf("the fused op's last GEMM ran on cuBLAS handle %p, torch's current handle is %p", used, current)
+	}
+}
+
 func TestFusedLogProbNoGradPath(t *testing.T) {
 	lockThread(t)
 	s := newScope(t)

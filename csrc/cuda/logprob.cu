@@ -16,7 +16,6 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 
 #include "logprob_cuda.h"
 #include "logprob_math.h"
@@ -132,24 +131,26 @@ cudaDataType_t data_type(DType dt) {
   throw std::runtime_error("fused logprob: unknown dtype");
 }
 
-// One cuBLAS handle per (thread, device): torch work in lanpo runs on one
-// locked OS thread, and a handle must not be shared by threads that set
-// different streams on it.
-cublasHandle_t handle(int device, void *stream) {
-  thread_local std::unordered_map<int, cublasHandle_t> handles;
-  auto it = handles.find(device);
-  if (it == handles.end()) {
-    cublasHandle_t h;
-    check(cublasCreate(&h), "cublasCreate");
-    // fp32 accumulation without reduced-precision split-K reductions.
-    check(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+thread_local void *last_handle = nullptr;
+
+// Sets the math mode our GEMMs need on torch's handle and puts back what
+// torch had when the GEMM is issued: fp32 accumulation without
+// reduced-precision split-K reductions for 16-bit inputs.
+class MathMode {
+ public:
+  explicit MathMode(cublasHandle_t h) : h_(h) {
+    check(cublasGetMathMode(h_, &old_), "cublasGetMathMode");
+    check(cublasSetMathMode(h_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
           "cublasSetMathMode");
-    it = handles.emplace(device, h).first;
   }
-  check(cublasSetStream(it->second, static_cast<cudaStream_t>(stream)), "cublasSetStream");
-  return it->second;
-}
+  ~MathMode() { cublasSetMathMode(h_, old_); }
+  MathMode(const MathMode &) = delete;
+  MathMode &operator=(const MathMode &) = delete;
+
+ private:
+  cublasHandle_t h_;
+  cublasMath_t old_ = CUBLAS_DEFAULT_MATH;
+};
 
 cublasComputeType_t compute_type(DType dt, bool allow_tf32) {
   return dt == DType::kFloat32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -157,13 +158,16 @@ cublasComputeType_t compute_type(DType dt, bool allow_tf32) {
 
 // Runs a GemmSpec with cuBLAS on the operands x, w, dz (by role; unused
 // ones may be null): fp32 scalars, fp32 accumulation.
-void gemm(void *stream, int device, DType dt, bool allow_tf32, const GemmSpec &g, const void *x, const void *w,
-          const void *dz, void *c, cudaDataType_t ct, const char *what) {
+void gemm(void *blas, DType dt, bool allow_tf32, const GemmSpec &g, const void *x, const void *w, const void *dz,
+          void *c, cudaDataType_t ct, const char *what) {
   if (g.m == 0 || g.n == 0) return;
   const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
   auto t = data_type(dt);
   const void *a = operand(g.a, x, w, dz), *b = operand(g.b, x, w, dz);
-  check(cublasGemmEx(handle(device, stream), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+  auto h = static_cast<cublasHandle_t>(blas);
+  last_handle = blas;
+  MathMode mode(h);
+  check(cublasGemmEx(h, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                      as_int(g.m, "m"), as_int(g.n, "n"), as_int(g.k, "k"), &alpha, a, t, as_int(g.lda, "lda"), b, t,
                      as_int(g.ldb, "ldb"), &beta, c, ct, as_int(g.ldc, "ldc"), compute_type(dt, allow_tf32),
                      CUBLAS_GEMM_DEFAULT),
@@ -172,9 +176,11 @@ void gemm(void *stream, int device, DType dt, bool allow_tf32, const GemmSpec &g
 
 }  // namespace
 
-void logits(void *stream, int device, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
+void *last_blas_handle() { return last_handle; }
+
+void logits(void *, void *blas, DType dt, bool allow_tf32, const void *x, const void *w, int64_t c, int64_t h,
             int64_t v, float *z, int64_t ldz) {
-  gemm(stream, device, dt, allow_tf32, logits_gemm(c, h, v, ldz), x, w, nullptr, z, CUDA_R_32F,
+  gemm(blas, dt, allow_tf32, logits_gemm(c, h, v, ldz), x, w, nullptr, z, CUDA_R_32F,
        "fused logprob: logits GEMM");
 }
 
@@ -205,15 +211,15 @@ void logits_grad(void *stream, float *z, int64_t ldz, int64_t c, int64_t v, cons
   check(cudaGetLastError(), "fused logprob: backward kernel launch");
 }
 
-void grad_input(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
+void grad_input(void *, void *blas, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *w,
                 int64_t c, int64_t h, int64_t v, void *dx) {
-  gemm(stream, device, dt, allow_tf32, grad_input_gemm(c, h, v, lddz), nullptr, w, dz, dx, data_type(dt),
+  gemm(blas, dt, allow_tf32, grad_input_gemm(c, h, v, lddz), nullptr, w, dz, dx, data_type(dt),
        "fused logprob: dX GEMM");
 }
 
-void grad_weight_acc(void *stream, int device, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
+void grad_weight_acc(void *, void *blas, DType dt, bool allow_tf32, const void *dz, int64_t lddz, const void *x,
                      int64_t c, int64_t h, int64_t v, float *dw) {
-  gemm(stream, device, dt, allow_tf32, grad_weight_gemm(c, h, v, lddz), x, nullptr, dz, dw, CUDA_R_32F,
+  gemm(blas, dt, allow_tf32, grad_weight_gemm(c, h, v, lddz), x, nullptr, dz, dw, CUDA_R_32F,
        "fused logprob: dW GEMM");
 }
 
