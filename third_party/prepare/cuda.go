@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,24 +18,29 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // lanpo's CUDA kernels (csrc/cuda/*.cu) are compiled with nvcc into a static
 // library that csrc links when CUDA=1. On a machine without CUDA, `make test`
-// still compile-checks them (-cuda-check): it fetches the pieces of NVIDIA's
-// CUDA 13 toolkit that PyPI publishes as wheels (nvcc, cicc, the runtime,
-// CCCL and cuBLAS headers) into the cache and compiles the kernels for the
-// GPU architectures lanpo targets, without running them.
+// still checks the CUDA build (-cuda-check, cudacheck.go): it fetches the
+// pieces of NVIDIA's CUDA 13.0 toolkit that PyPI publishes as wheels (nvcc,
+// cicc, headers, the runtime and cuBLAS libraries, NCCL's header) beside the
+// cached torch 2.11, as pip would install them, compiles the kernels for the
+// GPU architectures lanpo targets and links a CUDA=1 lanpo, without running
+// anything.
 
-// cudaArchs are the GPU architectures the kernels are built for: A100 and
-// H100/H200 (sm_80, sm_90), plus PTX for newer ones.
+// cudaArchs are the GPU architectures the kernels are built for: A100,
+// H100/H200, B200 (sm_80, sm_90, sm_100), plus PTX for newer ones.
 var cudaArchs = []string{"-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-	"-gencode=arch=compute_90,code=compute_90"}
+	"-gencode=arch=compute_100,code=sm_100", "-gencode=arch=compute_100,code=compute_100"}
 
-// toolkitWheel is one PyPI wheel of the CUDA toolkit and which of its files
-// the compile check needs (paths under nvidia/cu13/).
+// toolkitWheel is one PyPI wheel and which of its files to extract: those
+// under prefix (the path in the wheel, kept as the path in site-packages)
+// for which keep(rel) holds.
 type toolkitWheel struct {
 	name, version string
+	prefix        string
 	keep          func(rel string) bool
 }
 
@@ -48,19 +55,40 @@ func under(prefixes ...string) func(string) bool {
 	}
 }
 
-// CUDA 13.5 and the CCCL release that ships with it. Only the files nvcc
-// needs to compile (-c) are read: the cuBLAS wheel is 444 MB, its headers a
-// few hundred KB, so wheels are read by HTTP range requests, not downloaded.
+func oneOf(names ...string) func(string) bool {
+	return func(rel string) bool {
+		for _, n := range names {
+			if rel == n {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func either(a, b func(string) bool) func(string) bool {
+	return func(rel string) bool { return a(rel) || b(rel) }
+}
+
+// toolkitWheels are CUDA 13.0 as torch 2.11 pins it (cuda-toolkit 13.0.2;
+// nvidia-nccl-cu13 2.28.9) — nvcc 13.0 is also what the GPU machines lanpo
+// is validated on have. Only what compiling and linking needs is read: the
+// cuBLAS wheel is 403 MB, its headers a few hundred KB and libcublas.so.13
+// a fraction (libcublasLt, the bulk, is not needed to link), so wheels are
+// read by HTTP range requests, not downloaded.
 var toolkitWheels = []toolkitWheel{
-	{"nvidia-cuda-nvcc", "13.5.37", func(rel string) bool {
-		return strings.HasPrefix(rel, "include/") || rel == "bin/nvcc" || rel == "bin/nvcc.profile" ||
-			rel == "bin/cudafe++" || rel == "bin/ptxas" || rel == "bin/fatbinary" || rel == "bin/bin2c"
-	}},
-	{"nvidia-nvvm", "13.5.37", under("nvvm/bin/", "nvvm/libdevice/")},
-	{"nvidia-cuda-crt", "13.5.37", under("include/")},
-	{"nvidia-cuda-runtime", "13.5.37", under("include/")},
-	{"nvidia-cuda-cccl", "13.3.5.0.6", under("include/")},
-	{"nvidia-cublas", "13.10.0.20", under("include/")},
+	{"nvidia-cuda-nvcc", "13.0.88", "nvidia/cu13/", either(under("include/"),
+		oneOf("bin/nvcc", "bin/nvcc.profile", "bin/cudafe++", "bin/ptxas", "bin/fatbinary", "bin/bin2c", "bin/nvlink"))},
+	{"nvidia-nvvm", "13.0.88", "nvidia/cu13/", under("nvvm/bin/", "nvvm/libdevice/")},
+	{"nvidia-cuda-crt", "13.0.88", "nvidia/cu13/", under("include/")},
+	{"nvidia-cuda-runtime", "13.0.96", "nvidia/cu13/", either(under("include/"), oneOf("lib/libcudart.so.13"))},
+	{"nvidia-cuda-cccl", "13.0.85", "nvidia/cu13/", under("include/")},
+	{"nvidia-cublas", "13.1.0.3", "nvidia/cu13/", either(under("include/"), oneOf("lib/libcublas.so.13"))},
+	// ATen's CUDA context headers (csrc's CUDA branch, ProcessGroupNCCL)
+	// include cuSPARSE's and cuSOLVER's.
+	{"nvidia-cusparse", "12.6.3.3", "nvidia/cu13/", under("include/")},
+	{"nvidia-cusolver", "12.0.4.66", "nvidia/cu13/", under("include/")},
+	{"nvidia-nccl-cu13", "2.28.9", "nvidia/nccl/", oneOf("include/nccl.h")},
 }
 
 func toolkitStamp() string {
@@ -71,44 +99,71 @@ func toolkitStamp() string {
 	return strings.Join(parts, "\n") + "\n"
 }
 
-// cudaToolkit returns the cached compile-only CUDA toolkit, fetching it on
-// first use (atomically: a temporary directory renamed into place).
-func cudaToolkit(cache string, logf func(string, ...any)) (string, error) {
-	dest := filepath.Join(cache, "cuda-13.5-pypi")
-	stamp := filepath.Join(dest, "STAMP")
+// pypiIndex is the package index the toolkit's wheels are read from.
+func pypiIndex() string {
+	if index := os.Getenv("LANPO_PYPI_URL"); index != "" {
+		return index
+	}
+	return "https://pypi.org"
+}
+
+// cudaToolkit adds the toolkit wheels' files to site (a site-packages
+// holding torch 2.11), on first use, and returns the toolkit's root
+// (site/nvidia/cu13). Files are fetched into a scratch directory and moved
+// into place; a stamp written last marks the set complete.
+func cudaToolkit(site, cache string, logf func(string, ...any)) (string, error) {
+	home := filepath.Join(site, "nvidia", "cu13")
+	stamp := filepath.Join(site, "nvidia", ".lanpo-cuda-toolkit")
 	if b, err := os.ReadFile(stamp); err == nil && string(b) == toolkitStamp() {
-		return dest, nil
+		return home, nil
 	}
 	tmp, err := os.MkdirTemp(cache, ".cuda-tmp-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	index := os.Getenv("LANPO_PYPI_URL")
-	if index == "" {
-		index = "https://pypi.org"
-	}
 	for _, w := range toolkitWheels {
-		n, err := fetchWheelFiles(index, w, tmp)
+		n, err := fetchWheelFiles(pypiIndex(), w, tmp)
 		if err != nil {
 			return "", fmt.Errorf("CUDA toolkit from PyPI: %s==%s: %w", w.name, w.version, err)
 		}
 		logf("cuda: %d files from %s==%s", n, w.name, w.version)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "STAMP"), []byte(toolkitStamp()), 0o644); err != nil {
+	if err := moveTree(tmp, site); err != nil {
 		return "", err
 	}
-	if err := os.RemoveAll(dest); err != nil {
-		return "", err
-	}
-	return dest, os.Rename(tmp, dest)
+	return home, os.WriteFile(stamp, []byte(toolkitStamp()), 0o644)
 }
+
+// moveTree moves every file under src to the same relative path under dst.
+func moveTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		return os.Rename(p, to)
+	})
+}
+
+// httpClient bounds every request prepare makes: offline, a fetch fails in
+// seconds instead of hanging.
+var httpClient = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 15 * time.Second}).DialContext,
+	TLSHandshakeTimeout:   15 * time.Second,
+	ResponseHeaderTimeout: 30 * time.Second,
+}}
 
 // wheelURL asks the index's JSON API for the manylinux x86_64 wheel of a
 // release.
 func wheelURL(index, name, version string) (string, error) {
 	api := strings.TrimRight(index, "/") + "/pypi/" + name + "/json"
-	resp, err := http.Get(api)
+	resp, err := httpClient.Get(api)
 	if err != nil {
 		return "", err
 	}
@@ -138,15 +193,10 @@ func wheelURL(index, name, version string) (string, error) {
 	return "", fmt.Errorf("%s lists no manylinux x86_64 wheel for version %s", api, version)
 }
 
-// fetchWheelFiles extracts the wanted files of a remote wheel into root,
-// each checked against the sha256 the wheel's RECORD gives for it.
+// fetchWheelFiles extracts the wanted files of a remote wheel into root
+// (each at its path in the wheel, as in site-packages), each checked against
+// the sha256 the wheel's RECORD gives for it.
 func fetchWheelFiles(index string, w toolkitWheel, root string) (int, error) {
-	return fetchWheelFilesUnder(index, w, "nvidia/cu13/", root)
-}
-
-// fetchWheelFilesUnder is fetchWheelFiles for a wheel whose files live
-// under another prefix (nvidia-nccl-cu13: nvidia/nccl/).
-func fetchWheelFilesUnder(index string, w toolkitWheel, prefix, root string) (int, error) {
 	u, err := wheelURL(index, w.name, w.version)
 	if err != nil {
 		return 0, err
@@ -165,18 +215,18 @@ func fetchWheelFilesUnder(index string, w toolkitWheel, prefix, root string) (in
 	}
 	n := 0
 	for _, f := range z.File {
-		rel, ok := strings.CutPrefix(f.Name, prefix)
+		rel, ok := strings.CutPrefix(f.Name, w.prefix)
 		if !ok || strings.HasSuffix(f.Name, "/") || !w.keep(rel) {
 			continue
 		}
-		if strings.Contains(rel, "..") || filepath.IsAbs(rel) {
+		if strings.Contains(f.Name, "..") || filepath.IsAbs(f.Name) {
 			return n, fmt.Errorf("unsafe path %q in wheel", f.Name)
 		}
 		want, ok := record[f.Name]
 		if !ok {
 			return n, fmt.Errorf("%s is not in the wheel's RECORD", f.Name)
 		}
-		dst := filepath.Join(root, rel)
+		dst := filepath.Join(root, filepath.FromSlash(f.Name))
 		if err := extractFile(f, dst); err != nil {
 			return n, err
 		}
@@ -256,7 +306,7 @@ type httpReaderAt struct {
 const httpBlock = 1 << 20
 
 func newHTTPReaderAt(u string) (*httpReaderAt, error) {
-	resp, err := http.Head(u)
+	resp, err := httpClient.Head(u)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +330,7 @@ func (h *httpReaderAt) block(i int64) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", lo, hi))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -395,56 +445,6 @@ func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any), n
 			return "", 0, err
 		}
 	}
-	b.LDFLAGS = append([]string{"-L" + dir, "-llanpo_cuda", "-lcublas"}, b.LDFLAGS...)
+	b.LDFLAGS = append([]string{"-L" + dir, "-llanpo_cuda"}, b.LDFLAGS...)
 	return lib, len(srcs), nil
-}
-
-// cudaCheck compile-checks the CUDA code on a machine without CUDA: the
-// kernels with the PyPI toolkit's nvcc, and logprob.cpp's CUDA branch
-// (-DLANPO_CUDA) against the libtorch headers at hand.
-func cudaCheck(repo, cache string, logf func(string, ...any)) error {
-	tk, err := cudaToolkit(cache, logf)
-	if err != nil {
-		return err
-	}
-	lt, err := discover(cache, false, logf)
-	if err != nil {
-		return err
-	}
-	// The same build step as CUDA=1, into a scratch cache so it always
-	// compiles, with warnings as errors.
-	tmp, err := os.MkdirTemp("", "lanpo-cuda-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	kb := &Build{Libtorch: lt, CUDAHome: tk}
-	lib, n, err := buildCUDAKernels(kb, repo, tmp, logf, "-Werror=all-warnings")
-	if err != nil {
-		return err
-	}
-	if !fileExists(lib) || !strings.Contains(strings.Join(kb.LDFLAGS, " "), "-llanpo_cuda -lcublas") {
-		return fmt.Errorf("cuda-check: the kernel build left no %s or link flags %v", lib, kb.LDFLAGS)
-	}
-	cxx := os.Getenv("CXX")
-	if cxx == "" {
-		cxx = "g++"
-	}
-	b, err := newBuild(lt, false)
-	if err != nil {
-		return err
-	}
-	args := append([]string{"-fsyntax-only", "-std=c++17", "-DLANPO_CUDA=1", "-I" + filepath.Join(tk, "include")}, b.CPPFLAGS...)
-	for _, f := range []string{"logprob.cpp", "bridge.cpp"} {
-		if err := runLogged(logf, cxx, append(args, filepath.Join(repo, "csrc", f))...); err != nil {
-			return err
-		}
-	}
-	distNote, err := distCheck(cxx, args, repo, cache, lt, logf)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "prepare: cuda-check ok: %d kernel file(s) built into liblanpo_cuda.a for sm_80, sm_90 with nvcc 13.5 (PyPI), as CUDA=1 builds them; csrc's CUDA branch compiles against libtorch %s; %s\n",
-		n, lt.Version, distNote)
-	return nil
 }

@@ -88,8 +88,8 @@ func prepareDist(lt *Libtorch, cuda bool, cudaHome, cache string, logf func(stri
 		// through its own runpath in pip's torch). lanpo links no NCCL of its
 		// own: a second copy could put two NCCL versions in one process.
 		// nccl.h is only needed to compile ProcessGroupNCCL.hpp.
-		if inc := findNCCL(cudaHome); inc == "" {
-			logf("dist: CUDA build without nccl.h (looked in LANPO_NCCL_INCLUDE, %s/include, %s): Gloo only", cudaHome, systemInclude)
+		if inc := findNCCL(lt, cudaHome); inc == "" {
+			logf("dist: CUDA build without nccl.h (looked in LANPO_NCCL_INCLUDE, pip's nvidia/nccl/include, %s/include, %s): Gloo only", cudaHome, systemInclude)
 		} else {
 			d.NCCL, d.NCCLInclude = true, inc
 			d.CPPFLAGS = append(d.CPPFLAGS, "-DUSE_C10D_NCCL", "-I"+inc)
@@ -175,7 +175,7 @@ func fetchGlooDeb(url, sha, cache, dest string) error {
 // download writes url's body to path if its sha256 is sha; a mismatch leaves
 // nothing behind.
 func download(url, sha, path string) error {
-	resp, err := http.Get(url)
+	resp, err := httpClient.Get(url)
 	if err != nil {
 		return err
 	}
@@ -249,12 +249,16 @@ func unpackDeb(deb, dest string) error {
 	return nil
 }
 
-// findNCCL returns the directory holding nccl.h: LANPO_NCCL_INCLUDE (e.g.
-// pip's nvidia/nccl/include), the CUDA toolkit's, or the system's.
-func findNCCL(cudaHome string) string {
+// findNCCL returns the directory holding nccl.h: LANPO_NCCL_INCLUDE, pip's
+// nvidia/nccl/include beside a pip torch (the NCCL that torch loads), the
+// CUDA toolkit's, or the system's.
+func findNCCL(lt *Libtorch, cudaHome string) string {
 	var cands []string
 	if env := os.Getenv("LANPO_NCCL_INCLUDE"); env != "" {
 		cands = append(cands, env)
+	}
+	if site := pipSite(lt); site != "" {
+		cands = append(cands, filepath.Join(site, "nvidia", "nccl", "include"))
 	}
 	if cudaHome != "" {
 		cands = append(cands, filepath.Join(cudaHome, "include"))
@@ -266,80 +270,4 @@ func findNCCL(cudaHome string) string {
 		}
 	}
 	return ""
-}
-
-// The compile check (make cuda-check) also compiles dist.cpp as a CUDA=1
-// build with nccl.h does (-DUSE_C10D_NCCL): ProcessGroupNCCL.hpp needs
-// nccl.h and, through ATen's CUDA context, cuSPARSE's and cuSOLVER's
-// headers, which these PyPI wheels provide (headers only, read by range
-// requests like the toolkit's).
-var c10dCheckWheels = []struct {
-	wheel  toolkitWheel
-	prefix string
-}{
-	{toolkitWheel{"nvidia-cusparse", "12.9.4.2", under("include/")}, "nvidia/cu13/"},
-	{toolkitWheel{"nvidia-cusolver", "12.4.1.2", under("include/")}, "nvidia/cu13/"},
-	{toolkitWheel{"nvidia-nccl-cu13", "2.32.3", func(rel string) bool { return rel == "include/nccl.h" }}, "nvidia/nccl/"},
-}
-
-// c10dCheckHeaders returns the cached include directory holding those
-// headers, fetching them on first use.
-func c10dCheckHeaders(cache string, logf func(string, ...any)) (string, error) {
-	var stamp strings.Builder
-	for _, w := range c10dCheckWheels {
-		fmt.Fprintf(&stamp, "%s==%s %s\n", w.wheel.name, w.wheel.version, w.prefix)
-	}
-	dest := filepath.Join(cache, "cuda-13.5-pypi-c10d")
-	if b, err := os.ReadFile(filepath.Join(dest, "STAMP")); err == nil && string(b) == stamp.String() {
-		return filepath.Join(dest, "include"), nil
-	}
-	tmp, err := os.MkdirTemp(cache, ".c10d-headers-tmp-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	index := os.Getenv("LANPO_PYPI_URL")
-	if index == "" {
-		index = "https://pypi.org"
-	}
-	for _, w := range c10dCheckWheels {
-		n, err := fetchWheelFilesUnder(index, w.wheel, w.prefix, tmp)
-		if err != nil {
-			return "", fmt.Errorf("c10d headers from PyPI: %s==%s: %w", w.wheel.name, w.wheel.version, err)
-		}
-		logf("cuda: %d files from %s==%s", n, w.wheel.name, w.wheel.version)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "STAMP"), []byte(stamp.String()), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.RemoveAll(dest); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		return "", err
-	}
-	return filepath.Join(dest, "include"), nil
-}
-
-// distCheck compile-checks dist.cpp with Gloo and NCCL on top of args (the
-// CUDA branch's flags). It returns what it checked, for cuda-check's
-// summary; without Gloo headers there is nothing to check, which it says.
-func distCheck(cxx string, args []string, repo, cache string, lt *Libtorch, logf func(string, ...any)) (string, error) {
-	if !fileExists(filepath.Join(lt.IncludeDir, processGroupGlooHeader)) {
-		return "dist.cpp not checked (libtorch has no c10d headers)", nil
-	}
-	gloo, err := findGloo(cache, pinnedGlooDeb, logf)
-	if err != nil {
-		return "dist.cpp not checked (" + err.Error() + ")", nil
-	}
-	hdr, err := c10dCheckHeaders(cache, logf)
-	if err != nil {
-		return "", err
-	}
-	a := append(append([]string(nil), args...), "-DLANPO_DIST", "-DUSE_C10D_GLOO", "-DUSE_C10D_NCCL",
-		"-I"+gloo, "-I"+hdr, filepath.Join(repo, "csrc", "dist.cpp"))
-	if err := runLogged(logf, cxx, a...); err != nil {
-		return "", err
-	}
-	return "dist.cpp's Gloo and NCCL branches compile", nil
 }

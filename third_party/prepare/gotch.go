@@ -27,6 +27,7 @@ type Build struct {
 	CXXFLAGS        []string
 	LDFLAGS         []string
 	UnavailableOps  []string
+	CUDALDFLAGS     []string // the CUDA runtime and cuBLAS, as found (cudalibs.go)
 	PreparedAlready bool
 	Wrapper         *wrapperLib
 }
@@ -48,21 +49,37 @@ func newBuild(lt *Libtorch, cuda bool) (*Build, error) {
 		if !lt.HasCUDA {
 			return nil, fmt.Errorf("CUDA=1 but %s has no libtorch_cuda.so/libc10_cuda.so (a CPU-only libtorch)", lt.LibDir)
 		}
-		b.CUDAHome = os.Getenv("CUDA_HOME")
-		if b.CUDAHome == "" {
-			b.CUDAHome = "/usr/local/cuda"
+		home, err := findCUDAHome(lt)
+		if err != nil {
+			return nil, err
 		}
-		if !fileExists(filepath.Join(b.CUDAHome, "include", "cuda_runtime_api.h")) {
-			return nil, fmt.Errorf("CUDA=1 but no CUDA toolkit at %s (set CUDA_HOME)", b.CUDAHome)
-		}
-		b.CPPFLAGS = append(b.CPPFLAGS, "-DLANPO_CUDA=1", "-I"+filepath.Join(b.CUDAHome, "include"))
+		b.CUDAHome = home
+		b.CPPFLAGS = append(b.CPPFLAGS, "-DLANPO_CUDA=1", "-I"+filepath.Join(home, "include"))
 		// Nothing references libtorch_cuda's symbols directly; without
 		// --no-as-needed the linker drops it and CUDA never registers its
 		// kernels with the dispatcher ("no CUDA backend" at run time).
-		b.LDFLAGS = append(b.LDFLAGS, "-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",
-			"-L"+filepath.Join(b.CUDAHome, "lib64"), "-Wl,-rpath,"+filepath.Join(b.CUDAHome, "lib64"), "-lcudart")
+		b.LDFLAGS = append(b.LDFLAGS, "-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed")
+		// csrc calls the CUDA runtime, its kernels cuBLAS.
+		dirs := cudaLibDirs(lt, home)
+		for _, name := range []string{"cudart", "cublas"} {
+			flags, _, err := linkCUDALib(name, dirs)
+			if err != nil {
+				return nil, fmt.Errorf("CUDA=1: %w", err)
+			}
+			b.CUDALDFLAGS = append(b.CUDALDFLAGS, flags...)
+		}
+		b.LDFLAGS = append(b.LDFLAGS, b.CUDALDFLAGS...)
+		// For link checks on machines without the CUDA libraries that
+		// libtorch_cuda needs (cudacheck.go): only libtorch's references
+		// into them stay unresolved, never lanpo's.
+		if os.Getenv("LANPO_ALLOW_SHLIB_UNDEFINED") == "1" {
+			b.LDFLAGS = append(b.LDFLAGS, "-Wl,--allow-shlib-undefined")
+		}
 	}
-	b.LDFLAGS = append(b.LDFLAGS, "-ltorch_cpu", "-lc10", "-lstdc++")
+	// gotch's wrapper is a static library now, so a package that links
+	// gotch without any C++ of its own is linked by gcc, not g++: the C++
+	// runtime and libm must be named.
+	b.LDFLAGS = append(b.LDFLAGS, "-ltorch_cpu", "-lc10", "-lstdc++", "-lm")
 	return b, nil
 }
 

@@ -158,9 +158,11 @@ var cxx20Guard = regexp.MustCompile(`__cplusplus\s*<\s*202002L`)
 
 var abiFlag = regexp.MustCompile(`_GLIBCXX_USE_CXX11_ABI=([01])`)
 
-// readABI takes the C++ ABI from TorchConfig.cmake, which every libtorch
-// distribution ships; where it is missing it looks for cxx11-ABI symbols in
-// libc10.so, since a library built with the old ABI never mentions them.
+// readABI takes the C++ ABI from TorchConfig.cmake, which libtorch
+// distributions up to 2.6 ship with the define; where it is missing it
+// looks for cxx11-ABI symbols in libc10.so, since a library built with the
+// old ABI never mentions them; without libraries (a header-only check),
+// torch 2.7 and later are built with the cxx11 ABI only.
 func readABI(lt *Libtorch) (int, error) {
 	for _, p := range []string{
 		filepath.Join(lt.Root, "share", "cmake", "Torch", "TorchConfig.cmake"),
@@ -176,7 +178,10 @@ func readABI(lt *Libtorch) (int, error) {
 	}
 	b, err := os.ReadFile(filepath.Join(lt.LibDir, "libc10.so"))
 	if err != nil {
-		return 0, fmt.Errorf("read ABI: no TorchConfig.cmake and %w", err)
+		if lt.Version != "" && !versionLess(lt.Version, "2.7.0") {
+			return 1, nil
+		}
+		return 0, fmt.Errorf("read ABI: no _GLIBCXX_USE_CXX11_ABI in TorchConfig.cmake and %w", err)
 	}
 	if strings.Contains(string(b), "St7__cxx11") || strings.Contains(string(b), "NSt7__cxx11") {
 		return 1, nil

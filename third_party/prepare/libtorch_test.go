@@ -90,6 +90,8 @@ func TestBuildFlags(t *testing.T) {
 	}
 	cudaHome := t.TempDir()
 	writeFile(t, filepath.Join(cudaHome, "include", "cuda_runtime_api.h"), "")
+	writeFile(t, filepath.Join(cudaHome, "lib64", "libcudart.so"), "")
+	writeFile(t, filepath.Join(cudaHome, "lib64", "libcublas.so"), "")
 	t.Setenv("CUDA_HOME", cudaHome)
 	gpu, err := newBuild(lt, true)
 	if err != nil {
@@ -98,6 +100,9 @@ func TestBuildFlags(t *testing.T) {
 	ld = strings.Join(gpu.LDFLAGS, " ")
 	if !strings.Contains(ld, "-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed") {
 		t.Errorf("CUDA LDFLAGS must keep libtorch_cuda under --no-as-needed: %s", ld)
+	}
+	if !strings.Contains(ld, "-lcudart") || !strings.Contains(ld, "-lcublas") || strings.Contains(ld, "allow-shlib-undefined") {
+		t.Errorf("CUDA LDFLAGS: %s", ld)
 	}
 	lt.HasCUDA = false
 	if _, err := newBuild(lt, true); err == nil {

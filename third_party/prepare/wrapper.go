@@ -60,10 +60,17 @@ func wrapperFlags(b *Build) []string {
 	return append([]string{"-std=" + b.Libtorch.CXXStd, "-O2", "-w", "-fPIC", "-I."}, b.TorchCPPFLAGS...)
 }
 
+// wrapperRecipe names how this file turns gotch's sources into the library
+// (splitting, flags, stubbing rounds). Change it with any change here that
+// changes the library's content; other edits here (messages, parallelism)
+// then keep the cached library. stubs.go and patch.go are hashed whole.
+const wrapperRecipe = "split-parts-1"
+
 // wrapperKey hashes everything the library's content depends on.
 func wrapperKey(b *Build, libtch string) (string, error) {
 	h := sha256.New()
-	for _, name := range []string{"wrapper.go", "stubs.go", "patch.go"} {
+	fmt.Fprintln(h, wrapperRecipe)
+	for _, name := range []string{"stubs.go", "patch.go"} {
 		src, err := toolFS.ReadFile(name)
 		if err != nil {
 			return "", fmt.Errorf("prepare: embedded source missing: %s", name)
@@ -105,12 +112,13 @@ func buildJobs() int {
 
 // wrapperParts is how many parts the generated ops are split into: each
 // part pays ~13 s of CPU for parsing torch's headers, so no more parts than
-// compilers (LANPO_GOTCH_PARTS overrides, for measurements).
+// compilers: the parts and the main file make one wave of jobs
+// (LANPO_GOTCH_PARTS overrides, for measurements).
 func wrapperParts(jobs int) int {
 	if n, err := strconv.Atoi(os.Getenv("LANPO_GOTCH_PARTS")); err == nil && n > 0 {
 		return n
 	}
-	return max(2, jobs)
+	return max(2, jobs-1)
 }
 
 // buildWrapper returns the compiled wrapper for this libtorch and these
@@ -344,12 +352,18 @@ func compileWrapper(dir, mainFile, genFile string, parts int, flags []string, jo
 
 func objName(file string) string { return strings.TrimSuffix(file, filepath.Ext(file)) + ".o" }
 
+// firstErrors returns the compiler's first n error lines, or the end of its
+// output when it printed none (killed, out of memory).
 func firstErrors(out string, n int) string {
 	var errs []string
 	for _, l := range strings.Split(out, "\n") {
 		if errorLine.MatchString(l) && len(errs) < n {
 			errs = append(errs, l)
 		}
+	}
+	if len(errs) == 0 {
+		out = strings.TrimSpace(out)
+		return out[max(0, len(out)-2000):]
 	}
 	return strings.Join(errs, "\n")
 }
@@ -388,6 +402,9 @@ func compileAll(dir string, files, flags []string, jobs int) []compileResult {
 			var buf bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &buf, &buf
 			runErr := cmd.Run()
+			if runErr != nil {
+				fmt.Fprintf(&buf, "\n%s: %v", cxx(), runErr)
+			}
 			r := compileResult{file: f, out: buf.String(), ok: runErr == nil}
 			if cmd.ProcessState != nil {
 				r.time = fileTime{File: f, CPUSecs: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(), Bytes: size[f]}
