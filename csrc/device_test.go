@@ -20,9 +20,9 @@ import (
 func TestCUDASetDevice(t *testing.T) {
 	cudatest.Real(t)
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
 	n := cudatest.Count(t)
-	t.Cleanup(func() { csrc.SetCUDADevice(0) })
+	t.Cleanup(func() { csrc.SetCUDADevice(0) }) // on this thread: cleanups run last-registered first
 	for i := 0; i < min(n, 2); i++ {
 		if ok, err := csrc.SetCUDADevice(i); err != nil || !ok {
 			t.Fatalf("SetCUDADevice(%d) of %d: %v (supported %v)", i, n, err, ok)
