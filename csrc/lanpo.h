@@ -150,6 +150,27 @@ void lanpo_store_free(lanpo_store s);
 // 2 a non-standard exception type, other: no exception.
 char *lanpo_selftest_throw(int kind);
 
+// ---- CUDA device and determinism (device.cpp, determinism.cpp) ----
+//
+// Both device functions set *supported = 0 and do nothing on a build
+// without CUDA; an out-of-range device is an error naming the count.
+
+// Makes device the calling host thread's current CUDA device (the CUDA
+// runtime keeps one per thread): a rank calls it with its LOCAL_RANK's GPU
+// before its first CUDA work, so its context, cuBLAS handles, NCCL
+// communicators and allocations default to that GPU rather than GPU 0.
+char *lanpo_cuda_set_device(int device, int *supported);
+// The calling host thread's current CUDA device.
+char *lanpo_cuda_current_device(int *device, int *supported);
+
+// torch's deterministic algorithms (torch.use_deterministic_algorithms):
+// with enabled, ops that have a deterministic variant use it, and the
+// others fail (or, with warn_only, warn). cuBLAS then also needs
+// CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8) in the environment before the
+// process's first matrix product.
+char *lanpo_set_deterministic(int enabled, int warn_only);
+char *lanpo_get_deterministic(int *enabled, int *warn_only);
+
 #ifdef __cplusplus
 }
 #endif

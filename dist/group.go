@@ -42,6 +42,9 @@ func Available() (gloo, nccl bool, why string) { return csrc.DistSupport() }
 // machine's address on the route to MASTER_ADDR. Across machines, set
 // GLOO_SOCKET_IFNAME when that route is not the one the nodes share.
 //
+// An NCCL group's device (o.Device) becomes the calling thread's current
+// CUDA device before the group is made.
+//
 // Init makes the process ignore SIGPIPE: Gloo writes to peers' sockets, and
 // a write to a dead peer would otherwise kill the survivor before it could
 // report which rank died.
@@ -49,6 +52,12 @@ func Init(env Env, o Options) (Comm, error) {
 	if env.World <= 1 {
 		return Single(), nil
 	}
+	return joinGroup(env, o)
+}
+
+// joinGroup is Init for a real process group, of any size (a test joins a
+// group of one).
+func joinGroup(env Env, o Options) (Comm, error) {
 	fail := func(err error) error { return fmt.Errorf("dist rank %d/%d: init: %w", env.Rank, env.World, err) }
 	if env.Rank < 0 || env.Rank >= env.World {
 		return nil, fail(fmt.Errorf("rank %d out of range", env.Rank))
@@ -80,6 +89,14 @@ func Init(env Env, o Options) (Comm, error) {
 	bind, err := glooBindHost(env)
 	if err != nil {
 		return nil, fail(err)
+	}
+	if backend == "nccl" {
+		// NCCL's communicators and streams go to the calling thread's current
+		// device: make it the group's before anything touches CUDA for it
+		// (a no-op when the trainer's UseDevice already did).
+		if _, err := csrc.SetCUDADevice(o.Device.Value); err != nil {
+			return nil, fail(err)
+		}
 	}
 	signal.Ignore(syscall.SIGPIPE)
 	g, err := csrc.NewDistGroup(csrc.DistConfig{

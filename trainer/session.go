@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/dist"
@@ -70,6 +69,9 @@ type session struct {
 	saveExtra   []func(dir string) error
 	evaluate    Evaluator
 	pool        *pool.Pool // LANPO's, for evaluation
+	// undoDeterministic restores torch's deterministic-algorithms setting
+	// a CUDA run changed (nil: unchanged).
+	undoDeterministic func()
 }
 
 // openSession loads the policy (from the resume checkpoint if any), the
@@ -92,8 +94,16 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 			sess.Close()
 		}
 	}()
-	if err := CheckDevice(cfg.loadOptions().Device); err != nil {
+	// The device is made current on this thread before any CUDA work
+	// (UseDevice), and a CUDA run computes deterministically.
+	dev, err := UseDevice(cfg.Device)
+	if err != nil {
 		return nil, fmt.Errorf("config key device: %w", err)
+	}
+	if dev.IsCuda() {
+		if s.undoDeterministic, err = deterministicCUDA(); err != nil {
+			return nil, err
+		}
 	}
 	if s.modelDir, err = resolveModel(&cfg); err != nil {
 		return nil, err
@@ -176,6 +186,9 @@ func (s *session) Close() {
 	}
 	if s.m != nil {
 		s.m.Close()
+	}
+	if s.undoDeterministic != nil {
+		s.undoDeterministic()
 	}
 	runtime.UnlockOSThread()
 }
@@ -320,52 +333,4 @@ func (c Config) loadOptions() model.LoadOptions {
 	}
 	o.Device, _ = ParseDevice(c.Device)
 	return o
-}
-
-// ParseDevice reads a device: "" or cpu, cuda (cuda:$LOCAL_RANK when a
-// torchrun-style launcher set LOCAL_RANK, else cuda:0), or cuda:N.
-func ParseDevice(s string) (gotch.Device, error) {
-	switch {
-	case s == "" || s == "cpu":
-		return gotch.CPU, nil
-	case s == "cuda":
-		n := 0
-		if lr := os.Getenv("LOCAL_RANK"); lr != "" {
-			if _, err := fmt.Sscan(lr, &n); err != nil || n < 0 {
-				return gotch.CPU, fmt.Errorf("LOCAL_RANK %q is not a rank", lr)
-			}
-		}
-		return gotch.CudaBuilder(uint(n)), nil
-	}
-	var n uint
-	if _, err := fmt.Sscanf(s, "cuda:%d", &n); err == nil && fmt.Sprintf("cuda:%d", n) == s {
-		return gotch.CudaBuilder(n), nil
-	}
-	return gotch.CPU, fmt.Errorf("%q: want cpu, cuda or cuda:N", s)
-}
-
-// CheckDevice fails at the start of a run when the device is CUDA and this
-// build or machine cannot run on it, saying which.
-func CheckDevice(dev gotch.Device) error {
-	if !dev.IsCuda() {
-		return nil
-	}
-	info, err := csrc.BuildInfo()
-	if err != nil {
-		return err
-	}
-	switch {
-	case !info.BuiltWithCUDA:
-		return fmt.Errorf("device %s, but this lanpo was built for CPU only (libtorch at %s); build with CUDA=1 and a CUDA libtorch (README: GPU and Docker)", devName(dev), info.LibtorchDir)
-	case !info.CUDAAvailable || int(dev.CInt()) >= info.CUDADevices:
-		return fmt.Errorf("device %s, but %d CUDA device(s) are visible to this process", devName(dev), info.CUDADevices)
-	}
-	return nil
-}
-
-func devName(d gotch.Device) string {
-	if d.IsCuda() {
-		return fmt.Sprintf("cuda:%d", d.CInt())
-	}
-	return "cpu"
 }

@@ -42,7 +42,7 @@ func runBenchAllreduce(c *cli.Context) error {
 	if c.Int64("min-bytes") < 4 || c.Int64("max-bytes") < c.Int64("min-bytes") {
 		return usageError{fmt.Errorf("--min-bytes %d, --max-bytes %d: want 4 <= min <= max", c.Int64("min-bytes"), c.Int64("max-bytes"))}
 	}
-	if _, err := parseDevice(c.String("device")); err != nil {
+	if err := checkDeviceFlag(c.String("device")); err != nil {
 		return usageError{err}
 	}
 	if _, launched, err := dist.FromEnv(); err != nil {
@@ -86,7 +86,10 @@ func runBenchAllreduce(c *cli.Context) error {
 // benchAllreduceRank is one rank of the benchmark.
 func benchAllreduceRank(c *cli.Context) error {
 	env, _, _ := dist.FromEnv()
-	dev, _ := parseDevice(c.String("device"))
+	dev, err := parseDevice(c.String("device"))
+	if err != nil {
+		return err
+	}
 	if dev.IsCuda() {
 		dev = gotch.Device{Name: "CUDA", Value: env.LocalRank} // one GPU per local rank
 	}

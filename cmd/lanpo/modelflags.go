@@ -57,17 +57,32 @@ func benchModel(c *cli.Context, attn model.AttentionImpl) (*model.Model, csrc.In
 }
 
 // parseDevice reads --device (cpu, cuda — cuda:$LOCAL_RANK under a
-// torchrun-style launch — or cuda:N) and checks that this build and machine
-// can run on it.
+// torchrun-style launch — or cuda:N), checks that this build and machine
+// can run on it and, for CUDA, makes it the current device of this (the
+// main, locked) thread before any CUDA work (trainer.UseDevice).
 func parseDevice(s string) (gotch.Device, error) {
-	d, err := trainer.ParseDevice(s)
-	if err != nil {
+	if _, err := trainer.ParseDevice(s); err != nil {
 		return gotch.CPU, fmt.Errorf("--device %w", err)
 	}
-	if err := trainer.CheckDevice(d); err != nil {
+	d, err := trainer.UseDevice(s)
+	if err != nil {
 		return gotch.CPU, fmt.Errorf("--device: %w", err)
 	}
 	return d, nil
+}
+
+// checkDeviceFlag is parseDevice without making the device current: for a
+// process that only starts others (lanpo bench allreduce's launcher), which
+// would otherwise create a CUDA context of its own.
+func checkDeviceFlag(s string) error {
+	d, err := trainer.ParseDevice(s)
+	if err != nil {
+		return fmt.Errorf("--device %w", err)
+	}
+	if err := trainer.CheckDevice(d); err != nil {
+		return fmt.Errorf("--device: %w", err)
+	}
+	return nil
 }
 
 func parseDTypeFlag(s string) (gotch.DType, error) {

@@ -122,12 +122,17 @@ func joinGroup(cfg trainer.Config) (dist.Comm, error) {
 	if !launched || env.World == 1 {
 		return nil, nil
 	}
-	dev, err := trainer.ParseDevice(cfg.Device)
-	if err != nil {
+	if _, err := trainer.ParseDevice(cfg.Device); err != nil {
 		return nil, usageError{fmt.Errorf("config key device: %w", err)}
 	}
 	if gloo, nccl, why := dist.Available(); !gloo && !nccl {
 		return nil, fmt.Errorf("WORLD_SIZE=%d, but this lanpo has no distributed support: %s", env.World, why)
+	}
+	// This rank's GPU (LOCAL_RANK's) becomes current before NCCL or anything
+	// else touches CUDA; the run itself happens on this same locked thread.
+	dev, err := trainer.UseDevice(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("config key device: %w", err)
 	}
 	log.Info().Int("rank", env.Rank).Int("world_size", env.World).Int("local_rank", env.LocalRank).Str("master", fmt.Sprintf("%s:%d", env.MasterAddr, env.MasterPort)).
 		Bool("agent_store", env.AgentStore).Msg("joining the process group")
