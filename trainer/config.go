@@ -90,7 +90,17 @@ type TrainConfig struct {
 	// (model.ForwardCheckpointed): the same gradients, activation memory of
 	// one layer instead of all, about a third more compute.
 	ActivationCheckpointing bool `yaml:"activation_checkpointing"`
+	// Deterministic turns torch's deterministic algorithms on for a run on
+	// CUDA (default true): the same run gives the same bits and a resumed
+	// run those of an uninterrupted one; an op without a deterministic CUDA
+	// implementation is then an error naming it. false trades that for
+	// whatever faster nondeterministic kernels torch has. No effect on CPU,
+	// which is deterministic anyway.
+	Deterministic *bool `yaml:"deterministic"`
 }
+
+// DeterministicCUDA is train.deterministic with its default.
+func (t TrainConfig) DeterministicCUDA() bool { return t.Deterministic == nil || *t.Deterministic }
 
 // DataConfig names the dataset and how problems become prompts.
 type DataConfig struct {

@@ -95,12 +95,13 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		}
 	}()
 	// The device is made current on this thread before any CUDA work
-	// (UseDevice), and a CUDA run computes deterministically.
+	// (UseDevice), and a CUDA run computes deterministically unless
+	// train.deterministic is false.
 	dev, err := UseDevice(cfg.Device)
 	if err != nil {
 		return nil, fmt.Errorf("config key device: %w", err)
 	}
-	if dev.IsCuda() {
+	if dev.IsCuda() && cfg.Train.DeterministicCUDA() {
 		if s.undoDeterministic, err = deterministicCUDA(); err != nil {
 			return nil, err
 		}

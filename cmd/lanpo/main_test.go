@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lanpo-rl/lanpo/csrc"
 )
 
 func runApp(t *testing.T, args ...string) (string, error) {
@@ -53,9 +55,10 @@ func TestEnvText(t *testing.T) {
 }
 
 // env names the log-prob kernel and attention a run would use; asked
-// about CUDA on a CPU build it says so and what it would fall back to.
+// about CUDA on a CPU build it says so and what it would fall back to, on a
+// CUDA build it names the CUDA kernels and a device beyond the GPUs.
 func TestEnvRunKernels(t *testing.T) {
-	out, err := runApp(t, "env")
+	out, err := runApp(t, "env", "--device", "cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,18 @@ func TestEnvRunKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"run on          cuda:1, bfloat16", "log-prob      fused chunked ATen", "cannot run:   device cuda:1, but this lanpo was built for CPU only"} {
+	info, err := csrc.BuildInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{"run on          cuda:1, bfloat16", "log-prob      fused chunked ATen", "cannot run:   device cuda:1, but this lanpo was built for CPU only"}
+	if info.BuiltWithCUDA {
+		wants = []string{"run on          cuda:1, bfloat16", "log-prob      fused CUDA kernels"}
+		if info.CUDADevices < 2 {
+			wants = append(wants, "cannot run:   device cuda:1")
+		}
+	}
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("env --device cuda:1 lacks %q:\n%s", want, out)
 		}
