@@ -236,12 +236,12 @@ func matchFP64(t *testing.T, cases []lpCase, dtypes []dtypeTol, how func(*lpCase
 	}
 }
 
-// TestCUDAPathEmulated runs the CUDA path's chunk loop, GEMM argument
+// TestKernelPathEmulated runs the CUDA path's chunk loop, GEMM argument
 // mapping (column-major cuBLAS calls), kernel arithmetic and reduction
 // order, and the 16-bit dZ packed into the logits buffer's own rows, on the
 // CPU (csrc/logprob_math.h is shared with the kernels). What it cannot
 // check is the GPU itself: launches, warp shuffles, the barrier.
-func TestCUDAPathEmulated(t *testing.T) {
+func TestKernelPathEmulated(t *testing.T) {
 	lockThread(t)
 	cases := []lpCase{
 		{name: "one chunk", n: 5, h: 7, v: 37, chunk: 8, temperature: 1, entropy: true},

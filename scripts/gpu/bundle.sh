@@ -56,7 +56,7 @@ mkdir -p "$work/gotch"
 (cd "$gotch_src" && tar -cf - --exclude=./example --exclude=./gen --exclude='*_test.go' .) | tar -C "$work/gotch" -xf -
 chmod -R u+w "$work/gotch"
 (
-	export GOMODCACHE=$modcache GOFLAGS=-mod=mod GOWORK=$repo/go.work
+	export GOMODCACHE=$modcache GOFLAGS= GOWORK=$repo/go.work
 	# go.work points gotch at the prepared copy, so its module is not needed;
 	# every other module the build and the tests import is.
 	go list -deps -test ./... >/dev/null

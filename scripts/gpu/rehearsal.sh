@@ -31,8 +31,7 @@ if ! unshare -n true 2>/dev/null; then
 	isolate=(env http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9)
 fi
 clean_env=(env -i HOME="$base/home" PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
-	LIBTORCH="$site/torch" CUDA_HOME="$site/nvidia/cu13" LANPO_ALLOW_SHLIB_UNDEFINED=1
-	LANPO_GPU_WORK="$base/work")
+	LIBTORCH="$site/torch" CUDA_HOME="$site/nvidia/cu13" LANPO_ALLOW_SHLIB_UNDEFINED=1)
 if "${clean_env[@]}" bash -c 'command -v go' >/dev/null; then
 	echo "gpu-rehearsal: go is on the clean PATH; the rehearsal would not prove the bundle's Go is used" >&2
 	exit 1
@@ -40,7 +39,9 @@ fi
 status=0
 for stage in test bench; do
 	t0=$(date +%s)
-	if "${isolate[@]}" "${clean_env[@]}" OUT="$base/out-$stage" bash "$tree/scripts/gpu/validate.sh" "$stage"; then
+	# Each stage on a fresh machine: its own unpacked bundle and caches.
+	if "${isolate[@]}" "${clean_env[@]}" OUT="$base/out-$stage" LANPO_GPU_WORK="$base/work-$stage" \
+		bash "$tree/scripts/gpu/validate.sh" "$stage"; then
 		st=ok
 	else
 		st=FAILED
@@ -49,5 +50,6 @@ for stage in test bench; do
 	echo "gpu-rehearsal: stage $stage $st in $(($(date +%s) - t0)) s (results in $base/out-$stage)" >&2
 done
 grep -h '"status":"fail"' "$base"/out-*/*.jsonl >&2 && status=1
+rm -rf "$base"/work-* # the unpacked bundles and caches, ~750 MB a stage
 echo "gpu-rehearsal: $([ $status -eq 0 ] && echo passed || echo FAILED); outputs in $base" >&2
 exit $status

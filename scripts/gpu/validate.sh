@@ -62,7 +62,8 @@ export LIBTORCH
 # --- facts ----------------------------------------------------------------
 gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 torch_line=$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null)
-nvcc_line=$(nvcc --version 2>/dev/null | tail -2 | tr '\n' ' ')
+nvcc_bin=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+nvcc_line=$("$nvcc_bin" --version 2>/dev/null | tail -2 | tr '\n' ' ')
 {
 	echo "{"
 	echo "  \"stage\": \"$stage\","
@@ -135,8 +136,9 @@ run_tests() {
 		for n in $names; do emit "$n" skip 0 '"reason":"no GPU"'; done
 		return $rc
 	fi
-	export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
-	go test -count=1 -v -timeout 8m -run CUDA ./... >"$OUT/test.log" 2>&1
+	# A GPU test that skips on a GPU machine is a failure here.
+	export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8} LANPO_REQUIRE_CUDA=1
+	go test -count=1 -v -timeout 5m -run CUDA ./... >"$OUT/test.log" 2>&1
 	local rc=$?
 	# --- PASS: TestX (1.23s) / --- FAIL / --- SKIP, with the package from the
 	# ok/FAIL line that closes each package.

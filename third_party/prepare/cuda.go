@@ -378,7 +378,8 @@ func cudaSources(repo string) ([]string, error) {
 // nvccArgs compiles one kernel file (csrc/cuda/x.cu) to an object. Its
 // headers live in csrc/, where Go tracks them for csrc's own rebuilds.
 func nvccArgs(src, obj string, abi int, extra ...string) []string {
-	args := []string{"-c", "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
+	// --threads 0: one thread per architecture.
+	args := []string{"-c", "-std=c++17", "-O3", "--threads", "0", "-Xcompiler", "-fPIC",
 		fmt.Sprintf("-D_GLIBCXX_USE_CXX11_ABI=%d", abi), "-I" + filepath.Dir(filepath.Dir(src))}
 	args = append(args, cudaArchs...)
 	args = append(args, extra...)
@@ -397,8 +398,10 @@ func runLogged(logf func(string, ...any), name string, args ...string) error {
 
 // buildCUDAKernels compiles csrc/cuda/*.cu with the toolkit's nvcc into
 // liblanpo_cuda.a in a cache directory named by the sources' hash (so a
-// changed kernel changes the link flags and Go relinks), adds it and cuBLAS
-// to the link flags, and returns the archive and how many sources it holds.
+// changed kernel changes the link flags and Go relinks), and returns the
+// archive and how many sources it holds. It does not change b: the caller
+// adds the archive to the link (kernelLinkFlags), so it can run beside the
+// gotch preparation.
 func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any), nvccFlags ...string) (lib string, n int, err error) {
 	srcs, err := cudaSources(repo)
 	if err != nil {
@@ -445,6 +448,11 @@ func buildCUDAKernels(b *Build, repo, cache string, logf func(string, ...any), n
 			return "", 0, err
 		}
 	}
-	b.LDFLAGS = append([]string{"-L" + dir, "-llanpo_cuda"}, b.LDFLAGS...)
 	return lib, len(srcs), nil
+}
+
+// kernelLinkFlags puts the kernel archive first in b's link flags (it
+// refers to cuBLAS and the CUDA runtime, which come later).
+func kernelLinkFlags(b *Build, lib string) {
+	b.LDFLAGS = append([]string{"-L" + filepath.Dir(lib), "-llanpo_cuda"}, b.LDFLAGS...)
 }

@@ -108,7 +108,7 @@ func TestFetchWheelFilesChecksRecord(t *testing.T) {
 
 // A pip torch finds CUDA's libraries beside it (versioned files only), a
 // system toolkit in lib64 (unversioned links); torch's own come first.
-func TestLinkCUDALib(t *testing.T) {
+func TestLinkToolkitLib(t *testing.T) {
 	site := t.TempDir()
 	torch := filepath.Join(site, "torch")
 	writeFile(t, filepath.Join(torch, "include", versionHeader), fakeVersionH)
@@ -141,7 +141,7 @@ func TestLinkCUDALib(t *testing.T) {
 	}
 }
 
-func TestFindCUDAHome(t *testing.T) {
+func TestFindToolkitHome(t *testing.T) {
 	site := t.TempDir()
 	lt := &Libtorch{Root: filepath.Join(site, "torch")}
 	pip := filepath.Join(site, "nvidia", "cu13")

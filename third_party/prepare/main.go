@@ -83,13 +83,28 @@ func run(repo string, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	if err := prepareGotch(b, cache, logf); err != nil {
-		return err
+	// The CUDA kernels (nvcc) compile beside gotch's wrapper (g++).
+	type kernels struct {
+		lib string
+		err error
 	}
+	kdone := make(chan kernels, 1)
 	if cuda {
-		if _, _, err := buildCUDAKernels(b, repo, cache, logf); err != nil {
-			return err
+		go func() {
+			lib, _, err := buildCUDAKernels(b, repo, cache, logf)
+			kdone <- kernels{lib, err}
+		}()
+	}
+	gerr := prepareGotch(b, cache, logf)
+	if cuda {
+		k := <-kdone
+		if k.err != nil {
+			return k.err
 		}
+		kernelLinkFlags(b, k.lib)
+	}
+	if gerr != nil {
+		return gerr
 	}
 	dist := prepareDist(lt, cuda, b.CUDAHome, cache, logf)
 	goLine, err := goDirective(filepath.Join(repo, "go.mod"))
