@@ -1,7 +1,9 @@
 package csrc
 
 import (
+	"fmt"
 	"math/rand"
+	"os"
 	"runtime"
 	"testing"
 
@@ -54,4 +56,23 @@ func rssBytes(t *testing.T) int64 {
 		t.Skipf("no RSS on this system: %v", err)
 	}
 	return n
+}
+
+// skipWithoutCUDA skips a GPU test on a build without CUDA or a machine
+// without a device. (csrc's own tests cannot use internal/cudatest, which
+// imports csrc; LANPO_REQUIRE_CUDA=1 makes the skip a failure there and
+// here alike.)
+func skipWithoutCUDA(t *testing.T) {
+	t.Helper()
+	info, err := BuildInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.BuiltWithCUDA || !info.CUDAAvailable {
+		msg := fmt.Sprintf("no CUDA here (built with CUDA %v, device available %v)", info.BuiltWithCUDA, info.CUDAAvailable)
+		if os.Getenv("LANPO_REQUIRE_CUDA") == "1" {
+			t.Fatal(msg + ", and LANPO_REQUIRE_CUDA=1")
+		}
+		t.Skip(msg)
+	}
 }

@@ -257,13 +257,7 @@ func TestKernelPathEmulated(t *testing.T) {
 // build (CUDA=1) and a device, and says so when it skips.
 func TestFusedLogProbCUDA(t *testing.T) {
 	lockThread(t)
-	info, err := BuildInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !info.BuiltWithCUDA || !info.CUDAAvailable {
-		t.Skipf("no CUDA here (built with CUDA %v, device available %v)", info.BuiltWithCUDA, info.CUDAAvailable)
-	}
+	skipWithoutCUDA(t)
 	dtypes := append([]dtypeTol{{gotch.Double, 1e-10, 1e-10}}, kernelDTypes...)
 	matchFP64(t, append(lpCases, wideVCase), dtypes, func(c *lpCase) { c.cuda = true })
 }
@@ -273,13 +267,7 @@ func TestFusedLogProbCUDA(t *testing.T) {
 // from torch's caching allocator), not on a private handle.
 func TestCUDAFusedLogProbUsesTorchBLASHandle(t *testing.T) {
 	lockThread(t)
-	info, err := BuildInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !info.BuiltWithCUDA || !info.CUDAAvailable {
-		t.Skipf("no CUDA here (built with CUDA %v, device available %v)", info.BuiltWithCUDA, info.CUDAAvailable)
-	}
+	skipWithoutCUDA(t)
 	s := newScope(t)
 	dev := gotch.CudaBuilder(0)
 	r := rand.New(rand.NewSource(5))

@@ -77,6 +77,17 @@ func (m *Model) TokenLogProbsCheckpointed(s *tensor.Scope, ids, positions, mask,
 	return logp, entropy, c, err
 }
 
+// TokenLogProbsMaybeCheckpointed is TokenLogProbsCheckpointed when
+// checkpointed, else TokenLogProbs (and c is nil): the one switch every
+// caller with a checkpointing setting makes.
+func (m *Model) TokenLogProbsMaybeCheckpointed(checkpointed bool, s *tensor.Scope, ids, positions, mask, targets, targetMask *ts.Tensor, opt csrc.LogProbOptions) (logp, entropy *ts.Tensor, c *Checkpointed, err error) {
+	if checkpointed {
+		return m.TokenLogProbsCheckpointed(s, ids, positions, mask, targets, targetMask, opt)
+	}
+	logp, entropy, err = m.TokenLogProbs(s, ids, positions, mask, targets, targetMask, opt)
+	return logp, entropy, nil, err
+}
+
 // Backward backpropagates the gradient the caller's loss left on the last
 // layer's output through every layer, last to first, recomputing each from
 // its kept input, then through the embedding. onLayer (may be nil) is

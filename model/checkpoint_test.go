@@ -50,14 +50,7 @@ func TestCheckpointedGradients(t *testing.T) {
 				tmask := s.Keep(ts.MustOfSlice(append(tm[0], tm[1]...))).MustView([]int64{2, 6}, false)
 				s.Keep(tmask)
 				args := []*ts.Tensor{int64Tensor(&s, ids), int64Tensor(&s, pos), int64Tensor(&s, mask), int64Tensor(&s, targets), tmask}
-				var lp *ts.Tensor
-				var c *Checkpointed
-				var err error
-				if checkpointed {
-					lp, _, c, err = m.TokenLogProbsCheckpointed(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
-				} else {
-					lp, _, err = m.TokenLogProbs(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
-				}
+				lp, _, c, err := m.TokenLogProbsMaybeCheckpointed(checkpointed, &s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

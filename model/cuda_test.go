@@ -258,14 +258,7 @@ func paramGrads(t *testing.T, m *Model, checkpointed bool) []float64 {
 	tm := []bool{true, true, true, true, true, true, true, false, false, false, true, true, true, true, true, false}
 	args := []*ts.Tensor{batchOn(&s, ids, dev), batchOn(&s, pos, dev), batchOn(&s, mask, dev), batchOn(&s, targets, dev),
 		tensor.FromSlice(&s, tm, []int64{2, 8}, dev)}
-	var lp *ts.Tensor
-	var c *Checkpointed
-	var err error
-	if checkpointed {
-		lp, _, c, err = m.TokenLogProbsCheckpointed(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
-	} else {
-		lp, _, err = m.TokenLogProbs(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
-	}
+	lp, _, c, err := m.TokenLogProbsMaybeCheckpointed(checkpointed, &s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -367,14 +367,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 	step := func(ckpt bool) {
 		var s tensor.Scope
 		defer s.Close()
-		var lp *ts.Tensor
-		var c *model.Checkpointed
-		var err error
-		if ckpt {
-			lp, _, c, err = m.TokenLogProbsCheckpointed(&s, in[0], in[1], in[2], in[0], in[3], opt)
-		} else {
-			lp, _, err = m.TokenLogProbs(&s, in[0], in[1], in[2], in[0], in[3], opt)
-		}
+		lp, _, c, err := m.TokenLogProbsMaybeCheckpointed(ckpt, &s, in[0], in[1], in[2], in[0], in[3], opt)
 		if err != nil {
 			t.Fatal(err)
 		}

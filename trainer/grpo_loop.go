@@ -708,11 +708,7 @@ func (s *session) microBatchCount(mine int) (int, error) {
 // update, with activation checkpointing when train.activation_checkpointing
 // (then the returned Checkpointed finishes the backward).
 func (g *grpoRun) logProbsForUpdate(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
-	if g.cfg.Train.ActivationCheckpointing {
-		return g.m.TokenLogProbsCheckpointed(s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
-	}
-	lp, ent, err = g.m.TokenLogProbs(s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
-	return lp, ent, nil, err
+	return g.m.TokenLogProbsMaybeCheckpointed(g.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
 }
 
 // stepSeed derives a step's sampling seed from the run seed (splitmix64).

@@ -87,14 +87,7 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 	step := func(ckpt bool) error {
 		var s tensor.Scope
 		defer s.Close()
-		var lp *ts.Tensor
-		var c *model.Checkpointed
-		var err error
-		if ckpt {
-			lp, _, c, err = m.TokenLogProbsCheckpointed(&s, idsT, posT, maskT, idsT, tmask, opt)
-		} else {
-			lp, _, err = m.TokenLogProbs(&s, idsT, posT, maskT, idsT, tmask, opt)
-		}
+		lp, _, c, err := m.TokenLogProbsMaybeCheckpointed(ckpt, &s, idsT, posT, maskT, idsT, tmask, opt)
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
-	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
 
@@ -301,14 +300,7 @@ func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
 	shape := []int64{B, T}
 	args := []*ts.Tensor{tensor.FromSlice(&s, ids, shape, dev), tensor.FromSlice(&s, pos, shape, dev), tensor.FromSlice(&s, mask, shape, dev),
 		tensor.FromSlice(&s, targets, shape, dev), tensor.FromSlice(&s, tmask, shape, dev)}
-	var lp *ts.Tensor
-	var ckpt *model.Checkpointed
-	var err error
-	if grad && r.cfg.Train.ActivationCheckpointing {
-		lp, _, ckpt, err = r.m.TokenLogProbsCheckpointed(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
-	} else {
-		lp, _, err = r.m.TokenLogProbs(&s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
-	}
+	lp, _, ckpt, err := r.m.TokenLogProbsMaybeCheckpointed(grad && r.cfg.Train.ActivationCheckpointing, &s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
 	if err != nil {
 		return 0, err
 	}
