@@ -632,6 +632,14 @@ func TestGenerationBatchesDoNotChangeTheRun(t *testing.T) {
 				if !reflect.DeepEqual(va, b[i][k]) {
 					t.Errorf("step %d %s: %v, in batches %v", i+1, k, va, b[i][k])
 				}
+			case strings.HasPrefix(k, "sampler_trainer_logp"):
+				// The float32 rounding gap between the sampler's record and
+				// the trainer's recomputation: it depends on the batch's
+				// shape (measured on one machine with libtorch 2.1: 9.5e-7
+				// whole, 2.6e-6 in batches), so it is bounded, not matched.
+				if math.Abs(x) > 1e-4 || math.Abs(y) > 1e-4 {
+					t.Errorf("step %d %s: %v, in batches %v (above float32 rounding)", i+1, k, x, y)
+				}
 			case math.Abs(x-y) > 1e-6*math.Max(1, math.Abs(x)):
 				t.Errorf("step %d %s: %v, in batches %v", i+1, k, x, y)
 			}
