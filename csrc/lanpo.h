@@ -171,6 +171,18 @@ char *lanpo_cuda_current_device(int *device, int *supported);
 char *lanpo_set_deterministic(int enabled, int warn_only);
 char *lanpo_get_deterministic(int *enabled, int *warn_only);
 
+// ---- CUDA events (events.cpp) ----
+//
+// Timing GPU work without synchronizing at every point: an event recorded on
+// the current stream of device completes when the GPU reaches it. On a build
+// without CUDA, create sets *supported = 0 and *event = NULL; the others
+// accept NULL and do nothing.
+char *lanpo_cuda_event_create(int device, void **event, int *supported);
+char *lanpo_cuda_event_record(void *event);
+// Milliseconds between two recorded events; waits for end to complete.
+char *lanpo_cuda_event_elapsed(void *start, void *end, double *ms);
+void lanpo_cuda_event_destroy(void *event);
+
 #ifdef __cplusplus
 }
 #endif

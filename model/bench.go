@@ -16,6 +16,14 @@ func Qwen25_05BShape() *Config {
 		MaxPositionEmbeddings: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, HiddenAct: "silu"}
 }
 
+// Qwen25_7BShape is the architecture of Qwen2.5-7B (random weights), as in
+// configs/models/qwen2.5-7b.json.
+func Qwen25_7BShape() *Config {
+	return &Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 152064, HiddenSize: 3584,
+		IntermediateSize: 18944, NumHiddenLayers: 28, NumAttentionHeads: 28, NumKeyValueHeads: 4,
+		MaxPositionEmbeddings: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: false, HiddenAct: "silu"}
+}
+
 // ForwardBench is one timing of Model.Forward + Logits.
 type ForwardBench struct {
 	Batch, Seq int64

@@ -56,6 +56,8 @@ type GenerateOptions struct {
 	// still has free (0: no cap). With MaxRows the smaller cap applies.
 	// Ignored on CPU.
 	MemoryFraction float64
+	// Timing, if set, receives each decode step's times (timing.go).
+	Timing *DecodeTiming
 }
 
 // Generate samples from every request. Each distinct prompt is prefilled
@@ -139,8 +141,14 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	}
 	done := make([]bool, rows)
 	finished := 0
+	timer, err := newStepTimer(opt.Timing, m)
+	if err != nil {
+		return nil, err
+	}
+	defer timer.close()
 	for step := 0; step < p.MaxNewTokens && len(active) > 0; step++ {
 		var st tensor.Scope
+		timer.begin(len(active))
 		u := make([]float64, len(active))
 		for i, r := range active {
 			u[i] = draws[r]()
@@ -191,6 +199,10 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		}
 		// Finished rows still in the batch decode a harmless token until
 		// the next compaction; their outputs are ignored.
+		if err := timer.sampled(); err != nil {
+			st.Close()
+			return nil, err
+		}
 		b := int64(len(active))
 		pos := make([]int64, b)
 		ones := make([]int64, b)
@@ -211,6 +223,9 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 			logits.MustDrop()
 		}
 		logits, ownLogits = nl, true
+		if err := timer.launched(); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -553,3 +553,34 @@ func TestGenerationRowsThatFit(t *testing.T) {
 		t.Errorf("a group that cannot fit: %v", err)
 	}
 }
+
+// Decode timing changes nothing sampled, and records one entry per step
+// that ran a forward (all but the last), with the host times filled in
+// (and no GPU time on the CPU).
+func TestDecodeTimingLeavesSamplesAlone(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-mha-untied")
+	p := SamplingParams{Temperature: 1, MaxNewTokens: 6, Seed: 7}
+	plain, err := m.Generate(genPrompts, p, GenerateOptions{NoCompaction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timing DecodeTiming
+	timed, err := m.Generate(genPrompts, p, GenerateOptions{NoCompaction: true, Timing: &timing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(timed) != fmt.Sprint(plain) {
+		t.Errorf("timing changed the samples:\n%v\n%v", timed, plain)
+	}
+	rows := totalRows(genPrompts)
+	if len(timing.Steps) != p.MaxNewTokens-1 {
+		t.Fatalf("%d steps timed, want %d", len(timing.Steps), p.MaxNewTokens-1)
+	}
+	for i, s := range timing.Steps {
+		if s.Rows != rows || s.WallMS <= 0 || s.SampleMS < 0 || s.ForwardHostMS <= 0 || s.ForwardGPUMS != 0 ||
+			s.SampleMS+s.ForwardHostMS > s.WallMS+0.01 {
+			t.Errorf("step %d: %+v", i, s)
+		}
+	}
+}

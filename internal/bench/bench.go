@@ -21,7 +21,7 @@ import (
 // The scripts, by file name.
 const (
 	HFForward  = "hf_forward_bench.py"  // MODEL_DIR IDS_JSON THREADS REPS
-	HFGenerate = "hf_generate_bench.py" // MODEL_DIR IDS_JSON THREADS SAMPLES MAX_NEW
+	HFGenerate = "hf_generate_bench.py" // MODEL_DIR IDS_JSON DEVICE DTYPE THREADS SAMPLES MAX_NEW
 	HFTokenize = "hf_tokenize_bench.py" // TOKENIZER_DIR TEXTS_JSON ...
 	MathVerify = "mv_bench.py"          // PAIRS_JSON
 )
@@ -64,6 +64,31 @@ func RunHF(m *model.Model, ids [][]int64, python, name string, args ...string) (
 	}
 	defer os.RemoveAll(dir)
 	if err := m.Save(filepath.Join(dir, "model")); err != nil {
+		return nil, err
+	}
+	idsJSON, _ := json.Marshal(ids)
+	if err := os.WriteFile(filepath.Join(dir, "ids.json"), idsJSON, 0o644); err != nil {
+		return nil, err
+	}
+	return RunPython(python, name, dir, append([]string{filepath.Join(dir, "model"), filepath.Join(dir, "ids.json")}, args...)...)
+}
+
+// RunHFConfig is RunHF for a shape only: it writes cfg as config.json (no
+// weights; the script builds random weights of that shape) beside the ids.
+func RunHFConfig(cfg *model.Config, ids [][]int64, python, name string, args ...string) (json.RawMessage, error) {
+	dir, err := os.MkdirTemp("", "lanpo-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "model"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model", "config.json"), raw, 0o644); err != nil {
 		return nil, err
 	}
 	idsJSON, _ := json.Marshal(ids)

@@ -1,28 +1,73 @@
-# Times transformers' generate() on a model directory and prompt ids that
-# `lanpo bench generate` wrote (same weights, same thread count): sampling at
-# temperature 1 with no top-k/top-p, exactly max_new_tokens new tokens per
-# sample. Prints one JSON line. Needs torch and transformers.
+# Times transformers' generate() for `lanpo bench generate`: the model in
+# MODEL_DIR (its weights, or, when it holds only config.json, random weights
+# of that shape: speed depends on the shape), the prompt ids lanpo sampled
+# from, on DEVICE in DTYPE, sampling at temperature 1 with no top-k/top-p,
+# exactly NEW_TOKENS new tokens per sample (min_new_tokens: EOS never ends a
+# sample). On CUDA it synchronizes before reading the clock; on an
+# out-of-memory error it retries with the prompts in 2, 4, ... sequential
+# batches. Prints one JSON line. Needs torch and transformers.
 import json
+import os
 import sys
 import time
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
-model_dir, ids_path, threads, samples, new_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+model_dir, ids_path, device, dtype_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+threads, samples, new_tokens = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype_name]
 torch.set_num_threads(threads)
+torch.manual_seed(1)
 with open(ids_path) as f:
-    ids = torch.tensor(json.load(f), dtype=torch.long)
-model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
-kw = dict(attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-          max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_return_sequences=samples, pad_token_id=0)
+    ids = torch.tensor(json.load(f), dtype=torch.long, device=device)
+if os.path.exists(os.path.join(model_dir, "model.safetensors")):
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
+else:
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), torch_dtype=dtype)
+model = model.to(device).eval()
+cuda = device.startswith("cuda")
+
+
+def sync():
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def generate(batch, n):
+    kw = dict(attention_mask=torch.ones_like(batch), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+              max_new_tokens=n, min_new_tokens=n, num_return_sequences=samples, pad_token_id=0)
+    return model.generate(batch, **kw)
+
+
 with torch.no_grad():
-    warm = dict(kw, attention_mask=torch.ones_like(ids[:1]), max_new_tokens=2, min_new_tokens=2, num_return_sequences=1)
-    model.generate(ids[:1], **warm)  # warm-up
-    t0 = time.perf_counter()
-    out = model.generate(ids, **kw)
-    ms = (time.perf_counter() - t0) * 1000
-new = (out.shape[1] - ids.shape[1]) * out.shape[0]
-print(json.dumps({"ms": ms, "new_tokens": int(new), "tokens_per_s": new / (ms / 1000), "threads": torch.get_num_threads(),
-                  "torch": torch.__version__, "transformers": transformers.__version__}))
+    generate(ids[:1], 2)  # warm-up
+    batches, err = 1, None
+    while batches <= len(ids):
+        try:
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            sync()
+            t0 = time.perf_counter()
+            new = 0
+            for chunk in torch.chunk(ids, batches):
+                out = generate(chunk, new_tokens)
+                new += (out.shape[1] - chunk.shape[1]) * out.shape[0]
+                del out
+            sync()
+            ms = (time.perf_counter() - t0) * 1000
+            break
+        except torch.cuda.OutOfMemoryError as e:
+            err = str(e).split("\n")[0]
+            batches *= 2
+    else:
+        raise SystemExit("out of memory even one prompt at a time: %s" % err)
+res = {"ms": ms, "new_tokens": int(new), "tokens_per_s": new / (ms / 1000), "batches": batches, "device": device,
+       "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
+       "transformers": transformers.__version__}
+if cuda:
+    res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    res["gpu"] = torch.cuda.get_device_name()
+print(json.dumps(res))

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bench generate's JSON, which scripts/gpu/validate.sh collects: at a tiny
+// shape on the CPU, with a stand-in for transformers' script that reports a
+// known speed, every field is there and the ratios come from the measured
+// times; a python that cannot run the baseline leaves hf_error instead.
+func TestBenchGenerateJSON(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "python")
+	script := "#!/bin/sh\n# args: script MODEL_DIR IDS_JSON DEVICE DTYPE THREADS SAMPLES NEW\n" +
+		"test -f \"$2/config.json\" && test -f \"$3\" || exit 3\n" +
+		"echo '{\"tokens_per_s\": 10, \"ms\": 100, \"batches\": 1, \"device\": \"'$4'\", \"dtype\": \"'$5'\"}'\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "generate", "--layers", "1", "--prompts", "2", "--samples", "3", "--prompt-len", "5",
+		"--new-tokens", "4", "--timing-tokens", "3", "--nocache-steps", "0", "--json"}
+	out, err := runApp(t, append(args, "--hf-python", fake)...)
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	num := func(k string) float64 {
+		v, ok := r[k].(float64)
+		if !ok {
+			t.Errorf("%s missing or not a number: %v", k, r[k])
+		}
+		return v
+	}
+	if num("rows") != 6 || num("new_tokens") != 4 || num("lanpo_batches") != 1 || r["device"] != "cpu" || r["dtype"] != "float32" {
+		t.Errorf("settings: %s", out)
+	}
+	tps, ms := num("lanpo_tokens_per_s"), num("lanpo_ms")
+	if tps <= 0 || math.Abs(tps-6*4/(ms/1000)) > 1e-6*tps {
+		t.Errorf("tokens/s %v from %v ms", tps, ms)
+	}
+	if got := num("lanpo_over_hf"); math.Abs(got-tps/10) > 1e-9*tps {
+		t.Errorf("lanpo_over_hf %v, want %v", got, tps/10)
+	}
+	if num("timed_steps") != 2 || num("step_wall_ms") <= 0 || num("step_forward_host_ms") <= 0 || num("step_forward_gpu_ms") != 0 {
+		t.Errorf("step timing: %s", out)
+	}
+	if h := num("host_share"); h <= 0 || h > 1.001 {
+		t.Errorf("host_share %v", h)
+	}
+	hf, _ := r["hf"].(map[string]any)
+	if hf["device"] != "cpu" || hf["dtype"] != "float32" {
+		t.Errorf("the baseline was not asked for the same device and dtype: %v", r["hf"])
+	}
+	out, err = runApp(t, append(args, "--hf-python", filepath.Join(t.TempDir(), "no-python"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"hf_error":`) || strings.Contains(out, `"lanpo_over_hf"`) {
+		t.Errorf("a missing baseline: %s", out)
+	}
+}

@@ -1,0 +1,109 @@
+package model
+
+import (
+	"time"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+)
+
+// DecodeTiming, set in GenerateOptions.Timing, collects where each decode
+// step's time goes (lanpo bench generate). Collecting it adds one device
+// synchronization at the end of each step, so tokens/s is measured with it
+// off.
+type DecodeTiming struct {
+	Steps []StepTime
+}
+
+// StepTime is one decode step.
+type StepTime struct {
+	Rows int
+	// WallMS: host clock from the step's start to the completion of all its
+	// GPU work.
+	WallMS float64
+	// SampleMS: host clock from the step's start until its tokens are
+	// chosen and checked for stops — on CUDA this includes the round trips
+	// that copy the sampler's numbers to the host and wait for them.
+	SampleMS float64
+	// ForwardHostMS: host clock spent enqueueing the next token's forward
+	// pass and logits; ForwardGPUMS: CUDA events around that work, the GPU
+	// time from its first to its last kernel (0 on CPU). When the two are
+	// close, the GPU waited for the host to launch kernels (launch-bound);
+	// when the GPU time is much longer, the host ran ahead (GPU-bound).
+	ForwardHostMS, ForwardGPUMS float64
+}
+
+// stepTimer measures one step for a DecodeTiming; a nil timer does
+// nothing.
+type stepTimer struct {
+	t          *DecodeTiming
+	start, fwd time.Time
+	st         StepTime
+	ev0, ev1   *csrc.CUDAEvent
+}
+
+func newStepTimer(t *DecodeTiming, m *Model) (*stepTimer, error) {
+	if t == nil {
+		return nil, nil
+	}
+	st := &stepTimer{t: t}
+	if m.Device.IsCuda() {
+		var err error
+		if st.ev0, err = csrc.NewCUDAEvent(int(m.Device.CInt())); err != nil {
+			return nil, err
+		}
+		if st.ev1, err = csrc.NewCUDAEvent(int(m.Device.CInt())); err != nil {
+			st.ev0.Close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+func (s *stepTimer) close() {
+	if s != nil {
+		s.ev0.Close()
+		s.ev1.Close()
+	}
+}
+
+func (s *stepTimer) begin(rows int) {
+	if s != nil {
+		s.st = StepTime{Rows: rows}
+		s.start = time.Now()
+	}
+}
+
+// sampled marks the end of sampling and the start of the forward's launch.
+func (s *stepTimer) sampled() error {
+	if s == nil {
+		return nil
+	}
+	s.fwd = time.Now()
+	s.st.SampleMS = ms(s.fwd.Sub(s.start))
+	return s.ev0.Record()
+}
+
+// launched marks the end of the forward's launch; it waits for the GPU and
+// records the step.
+func (s *stepTimer) launched() error {
+	if s == nil {
+		return nil
+	}
+	s.st.ForwardHostMS = ms(time.Since(s.fwd))
+	if err := s.ev1.Record(); err != nil {
+		return err
+	}
+	if err := csrc.Synchronize(); err != nil { // sync: timing only
+		return err
+	}
+	s.st.WallMS = ms(time.Since(s.start))
+	g, err := csrc.ElapsedMS(s.ev0, s.ev1)
+	if err != nil {
+		return err
+	}
+	s.st.ForwardGPUMS = g
+	s.t.Steps = append(s.t.Steps, s.st)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
