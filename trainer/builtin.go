@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sugarme/gotch"
+
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -65,6 +67,36 @@ func WriteBuiltin(name, dir string, seed int64) error {
 	eos, _ := tk.TokenID("<|im_end|>")
 	cfg.EOSTokenID = json.RawMessage(fmt.Sprint(eos))
 	m, err := model.NewRandom(cfg, model.LoadOptions{}, seed)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return m.Save(dir)
+}
+
+// WriteRandomModel writes a Hugging Face directory with random weights of
+// cfg's shape in dtype and the built-in byte-level tokenizer: for
+// benchmarks of a real model's shape (lanpo bench grpo-step). The model's
+// vocabulary keeps cfg's size, which must hold the tokenizer's; ids beyond
+// the tokenizer decode to nothing.
+func WriteRandomModel(dir string, cfg *model.Config, dtype gotch.DType, seed int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := tokenizer.WriteByteLevel(dir, tinyMerges, tinySpecial, "<|im_end|>", "<|endoftext|>", "qwen2.5"); err != nil {
+		return err
+	}
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		return err
+	}
+	if int64(tk.VocabSize()) > cfg.VocabSize {
+		return fmt.Errorf("random model: vocabulary %d is smaller than the tokenizer's %d", cfg.VocabSize, tk.VocabSize())
+	}
+	c := *cfg
+	eos, _ := tk.TokenID("<|im_end|>")
+	c.EOSTokenID = json.RawMessage(fmt.Sprint(eos))
+	m, err := model.NewRandom(&c, model.LoadOptions{DType: dtype}, seed)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lanpo-rl/lanpo/csrc"
 )
 
 // StepMetrics is one line of RUN_DIR/metrics.jsonl.
@@ -116,12 +118,26 @@ type phaseTimer struct {
 	start time.Time
 	phase string
 	secs  map[string]float64
+	cuda  bool // synchronize the device at each boundary
 }
 
 func newPhaseTimer() *phaseTimer { return &phaseTimer{secs: map[string]float64{}} }
 
+// newDevicePhaseTimer is a phaseTimer for a run on dev: on CUDA each
+// boundary first waits for the queued GPU work, so a phase is charged with
+// its own kernels rather than the next one (about ten synchronizations a
+// step, next to the sampler's one per token).
+func newDevicePhaseTimer(cuda bool) *phaseTimer {
+	p := newPhaseTimer()
+	p.cuda = cuda
+	return p
+}
+
 // enter ends the current phase and starts another.
 func (p *phaseTimer) enter(phase string) {
+	if p.cuda {
+		_ = csrc.Synchronize() // sync: phase boundary; an error surfaces at the next op
+	}
 	now := time.Now()
 	if p.phase != "" {
 		p.secs[p.phase] += now.Sub(p.start).Seconds()

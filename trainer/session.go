@@ -40,6 +40,9 @@ type RunOptions struct {
 	// loop; rank 0 writes metrics, the progress line and the shared parts
 	// of checkpoints.
 	Comm Comm
+	// NoFinalCheckpoint skips the checkpoint written when the run ends
+	// (benchmarks: a 7B model's optimizer state is tens of GB to write).
+	NoFinalCheckpoint bool
 }
 
 // Evaluator evaluates the policy after a step and returns named results;
@@ -50,18 +53,19 @@ type Evaluator func(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.P
 // session is what SFT and GRPO share: the policy, tokenizer, optimizer,
 // state, metrics and the step loop with its checkpoints.
 type session struct {
-	cfg      Config
-	kind     string
-	modelDir string      // the initial model (reference, tokenizer source)
-	tokFiles []namedFile // the tokenizer's files, written into every checkpoint
-	m        *model.Model
-	tk       *tokenizer.Tokenizer
-	opt      Optimizer
-	comm     Comm
-	state    TrainerState
-	metrics  *metricsLog
-	prog     *progress.Bar
-	lastSave int
+	cfg         Config
+	kind        string
+	modelDir    string      // the initial model (reference, tokenizer source)
+	tokFiles    []namedFile // the tokenizer's files, written into every checkpoint
+	m           *model.Model
+	tk          *tokenizer.Tokenizer
+	opt         Optimizer
+	noFinalSave bool // RunOptions.NoFinalCheckpoint
+	comm        Comm
+	state       TrainerState
+	metrics     *metricsLog
+	prog        *progress.Bar
+	lastSave    int
 	// resumedFrom is the checkpoint the run resumed from ("" for a fresh
 	// run); saveExtra write more state into each checkpoint directory (the
 	// LANPO pool).
@@ -84,7 +88,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint}
 	if sess.comm == nil {
 		sess.comm = dist.Single()
 	}
@@ -216,7 +220,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			}
 			return ErrInterrupted
 		}
-		t := newPhaseTimer()
+		t := newDevicePhaseTimer(s.m.Device.IsCuda())
 		before, updates := s.state, s.opt.Updates()
 		met, err := s.guardedStep(step, t)
 		if err != nil && !errors.Is(err, errBadLoss) {
@@ -261,6 +265,9 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 		}
 		s.prog.Update(met.Step, fmt.Sprintf("loss %.4f reward %.3f acc %.3f %.0f tok/s", met.Loss, met.RewardMean, met.Accuracy, met.TokensPerS))
 		log.Debug().Int("step", met.Step).Float64("loss", met.Loss).Float64("reward", met.RewardMean).Float64("accuracy", met.Accuracy).Msg("step")
+	}
+	if s.noFinalSave {
+		return nil
 	}
 	return s.save()
 }

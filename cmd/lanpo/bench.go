@@ -19,6 +19,7 @@ func benchCommand() *cli.Command {
 		Usage: "micro-benchmarks, each against a baseline measured in the same run",
 		Subcommands: []*cli.Command{
 			benchLogprobCommand(),
+			benchGRPOStepCommand(),
 			benchForwardCommand(),
 			benchGenerateCommand(),
 			benchTokenizeCommand(),

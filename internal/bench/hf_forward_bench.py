@@ -14,7 +14,10 @@ model_dir, ids_path, threads, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]),
 torch.set_num_threads(threads)
 with open(ids_path) as f:
     ids = torch.tensor(json.load(f), dtype=torch.long)
-model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+try:  # transformers 5 names the argument dtype; 4.x torch_dtype
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+except TypeError:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
 mask = torch.ones_like(ids)
 times = []
 with torch.no_grad():

@@ -22,11 +22,21 @@ torch.set_num_threads(threads)
 torch.manual_seed(1)
 with open(ids_path) as f:
     ids = torch.tensor(json.load(f), dtype=torch.long, device=device)
+
+
+def with_dtype(fn, *args):
+    # transformers 5 names the argument dtype; 4.x torch_dtype.
+    try:
+        return fn(*args, dtype=dtype)
+    except TypeError:
+        return fn(*args, torch_dtype=dtype)
+
+
 if os.path.exists(os.path.join(model_dir, "model.safetensors")):
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
+    model = with_dtype(AutoModelForCausalLM.from_pretrained, model_dir)
 else:
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), torch_dtype=dtype)
-model = model.to(device).eval()
+    model = with_dtype(AutoModelForCausalLM.from_config, AutoConfig.from_pretrained(model_dir))
+model = model.to(device=device, dtype=dtype).eval()  # whichever argument name took
 cuda = device.startswith("cuda")
 
 

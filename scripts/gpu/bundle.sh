@@ -10,8 +10,9 @@
 #   gotch.tar.xz     gotch v0.9.1's source without example/ and gen/
 #                    (prepare takes it through LANPO_GOTCH_SRC)
 #   gloo.tar.xz      Gloo's headers (LANPO_GLOO_INCLUDE)
-#   data/            the files the GPU tests and benchmarks read from outside
-#                    the checkout
+# The GPU tests and benchmarks read nothing from outside the checkout (tiny
+# models and fixtures in testdata/, random weights and generated problems),
+# so ../shared, which does not travel, is not needed.
 #   MANIFEST         what is inside, with sizes and the versions it was made from
 #
 # The bundle and the checkout travel together to the GPU machine (64 MiB in
@@ -27,7 +28,7 @@ gover=$(go env GOVERSION)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$out.tmp"
-mkdir -p "$out.tmp/data"
+mkdir -p "$out.tmp"
 say() { echo "gpu-bundle: $*" >&2; }
 pack() { # pack NAME DIR [tar args...]: DIR's content as NAME.tar.xz
 	local name=$1 dir=$2
@@ -72,11 +73,6 @@ pack gotch "$work/gotch"
 gloo=$(ls -d "$cache"/gloo-*/usr/include 2>/dev/null | head -1)
 [ -f "$gloo/gloo/config.h" ] || { echo "gpu-bundle: no Gloo headers in $cache (run make deps)" >&2; exit 1; }
 pack gloo "$gloo" ./gloo
-
-# 4. Data the GPU tests and benchmarks read from outside the checkout.
-if [ -f ../shared/data/math_train.jsonl ]; then
-	head -n 256 ../shared/data/math_train.jsonl >"$out.tmp/data/math_train_256.jsonl"
-fi
 
 {
 	echo "lanpo GPU bundle, made $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git describe --always --dirty 2>/dev/null || echo unknown)"

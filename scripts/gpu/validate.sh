@@ -4,7 +4,8 @@
 # against the machine's own torch and CUDA, then run one stage:
 #
 #   test    facts, build, every GPU test (go test -run CUDA ./...)
-#   bench   facts, build, the GPU benchmarks (lanpo bench … --device cuda --json)
+#   bench   facts, build, the GPU benchmarks (lanpo bench … --device cuda --json);
+#           bench NAME… runs only those (names in the list below)
 #
 # Each stage rebuilds (a GPU machine stays warm only ~30 s between calls).
 # Results go to $OUT (default ./gpu-out), at most 6 files:
@@ -22,8 +23,9 @@
 # nvcc (or CUDA_HOME), NCCL's header in pip's nvidia/nccl. See docs/gpu.md.
 set -uo pipefail
 stage=${1:-}
+only=("${@:2}")
 case "$stage" in test | bench) ;; *)
-	echo "usage: scripts/gpu/validate.sh test|bench" >&2
+	echo "usage: scripts/gpu/validate.sh test | bench [NAME...]" >&2
 	exit 2
 	;;
 esac
@@ -158,15 +160,20 @@ run_tests() {
 }
 
 # --- stage: bench ------------------------------------------------------------
-# name|command (run from the checkout with bin/lanpo); each prints JSON lines.
+# name|command (run from the checkout with bin/lanpo); each prints one JSON
+# object on stdout. `validate.sh bench NAME…` runs only those named.
 benches=(
 	"logprob-7b-forward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --h 3584 --v 152064 --reps 5 --json"
 	"logprob-7b-forward-backward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --h 3584 --v 152064 --grad --reps 3 --json"
+	"grpo-step-0.5b|bin/lanpo bench grpo-step --device cuda --shape 0.5b --prompts 16 --samples 8 --new-tokens 256 --json"
+	"generate-0.5b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --json"
+	"generate-7b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --json"
 )
 run_benches() {
 	local rc=0
 	for b in "${benches[@]}"; do
 		local name=${b%%|*} cmd=${b#*|}
+		if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
 		if [ "$gpu" != true ]; then
 			emit "$name" skip 0 "\"reason\":\"no GPU\",\"command\":$(printf '%s' "$cmd" | json_str)"
 			continue
