@@ -229,4 +229,3 @@ func readMetricLines(path string) ([]trainer.StepMetrics, error) {
 	}
 	return out, sc.Err()
 }
-
