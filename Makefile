@@ -89,7 +89,7 @@ demo: build
 gpu-bundle: deps cuda-check
 	@bash scripts/gpu/bundle.sh
 
-gpu-rehearsal: gpu-bundle
+gpu-rehearsal: cuda-check
 	@bash scripts/gpu/rehearsal.sh
 
 clean:

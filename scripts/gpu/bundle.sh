@@ -77,6 +77,7 @@ pack gloo "$gloo" ./gloo
 {
 	echo "lanpo GPU bundle, made $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git describe --always --dirty 2>/dev/null || echo unknown)"
 	echo "go $gover (trimmed); gotch v0.9.1 source (no example/, gen/); Gloo headers from $(basename "$(dirname "$(dirname "$gloo")")")"
+	echo "go.sum sha256 $(sha256sum go.sum | cut -d' ' -f1)"
 	echo "modules:"
 	(cd "$modcache/cache/download" && find . -name '*.mod' | sed 's|^\./||; s|/@v/| |; s|\.mod$||' | sort | sed 's/^/  /')
 	echo "files:"

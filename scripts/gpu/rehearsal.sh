@@ -17,7 +17,11 @@ repo=$PWD
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/lanpo
 site=$cache/torch-2.11.0-cu130
 [ -x "$site/nvidia/cu13/bin/nvcc" ] || { echo "gpu-rehearsal: no CUDA 13.0 toolkit in $site (run make cuda-check)" >&2; exit 1; }
-[ -f gpu-bundle/go.tar.xz ] || { echo "gpu-rehearsal: no gpu-bundle (run make gpu-bundle)" >&2; exit 1; }
+# The bundle depends on the checkout only through go.sum (the modules it
+# carries); it is made again when that changed or it is missing.
+if ! grep -q "^go.sum sha256 $(sha256sum go.sum | cut -d' ' -f1)\$" gpu-bundle/MANIFEST 2>/dev/null; then
+	make --no-print-directory gpu-bundle
+fi
 base=$(mktemp -d /tmp/lanpo-rehearsal.XXXXXX)
 tree=$base/tree
 mkdir -p "$tree" "$base/home"

@@ -55,6 +55,14 @@ func newBuild(lt *Libtorch, cuda bool) (*Build, error) {
 		}
 		b.CUDAHome = home
 		b.CPPFLAGS = append(b.CPPFLAGS, "-DLANPO_CUDA=1", "-I"+filepath.Join(home, "include"))
+		// Beside a pip torch, pip's CUDA headers (cuSPARSE, cuSOLVER… that
+		// ATen's CUDA headers include) come second, for a system toolkit
+		// installed without them.
+		if site := pipSite(lt); site != "" {
+			if inc := filepath.Join(site, "nvidia", "cu13", "include"); inc != filepath.Join(home, "include") && fileExists(inc) {
+				b.CPPFLAGS = append(b.CPPFLAGS, "-I"+inc)
+			}
+		}
 		// Nothing references libtorch_cuda's symbols directly; without
 		// --no-as-needed the linker drops it and CUDA never registers its
 		// kernels with the dispatcher ("no CUDA backend" at run time).
