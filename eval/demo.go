@@ -256,6 +256,11 @@ func prepare(runDir string, seed int64, p demoPlan, arms []string, pt float64, s
 	}
 	rl.LANPO.SummaryFieldTokens, rl.LANPO.PlanTokens, rl.LANPO.MaxContextTokens = 32, 48, 160
 	rl.LANPO.SummariesPerGroup, rl.LANPO.MaxRelatedProblems, rl.LANPO.LessonsPerProblem = 1, 1, 1
+	// The relevance floor's default is calibrated on a real 0.5B model's
+	// hidden states; the demo's tiny model has its own scale, and the
+	// demo's measured comparison (docs) ran with γ alone.
+	noFloor := 0.0
+	rl.LANPO.RelevanceFloor = &noFloor
 	if pt > 0 {
 		rl.LANPO.FeedbackRatio = pt
 	}

@@ -157,7 +157,7 @@ func armSeries(name string, rows []map[string]any, metric, x string) series {
 	var compute, wall float64
 	for _, r := range rows {
 		num := func(k string) float64 { v, _ := r[k].(float64); return v }
-		compute += num("tokens_prefilled") + num("tokens_generated")
+		compute += num("tokens_prefilled") + num("tokens_generated") + num("tokens_trained")
 		if secs, ok := r["seconds"].(map[string]any); ok {
 			for _, v := range secs {
 				f, _ := v.(float64)

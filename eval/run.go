@@ -46,12 +46,20 @@ type Options struct {
 	// Config gives the prompts: data.prompt_template, data.system_prompt,
 	// rollout.enable_thinking and the lanpo section (retrieval's scorer,
 	// γ, condenser; the reflection prompt).
-	Config   trainer.Config
-	Pool     *pool.Pool // retrieval's pool
-	Out      string     // results directory ("": keep in memory only)
-	Resume   bool
-	Batch    int       // problems per generation call
-	Progress io.Writer // a terminal for the progress line, or nil
+	Config trainer.Config
+	Pool   *pool.Pool // retrieval's pool
+	// NearDuplicate is the pool.Similarity at or above which a pool or
+	// training problem is a benchmark problem's twin, for the contamination
+	// count and Decontaminate; 0: the pool's threshold (pool.Config), or
+	// the default without a pool.
+	NearDuplicate float64
+	// Decontaminate lists training JSONL files: benchmark problems with a
+	// twin in them are dropped before the evaluation (Decontaminate).
+	Decontaminate []string
+	Out           string // results directory ("": keep in memory only)
+	Resume        bool
+	Batch         int       // problems per generation call
+	Progress      io.Writer // a terminal for the progress line, or nil
 }
 
 // runRecord is what eval.json records of a run, so --resume continues
@@ -68,6 +76,9 @@ type runRecord struct {
 	Batch       int      `json:"batch"`
 	Template    string   `json:"prompt_template"`
 	System      string   `json:"system_prompt"`
+	// Decontaminate: the training files benchmark problems were checked
+	// against (Benchmarks counts what is left).
+	Decontaminate []string `json:"decontaminate,omitempty"`
 }
 
 // Files of an evaluation directory.
@@ -88,6 +99,11 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
 	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	contamination := Contamination{NearDuplicate: o.nearDuplicate()}
+	var err error
+	if o.Benchmarks, contamination.Dropped, err = Decontaminate(o.Benchmarks, o.Decontaminate, contamination.NearDuplicate); err != nil {
 		return nil, err
 	}
 	cfg := o.Config
@@ -141,14 +157,30 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 			bar.Done("done")
 		}
 	}
-	sums := Summarize(all, o.K, o.Benchmarks, o.Modes)
+	sums := Summarize(all, o.K, o.Benchmarks, o.Modes, contamination)
 	if o.Out != "" {
+		if len(o.Decontaminate) > 0 {
+			if err := jsonl.WriteFile(filepath.Join(o.Out, DecontaminatedFile), contamination.Dropped); err != nil {
+				return nil, err
+			}
+		}
 		js, _ := json.MarshalIndent(sums, "", "  ")
 		if err := fsutil.WriteFileSync(filepath.Join(o.Out, SummaryFile), append(js, '\n')); err != nil {
 			return nil, err
 		}
 	}
 	return sums, nil
+}
+
+// nearDuplicate is the twin threshold in use (Options.NearDuplicate).
+func (o *Options) nearDuplicate() float64 {
+	switch {
+	case o.NearDuplicate > 0:
+		return o.NearDuplicate
+	case o.Pool != nil:
+		return o.Pool.Config().NearDuplicate
+	}
+	return pool.DefaultConfig().NearDuplicate
 }
 
 func (o *Options) validate() error {
@@ -161,6 +193,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--k %d with --temperature 0: greedy samples are all the same; use --k 1 or a temperature", o.K)
 	case o.Batch < 1:
 		return fmt.Errorf("--batch-size must be ≥ 1, got %d", o.Batch)
+	case o.NearDuplicate < 0 || o.NearDuplicate > 1:
+		return fmt.Errorf("lanpo.near_duplicate_threshold must be in (0, 1] (0: the pool's), got %g", o.NearDuplicate)
 	}
 	for _, mode := range o.Modes {
 		if !slices.Contains(Modes, mode) {
@@ -175,7 +209,8 @@ func (o *Options) validate() error {
 
 func (o *Options) record() runRecord {
 	r := runRecord{Modes: o.Modes, K: o.K, Temperature: o.Sampling.Temperature, TopP: o.Sampling.TopP, TopK: o.Sampling.TopK,
-		MaxNew: o.Sampling.MaxNewTokens, Seed: o.Sampling.Seed, Batch: o.Batch, Template: o.Config.Data.PromptTemplate, System: o.Config.Data.SystemPrompt}
+		MaxNew: o.Sampling.MaxNewTokens, Seed: o.Sampling.Seed, Batch: o.Batch, Template: o.Config.Data.PromptTemplate, System: o.Config.Data.SystemPrompt,
+		Decontaminate: o.Decontaminate}
 	for _, b := range o.Benchmarks {
 		r.Benchmarks = append(r.Benchmarks, fmt.Sprintf("%s=%s:%d", b.Name, b.Path, len(b.Problems)))
 	}

@@ -59,6 +59,8 @@ func evalOptions(t *testing.T, out string, p *pool.Pool) Options {
 	}
 	cfg := trainer.DefaultConfig()
 	cfg.LANPO.Similarity, cfg.LANPO.SimilarityThreshold, cfg.LANPO.MaxContextTokens = "bm25", 0, 64
+	noFloor := 0.0 // every candidate passes: the test reads plans
+	cfg.LANPO.RelevanceFloor = &noFloor
 	cfg.LANPO.PlanTokens, cfg.LANPO.AuxTemperature = 8, 1
 	return Options{Benchmarks: []Benchmark{b}, Modes: Modes, K: 2, Config: cfg, Pool: p, Out: out, Batch: 2,
 		Sampling: model.SamplingParams{Temperature: 1, TopP: 1, MaxNewTokens: 12, Seed: 7}}

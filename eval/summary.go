@@ -32,6 +32,9 @@ type Summary struct {
 	WithContext    int     `json:"with_context,omitempty"`
 	NearDuplicates int     `json:"near_duplicates_in_pool,omitempty"`
 	NearestMean    float64 `json:"nearest_pool_similarity_mean,omitempty"`
+	// Decontaminated: the benchmark's problems dropped before the
+	// evaluation for a twin in the training files (not counted in N).
+	Decontaminated int `json:"decontaminated,omitempty"`
 }
 
 // KValue is one pass@k.
@@ -40,13 +43,17 @@ type KValue struct {
 	Value float64 `json:"value"`
 }
 
-// nearDuplicate is the similarity at which a pool problem counts as the
-// benchmark problem itself (pool.DefaultConfig's threshold).
-const nearDuplicate = 0.8
+// Contamination is what the summary reports of benchmark problems seen in
+// training: the pool.Similarity at which a pool problem counts as the
+// benchmark problem itself, and the problems Decontaminate dropped.
+type Contamination struct {
+	NearDuplicate float64
+	Dropped       []Contaminated
+}
 
 // Summarize computes the table from sample lines (so a resumed run's
 // summary equals an uninterrupted one's), in benchmark then mode order.
-func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string) []Summary {
+func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, cont Contamination) []Summary {
 	type key struct{ bench, mode, problem string }
 	byProblem := map[key][]SampleLine{}
 	for _, l := range lines {
@@ -57,6 +64,11 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string) [
 	for _, b := range benches {
 		for _, mode := range modes {
 			s := Summary{Bench: b.Name, Mode: mode, K: k}
+			for _, d := range cont.Dropped {
+				if d.Bench == b.Name {
+					s.Decontaminated++
+				}
+			}
 			pass := make([]float64, len(powersOfTwo(k)))
 			var tokens, trunc, count float64
 			for _, p := range b.Problems {
@@ -112,7 +124,7 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string) [
 						s.WithContext++
 					}
 					s.NearestMean += ls[0].NearSim
-					if ls[0].NearSim >= nearDuplicate {
+					if ls[0].NearSim >= cont.NearDuplicate {
 						s.NearDuplicates++
 					}
 				}
@@ -173,6 +185,9 @@ func PrintTable(w io.Writer, sums []Summary) {
 			notes = fmt.Sprintf("first %.3f → after reflection %.3f (wrong→right %d, right→wrong %d)", s.FirstAttempt, s.AfterReflection, s.WrongToRight, s.RightToWrong)
 		case ModeRetrieval:
 			notes = fmt.Sprintf("plan for %d/%d; near-duplicates in pool %d", s.WithContext, s.N, s.NearDuplicates)
+		}
+		if s.Decontaminated > 0 {
+			notes = strings.TrimPrefix(notes+fmt.Sprintf("; %d dropped as contaminated", s.Decontaminated), "; ")
 		}
 		row = append(row, fmt.Sprintf("%.3f", s.MajAtK), fmt.Sprintf("%.0f", s.ResponseTokens), fmt.Sprintf("%.3f", s.Truncated), notes)
 		rows = append(rows, row)

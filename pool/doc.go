@@ -11,9 +11,12 @@
 //     at outcomes, so neither the prompt nor the choice of what it shows
 //     can leak whether the attempt was right.
 //   - No foreign answers: Lessons hand out only principles and pitfalls,
-//     with boxed answers and the other problems' gold answers removed.
+//     with boxed answers and the other problems' gold answers, where
+//     stated as answers, removed.
 //
 // Files: entry.go (what the pool stores), pool.go (storage, eviction,
-// attempts, lessons), bm25.go (retrieval), dedup.go (near-duplicates),
-// prompts.go (prompt text), io.go (save and load).
+// attempts, lessons), bm25.go (retrieval), dedup.go and dedup_text.go
+// (near-duplicates: the same problem reworded), overlap.go (copied text),
+// strip.go (answer stripping, summary fields' ends), prompts.go (prompt
+// text), io.go (save and load).
 package pool

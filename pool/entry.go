@@ -1,5 +1,10 @@
 package pool
 
+import (
+	"strings"
+	"unicode/utf8"
+)
+
 // Summary is the policy's own account of one attempt, written in three
 // fields.
 type Summary struct {
@@ -63,4 +68,29 @@ type Lesson struct {
 	ProblemID  string
 	Principles string
 	Pitfalls   string
+}
+
+// sanitize makes the entry's texts valid UTF-8 (invalid bytes become
+// U+FFFD, as JSON would write them, so the pool in memory and pool.jsonl
+// hold the same text and a resumed run sees what a straight one saw) and
+// keeps the attempt's last maxAttempt characters, cut on a character
+// boundary.
+func (e *Entry) sanitize(maxAttempt int) {
+	for _, s := range []*string{&e.ProblemID, &e.Attempt, &e.Summary.FlowOfThought, &e.Summary.Principles, &e.Summary.Pitfalls} {
+		*s = strings.ToValidUTF8(*s, "\uFFFD")
+	}
+	e.Attempt = lastRunes(e.Attempt, maxAttempt)
+}
+
+// lastRunes is the end of s holding at most n characters.
+func lastRunes(s string, n int) string {
+	if len(s) <= n { // at most n bytes: at most n characters
+		return s
+	}
+	cut := len(s)
+	for k := 0; k < n && cut > 0; k++ {
+		_, size := utf8.DecodeLastRuneInString(s[:cut])
+		cut -= size
+	}
+	return s[cut:]
 }

@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Config bounds the pool.
@@ -21,11 +22,15 @@ type Config struct {
 	// Under the byte cap the entry comes from the problem with the most
 	// entries, so no problem loses its only attempt while others have many.
 	Eviction string `json:"eviction"`
-	// MaxAttemptChars caps the raw attempt stored (its end is kept: the
-	// final answer is there).
+	// MaxAttemptChars caps the raw attempt stored, in characters (its end
+	// is kept: the final answer is there). What a reflection prompt shows
+	// of it is decided later, in tokens (the trainer's attempt rule); this
+	// cap only bounds storage, so it should hold a whole attempt.
 	MaxAttemptChars int `json:"max_attempt_chars"`
-	// NearDuplicate is the similarity (dedup.go) at or above which two
-	// problem texts are the same problem.
+	// NearDuplicate is the Similarity (dedup.go) at or above which two
+	// problem texts are the same problem. The default, 0.9, is chosen on
+	// hand-labelled MATH pairs (TestTwins): every MATH-500 twin is at or
+	// above it and every template below.
 	NearDuplicate float64 `json:"near_duplicate_threshold"`
 }
 
@@ -37,7 +42,7 @@ const (
 
 // DefaultConfig is the pool lanpo uses unless configured otherwise.
 func DefaultConfig() Config {
-	return Config{MaxEntriesPerProblem: 32, MaxBytes: 256 << 20, Eviction: EvictOldest, MaxAttemptChars: 6000, NearDuplicate: 0.8}
+	return Config{MaxEntriesPerProblem: 32, MaxBytes: 256 << 20, Eviction: EvictOldest, MaxAttemptChars: 6000, NearDuplicate: 0.9}
 }
 
 // Validate names the first bad field.
@@ -61,7 +66,7 @@ func (c Config) Validate() error {
 type problem struct {
 	id, text string
 	entries  []*Entry
-	shingles map[uint64]struct{} // for near-duplicate checks
+	shingles features // for near-duplicate checks (dedup.go)
 }
 
 // Pool holds entries by problem. Problems are kept in the order they first
@@ -105,9 +110,8 @@ func (p *Pool) Has(problemID string) bool { return p.byID[problemID] != nil }
 // must be added in a fixed order (the trainer adds them in global group
 // order) for the pool to be the same however the batch was computed.
 func (p *Pool) Add(problemText string, e Entry) int {
-	if n := len(e.Attempt); n > p.cfg.MaxAttemptChars {
-		e.Attempt = e.Attempt[n-p.cfg.MaxAttemptChars:]
-	}
+	problemText = strings.ToValidUTF8(problemText, "\uFFFD")
+	e.sanitize(p.cfg.MaxAttemptChars)
 	pr := p.byID[e.ProblemID]
 	if pr == nil {
 		pr = &problem{id: e.ProblemID, text: problemText, shingles: shingles(problemText)}
@@ -223,7 +227,8 @@ func pick(u float64, n int) int {
 }
 
 // Lessons returns up to max lessons of a problem, newest first, with
-// boxed answers and the problem's gold answer removed (StripAnswers).
+// boxed answers and the problem's gold answer where stated removed
+// (StripAnswers, strip.go).
 func (p *Pool) Lessons(problemID string, max int, gold string) []Lesson {
 	pr := p.byID[problemID]
 	if pr == nil {
@@ -232,7 +237,7 @@ func (p *Pool) Lessons(problemID string, max int, gold string) []Lesson {
 	var out []Lesson
 	for i := len(pr.entries) - 1; i >= 0 && len(out) < max; i-- {
 		e := pr.entries[i]
-		l := Lesson{ProblemID: problemID, Principles: StripAnswers(e.Summary.Principles, gold), Pitfalls: StripAnswers(e.Summary.Pitfalls, gold)}
+		l := Lesson{ProblemID: problemID, Principles: StripAnswers(e.Summary.Principles, pr.text, gold), Pitfalls: StripAnswers(e.Summary.Pitfalls, pr.text, gold)}
 		if l.Principles != "" || l.Pitfalls != "" {
 			out = append(out, l)
 		}
@@ -305,7 +310,8 @@ func Relevant(cands []Candidate, rel []float64, gamma float64) []Candidate {
 // Candidates returns the k problems whose texts score highest against the
 // query under BM25 (one document per problem), best first. The query's own
 // problem and every near-duplicate of the query (the same problem under
-// another id) are left out: they are not "other problems".
+// another id) are left out: they are not "other problems"; and a problem
+// held under several ids is one candidate.
 func (p *Pool) Candidates(problemID, text string, k int) []Candidate {
 	if k <= 0 {
 		return nil
@@ -313,6 +319,7 @@ func (p *Pool) Candidates(problemID, text string, k int) []Candidate {
 	self := p.index.selfScore(text)
 	q := shingles(text)
 	var out []Candidate
+	var kept []*problem
 	// Near-duplicates rank high; ask for more than k so removing them still
 	// leaves k.
 	for _, h := range p.index.search(text, k+8) {
@@ -320,9 +327,10 @@ func (p *Pool) Candidates(problemID, text string, k int) []Candidate {
 			continue
 		}
 		pr := p.byID[h.id]
-		if jaccard(q, pr.shingles) >= p.cfg.NearDuplicate {
+		if q.similarity(pr.shingles) >= p.cfg.NearDuplicate || p.sameAsKept(pr, kept) {
 			continue
 		}
+		kept = append(kept, pr)
 		c := Candidate{ProblemID: h.id, Text: pr.text, BM25: h.score}
 		if self > 0 {
 			c.Normalized = math.Min(1, h.score/self)
@@ -333,6 +341,18 @@ func (p *Pool) Candidates(problemID, text string, k int) []Candidate {
 		}
 	}
 	return out
+}
+
+// sameAsKept reports whether pr is the same problem as one already chosen
+// under another id (datasets such as the raw DAPO-17k repeat problems):
+// one candidate per problem, however many ids it has.
+func (p *Pool) sameAsKept(pr *problem, kept []*problem) bool {
+	for _, o := range kept {
+		if pr.text == o.text || pr.shingles.similarity(o.shingles) >= p.cfg.NearDuplicate {
+			return true
+		}
+	}
+	return false
 }
 
 // NormalizedBM25 is the normalized BM25 of problemID's text for a query
@@ -351,7 +371,7 @@ func (p *Pool) NormalizedBM25(problemID, query string) float64 {
 func (p *Pool) NearestProblem(text string) (id string, sim float64, ok bool) {
 	q := shingles(text)
 	for _, h := range p.index.search(text, 32) {
-		if s := jaccard(q, p.byID[h.id].shingles); !ok || s > sim {
+		if s := q.similarity(p.byID[h.id].shingles); !ok || s > sim {
 			id, sim, ok = h.id, s, true
 		}
 	}

@@ -196,3 +196,26 @@ func TestLoadErrorsNameTheLine(t *testing.T) {
 		}
 	}
 }
+
+// TestOneCandidatePerProblem: the same problem text under two ids is one
+// candidate (the first BM25 ranks), and never a candidate for itself.
+func TestOneCandidatePerProblem(t *testing.T) {
+	p := newPool(t, DefaultConfig())
+	tri := "Find the area of a triangle with base 4 and height 6."
+	p.Add(tri, entry("tri-a", true, "12"))
+	p.Add(tri, entry("tri-b", false, "24"))
+	p.Add("Find the area of a circle of radius 3.", entry("circle", false, "9"))
+	cands := p.Candidates("q", "What is the area of a triangle with base 10 and height 3?", 3)
+	var ids []string
+	for _, c := range cands {
+		ids = append(ids, c.ProblemID)
+	}
+	if len(cands) != 2 || cands[0].ProblemID != "tri-a" || cands[1].ProblemID != "circle" {
+		t.Fatalf("candidates %v, want [tri-a circle]", ids)
+	}
+	for _, c := range p.Candidates("tri-a", tri, 3) {
+		if c.ProblemID == "tri-b" {
+			t.Fatal("the same problem under another id is a candidate for itself")
+		}
+	}
+}

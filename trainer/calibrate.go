@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
+	"slices"
 	"sort"
 	"time"
 
@@ -28,15 +29,33 @@ type CalibrationProblem struct {
 
 // CalibrationOptions say what to score.
 type CalibrationOptions struct {
-	Model            string   // HF model directory (the policy)
-	DType            string   // "" float32 on CPU
-	Scorers          []string // policy, bm25, embedding
-	Problems         []CalibrationProblem
-	Pairs            int // of each kind
+	Model    string   // HF model directory (the policy)
+	DType    string   // "" float32 on CPU
+	Scorers  []string // policy, bm25, embedding
+	Problems []CalibrationProblem
+	// Draw says how pairs are drawn: retrieval (as training draws
+	// candidates: Pairs query problems, each with its Candidates BM25
+	// candidates among the other problems, labelled same or other subject
+	// — the rates then describe training's filter) or random (Pairs random
+	// pairs of each kind).
+	Draw             string
+	Candidates       int
+	Pairs            int
 	Seed             int64
 	MaxContextTokens int
 	Thresholds       []float64
+	// Gamma is the quantile γ at which CombinedPass applies each threshold
+	// as lanpo.relevance_floor.
+	Gamma float64
+	// Named are pairs of problem ids whose scores are reported one by one.
+	Named [][2]string
 }
+
+// Pair draws.
+const (
+	DrawRetrieval = "retrieval"
+	DrawRandom    = "random"
+)
 
 // ScorerCalibration is one scorer's result.
 type ScorerCalibration struct {
@@ -49,7 +68,19 @@ type ScorerCalibration struct {
 	// quantile among the scores of random pairs (a reference set drawn apart
 	// from the pairs evaluated).
 	QuantilePass []ThresholdPass `json:"quantile_pass"`
+	// CombinedPass is the filter training applies: quantile ≥ Gamma and
+	// raw ≥ each threshold (as lanpo.relevance_floor).
+	CombinedPass []ThresholdPass `json:"combined_pass"`
+	Named        []NamedScore    `json:"named,omitempty"`
+	Same, Other  int             `json:"-"` // pairs of each kind
 	Seconds      float64         `json:"seconds"`
+}
+
+// NamedScore is one named pair's scores.
+type NamedScore struct {
+	A, B     string
+	Raw      float64 `json:"raw"`
+	Quantile float64 `json:"quantile"`
 }
 
 // ThresholdPass is the share of each kind of pair scoring ≥ Gamma.
@@ -64,27 +95,47 @@ type ThresholdPass struct {
 func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
-	same, other, err := calibrationPairs(o.Problems, o.Pairs, o.Seed)
-	if err != nil {
-		return nil, err
-	}
-	reference, err := randomPairs(o.Problems, o.Pairs, o.Seed+1)
-	if err != nil {
-		return nil, err
-	}
 	pc := pool.DefaultConfig()
 	pc.MaxBytes = 0
 	index, err := pool.New(pc)
 	if err != nil {
 		return nil, err
 	}
+	byID := map[string]CalibrationProblem{}
 	for _, p := range o.Problems {
 		index.Add(p.Problem, pool.Entry{ProblemID: p.ID})
+		byID[p.ID] = p
+	}
+	var same, other [][2]CalibrationProblem
+	switch o.Draw {
+	case DrawRandom:
+		same, other, err = calibrationPairs(o.Problems, o.Pairs, o.Seed)
+	case DrawRetrieval, "":
+		same, other, err = retrievalPairs(o.Problems, index, byID, o.Pairs, o.Candidates, o.Seed)
+	default:
+		err = fmt.Errorf("draw %q: want %s or %s", o.Draw, DrawRetrieval, DrawRandom)
+	}
+	if err != nil {
+		return nil, err
+	}
+	reference, err := randomPairs(o.Problems, max(o.Pairs, 64), o.Seed+1)
+	if err != nil {
+		return nil, err
+	}
+	var named [][2]CalibrationProblem
+	for _, n := range o.Named {
+		a, okA := byID[n[0]]
+		b, okB := byID[n[1]]
+		if !okA || !okB {
+			return nil, fmt.Errorf("named pair %s,%s: both ids must be in the data", n[0], n[1])
+		}
+		named = append(named, [2]CalibrationProblem{a, b})
 	}
 	pairs := make([]relevancePair, 0, len(same)+len(other))
-	for _, pr := range append(append(append([][2]CalibrationProblem(nil), same...), other...), reference...) {
+	for _, pr := range slices.Concat(same, other, named, reference) {
 		pairs = append(pairs, relevancePair{query: pr[0].Problem, candidate: pr[1].Problem, bm25: index.NormalizedBM25(pr[1].ID, pr[0].Problem)})
 	}
+	ns, no, nn := len(same), len(other), len(named)
 	var env scorerEnv
 	prefilled := 0
 	env.prefilled, env.prompts, env.maxContext = &prefilled, pool.DefaultPrompts(), o.MaxContextTokens
@@ -116,10 +167,31 @@ func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		c := summarizeCalibration(name, rel[:len(same)], rel[len(same):len(same)+len(other)], o.Thresholds, time.Since(start))
-		ref := rel[len(same)+len(other):]
-		qs := summarizeCalibration(name, quantiles(rel[:len(same)], ref), quantiles(rel[len(same):len(same)+len(other)], ref), o.Thresholds, 0)
-		c.QuantilePass = qs.Pass
+		rs, ro, rn, ref := rel[:ns], rel[ns:ns+no], rel[ns+no:ns+no+nn], rel[ns+no+nn:]
+		c := summarizeCalibration(name, rs, ro, o.Thresholds, time.Since(start))
+		qSame, qOther := quantiles(rs, ref), quantiles(ro, ref)
+		c.QuantilePass = summarizeCalibration(name, qSame, qOther, o.Thresholds, 0).Pass
+		// The combined filter: a pair passes floor f when its quantile
+		// reaches Gamma and its raw score f (zero out the others).
+		for _, f := range o.Thresholds {
+			gate := func(raw, q []float64) []float64 {
+				out := make([]float64, len(raw))
+				for i := range raw {
+					if q[i] >= o.Gamma {
+						out[i] = raw[i]
+					} else {
+						out[i] = -1
+					}
+				}
+				return out
+			}
+			p := summarizeCalibration(name, gate(rs, qSame), gate(ro, qOther), []float64{f}, 0).Pass[0]
+			c.CombinedPass = append(c.CombinedPass, p)
+		}
+		for i, n := range o.Named {
+			c.Named = append(c.Named, NamedScore{A: n[0], B: n[1], Raw: rn[i], Quantile: quantiles(rn[i:i+1], ref)[0]})
+		}
+		c.Same, c.Other = ns, no
 		out = append(out, c)
 	}
 	return out, nil
@@ -162,6 +234,34 @@ func calibrationPairs(ps []CalibrationProblem, n int, seed int64) (same, other [
 	}
 	if len(same) < n || len(other) < n {
 		return nil, nil, fmt.Errorf("could draw only %d same-subject and %d other-subject pairs of %d", len(same), len(other), n)
+	}
+	return same, other, nil
+}
+
+// retrievalPairs draws n query problems and pairs each with its k BM25
+// candidates among the other problems (near-duplicates left out), as
+// training's retrieval does, labelled by whether the subjects agree.
+func retrievalPairs(ps []CalibrationProblem, index *pool.Pool, byID map[string]CalibrationProblem, n, k int, seed int64) (same, other [][2]CalibrationProblem, err error) {
+	if k < 1 {
+		return nil, nil, fmt.Errorf("candidates per query must be ≥ 1, got %d", k)
+	}
+	rng := rand.New(rand.NewSource(seed))
+	for _, qi := range rng.Perm(len(ps))[:min(n, len(ps))] {
+		q := ps[qi]
+		if q.Subject == "" {
+			return nil, nil, fmt.Errorf("problem %s has no subject: calibration needs topic labels", q.ID)
+		}
+		for _, c := range index.Candidates(q.ID, q.Problem, k) {
+			b := byID[c.ProblemID]
+			if b.Subject == q.Subject {
+				same = append(same, [2]CalibrationProblem{q, b})
+			} else {
+				other = append(other, [2]CalibrationProblem{q, b})
+			}
+		}
+	}
+	if len(same) == 0 || len(other) == 0 {
+		return nil, nil, fmt.Errorf("retrieval gave %d same-subject and %d other-subject candidates: draw more queries (--pairs)", len(same), len(other))
 	}
 	return same, other, nil
 }

@@ -373,7 +373,7 @@ func (c *Config) Validate() error {
 	case "", AlgoGRPO:
 		c.Algo.Name = AlgoGRPO
 	case AlgoLANPO:
-		if err := c.LANPO.validate(); err != nil {
+		if err := c.LANPO.validate(c.Rollout.MaxNewTokens); err != nil {
 			return err
 		}
 	default:

@@ -19,16 +19,23 @@ type Problem struct {
 	Where   string `json:"-"` // file:line it was read from
 }
 
-// LoadProblems reads a JSONL dataset. A malformed line is an error naming
-// file:line, or, with skipBad, is counted, logged and skipped.
+// LoadProblems reads a JSONL dataset. A malformed line, or an id an
+// earlier line already used (the pool, the cursor and the logs key
+// problems by id: two problems under one id would mix their attempts), is
+// an error naming file:line, or, with skipBad, is counted, logged and
+// skipped.
 func LoadProblems(path string, skipBad bool) ([]Problem, error) {
 	var out []Problem
 	skipped := 0
+	seen := map[string]int{}
 	err := jsonl.File(path, func(n int, line []byte) error {
 		var p Problem
 		err := json.Unmarshal(line, &p)
 		if err == nil && (p.Problem == "" || p.Answer == "") {
 			err = fmt.Errorf(`want non-empty "problem" and "answer" strings`)
+		}
+		if first, dup := seen[p.ID]; err == nil && p.ID != "" && dup {
+			err = fmt.Errorf("id %q already used on line %d", p.ID, first)
 		}
 		if err != nil {
 			if skipBad {
@@ -39,6 +46,7 @@ func LoadProblems(path string, skipBad bool) ([]Problem, error) {
 			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
 		p.Where = fmt.Sprintf("%s:%d", path, n)
+		seen[p.ID] = n
 		if p.ID == "" {
 			p.ID = p.Where
 		}

@@ -494,3 +494,57 @@ func TestDataParallelExactResumeAndReshard(t *testing.T) {
 		t.Fatal("the loaded moments are all zero: the test compares nothing")
 	}
 }
+
+// The embedding scorer's values depend on the set of texts scored together
+// (it centres on their mean; it batches them by length). On the raw scale
+// (no reference pairs in the set) with 2 candidates each, the ranks' sets
+// differ. Scored over the
+// global set of abstraction problems on every rank, each candidate's
+// relevance — and so every γ decision — is the same on 2 ranks as on 1:
+// the rollout log's candidates with their relevance, bit for bit, and the
+// step's retrieval counts.
+func TestEmbeddingRelevanceSameOnAnyWorldSize(t *testing.T) {
+	path, _ := seededPool(t)
+	sets := []string{"lanpo.initial_pool=" + path, "lanpo.similarity=embedding", "lanpo.feedback_ratio=1", "lanpo.modes.reflection=0",
+		"lanpo.similarity_scale=raw", "lanpo.similarity_threshold=0.3", "lanpo.relevance_floor=0", "lanpo.retrieval_candidates=2", "total_steps=1", "rollout.prompts_per_step=6", "log.rollouts=true"}
+	related := func(cfg Config) (map[int][]relatedProblem, map[string]any) {
+		rows := readRollouts(t, cfg.RunDir, 1)
+		out := map[int][]relatedProblem{}
+		for _, r := range rows {
+			if r.Sample == 0 {
+				out[r.Group] = r.Related
+			}
+		}
+		return out, stableMetrics(t, cfg.RunDir)[0]
+	}
+	one := lanpoConfig(t, sets...)
+	runRanks(t, 1, one, "")
+	two := lanpoConfig(t, sets...)
+	runRanks(t, 2, two, "")
+	r1, m1 := related(one)
+	r2, m2 := related(two)
+	n, passed := 0, 0
+	for g, rel := range r1 {
+		n += len(rel)
+		for _, c := range rel {
+			if c.Passed {
+				passed++
+			}
+		}
+		if !reflect.DeepEqual(rel, r2[g]) {
+			t.Errorf("group %d: candidates on 1 rank %+v, on 2 ranks %+v", g, rel, r2[g])
+		}
+	}
+	if n == 0 || passed == 0 || passed == n {
+		t.Fatalf("%d candidates, %d passed: the test decides nothing", n, passed)
+	}
+	for _, k := range []string{"retrieval_candidates", "retrieval_passed", "lanpo_abstraction"} {
+		if m1[k] != m2[k] {
+			t.Errorf("%s: %v on 1 rank, %v on 2", k, m1[k], m2[k])
+		}
+	}
+	if a, b := m1["relevance_raw_mean"].(float64), m2["relevance_raw_mean"].(float64); math.Abs(a-b) > 1e-12 {
+		t.Errorf("relevance_raw_mean %v on 1 rank, %v on 2", a, b)
+	}
+	t.Logf("%d candidates, %d passed γ", n, passed)
+}

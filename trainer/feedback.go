@@ -34,13 +34,21 @@ type feedback struct {
 	genOpt   model.GenerateOptions // rollout's memory caps
 	step     int                   // keys the random streams of auxiliary generation (the training step; 0 in eval)
 	gold     map[string]string     // training problems' answers, stripped from lessons (nil: none known)
-	met      LANPOMetrics          // counters since the last reset
+	// allItems, when set (data parallelism), gathers every rank's
+	// abstraction items in global prompt order. Relevance is scored over
+	// that global set on every rank, so a pair's score — which depends on
+	// the set scored with it (the embedding scorer's centre, its length
+	// batches) — is the same for any number of ranks. Every rank must call
+	// abstraction each round, with or without items of its own.
+	allItems func([]abstractionItem) ([]abstractionItem, error)
+	met      LANPOMetrics // counters since the last reset
 	tokens   struct{ prefilled, generated int }
 }
 
 func newFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Pool) (*feedback, error) {
 	f := &feedback{m: m, tk: tk, cfg: cfg.LANPO, data: cfg.Data, thinking: cfg.Rollout.EnableThinking, maxNew: cfg.Rollout.MaxNewTokens,
 		pool: p, prompts: pool.DefaultPrompts(), seed: cfg.Seed, genOpt: cfg.Rollout.GenerateOptions()}
+	f.cfg.resolve(cfg.Rollout.MaxNewTokens)
 	var err error
 	if cfg.LANPO.Prompts != "" {
 		if f.prompts, err = pool.LoadPrompts(cfg.LANPO.Prompts); err != nil {
@@ -89,8 +97,49 @@ func (f *feedback) withContext(problem, context string) (ids []int64, ok bool, e
 // reflection renders the problem with an earlier attempt to critique and
 // redo. The attempt comes in as a pool.Attempt — text only, no outcome.
 func (f *feedback) reflection(problem string, a pool.Attempt) ([]int64, bool, error) {
-	a.Text = f.modelText(a.Text)
+	text, ok, err := f.attemptText(problem, a.Text)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	a.Text = text
 	return f.withContext(problem, f.prompts.ReflectionContext(a))
+}
+
+// minAttemptTokens: a reflection prompt whose context leaves less room
+// than this (or than lanpo.max_attempt_tokens, when smaller) for the
+// attempt is not made (a fallback, counted).
+const minAttemptTokens = 32
+
+// attemptText is the one rule for how much of an earlier attempt a
+// reflection prompt shows, used by training and by lanpo eval's
+// self-correct mode: the whole attempt, up to lanpo.max_attempt_tokens
+// (default rollout.max_new_tokens: all of it) and up to what the model's
+// context leaves beside the rest of the prompt and the generation budget;
+// beyond that its beginning and its end around a marker (the setup and the
+// final answer both matter to a critique). ok is false when the context
+// leaves less than minAttemptTokens.
+func (f *feedback) attemptText(problem, attempt string) (text string, ok bool, err error) {
+	text, n := f.tk.StripAddedTokens(attempt)
+	f.met.SpecialRemoved += n
+	budget := f.cfg.MaxAttemptTokens
+	if mp := int(f.m.Config.MaxPositionEmbeddings); mp > 0 {
+		empty, err := solveIDs(f.tk, f.data, f.thinking, pool.WithContext(problem, f.prompts.ReflectionContext(pool.Attempt{})))
+		if err != nil {
+			return "", false, err
+		}
+		// A few tokens of slack: the attempt's first and last tokens may
+		// merge differently with the template's text around them.
+		budget = min(budget, mp-f.maxNew-len(empty)-4)
+	}
+	if budget < min(minAttemptTokens, f.cfg.MaxAttemptTokens) {
+		f.met.FallbackTooLong++
+		return "", false, nil
+	}
+	text, cut := clipText(f.tk, text, budget)
+	if cut {
+		f.met.AttemptsCut++
+	}
+	return text, true, nil
 }
 
 // abstractionItem is one problem to build an abstraction prompt for.
@@ -100,12 +149,31 @@ type abstractionItem struct {
 }
 
 // abstractionResult is one item's abstraction prompt (ids nil where nothing
-// relevant was found or the prompt did not fit), with the plan and the
-// lessons it was condensed from.
+// relevant was found or the prompt did not fit), with the plan, the
+// lessons it was condensed from and every candidate with its relevance.
 type abstractionResult struct {
-	ids     []int64
-	plan    string
-	lessons []pool.Lesson
+	ids        []int64
+	plan       string
+	lessons    []pool.Lesson
+	candidates []scoredCandidate
+}
+
+// scoredCandidate is a retrieval candidate with its relevance on the
+// scorer's own scale (Raw; Relevance is on lanpo.similarity_scale) and
+// the filter's decision.
+type scoredCandidate struct {
+	pool.Candidate
+	Raw    float64
+	Passed bool
+}
+
+// passes is the relevance filter: the relevance on lanpo.similarity_scale
+// reaches γ, and the scorer's raw value reaches lanpo.relevance_floor — an
+// absolute meaning of "related": the quantile scale alone compares
+// retrieval's best candidates with random pairs, so something passes for
+// almost every problem, related or not.
+func (f *feedback) passes(scaled, raw float64) bool {
+	return scaled >= f.cfg.SimilarityThreshold && raw >= *f.cfg.RelevanceFloor
 }
 
 // abstraction retrieves other problems for each item, keeps those whose
@@ -113,15 +181,7 @@ type abstractionResult struct {
 // renders the problem with it (fallbacks counted).
 func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []abstractionResult, err error) {
 	t.enter("relevance")
-	var pairs []relevancePair
-	cands := make([][]pool.Candidate, len(items))
-	for i, it := range items {
-		cands[i] = f.pool.Candidates(it.id, it.problem, f.cfg.RetrievalCandidates)
-		for _, c := range cands[i] {
-			pairs = append(pairs, relevancePair{query: it.problem, candidate: c.Text, bm25: c.Normalized})
-		}
-	}
-	rel, err := f.relevance(pairs)
+	cands, raws, rel, err := f.candidateRelevance(items)
 	if err != nil {
 		return nil, err
 	}
@@ -130,11 +190,17 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []ab
 	var requests, prefixes []string
 	var waiting, indexes []int
 	var related [][]string // gold answers of each request's related problems (when known)
-	k := 0
 	for i, it := range items {
-		scores := rel[k : k+len(cands[i])]
-		k += len(cands[i])
-		passed := pool.Relevant(cands[i], scores, f.cfg.SimilarityThreshold)
+		scores := rel[i]
+		var passed []pool.Candidate
+		for j, c := range cands[i] {
+			c.Relevance = scores[j]
+			sc := scoredCandidate{Candidate: c, Raw: raws[i][j], Passed: f.passes(scores[j], raws[i][j])}
+			res[i].candidates = append(res[i].candidates, sc)
+			if sc.Passed {
+				passed = append(passed, c)
+			}
+		}
 		f.met.Candidates += len(cands[i])
 		f.met.Passed += len(passed)
 		for _, r := range scores {
@@ -177,7 +243,7 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []ab
 	for j, i := range waiting {
 		// No foreign answers in the plan either: a condenser may copy one
 		// from a lesson in a form the lesson's stripping did not catch.
-		plan := pool.StripAnswers(f.modelText(plans[j]), related[j]...)
+		plan := pool.StripAnswers(f.modelText(plans[j]), items[i].problem, related[j]...)
 		if plan == "" {
 			f.met.FallbackNotRelevant++
 			continue
@@ -191,27 +257,70 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []ab
 	return res, nil
 }
 
+// candidateRelevance retrieves each item's candidates and scores them: the
+// items of this call, or with allItems the global set of every rank's
+// items (the scores of this call's items are returned, and only they are
+// counted in the metrics).
+func (f *feedback) candidateRelevance(items []abstractionItem) (cands [][]pool.Candidate, raws, scaled [][]float64, err error) {
+	scored, mine := items, make([]int, len(items)) // mine[i]: items[i]'s place in scored
+	for i := range mine {
+		mine[i] = i
+	}
+	if f.allItems != nil {
+		if scored, err = f.allItems(items); err != nil {
+			return nil, nil, nil, fmt.Errorf("relevance: gathering every rank's problems: %w", err)
+		}
+		at := map[int]int{}
+		for j, it := range scored {
+			at[it.index] = j
+		}
+		for i, it := range items {
+			mine[i] = at[it.index]
+		}
+	}
+	var pairs []relevancePair
+	all := make([][]pool.Candidate, len(scored))
+	first := make([]int, len(scored)+1) // scored[j]'s pairs are pairs[first[j]:first[j+1]]
+	for j, it := range scored {
+		all[j] = f.pool.Candidates(it.id, it.problem, f.cfg.RetrievalCandidates)
+		for _, c := range all[j] {
+			pairs = append(pairs, relevancePair{query: it.problem, candidate: c.Text, bm25: c.Normalized})
+		}
+		first[j+1] = len(pairs)
+	}
+	raw, rel, err := f.relevance(pairs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cands, raws, scaled = make([][]pool.Candidate, len(items)), make([][]float64, len(items)), make([][]float64, len(items))
+	for i, j := range mine {
+		cands[i], raws[i], scaled[i] = all[j], raw[first[j]:first[j+1]], rel[first[j]:first[j+1]]
+		for _, r := range raws[i] {
+			f.met.rawRelevanceSum += r
+		}
+	}
+	return cands, raws, scaled, nil
+}
+
 // relevance scores the pairs with the configured scorer, on the configured
 // scale: raw, or the quantile of each score among the scores of random
 // pairs of pool problems (reference pairs drawn from the seed and step, and
 // scored by the same scorer at the same time, since the policy changes).
-func (f *feedback) relevance(pairs []relevancePair) ([]float64, error) {
+// It returns the scorer's raw values and the values on the scale.
+func (f *feedback) relevance(pairs []relevancePair) (raw, scaled []float64, err error) {
 	if len(pairs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ref := f.referencePairs()
 	all, err := f.scorer.score(append(append([]relevancePair(nil), pairs...), ref...))
 	if err != nil {
-		return nil, fmt.Errorf("relevance (lanpo.similarity %s): %w", f.cfg.Similarity, err)
+		return nil, nil, fmt.Errorf("relevance (lanpo.similarity %s): %w", f.cfg.Similarity, err)
 	}
 	raw, refScores := all[:len(pairs)], all[len(pairs):]
-	for _, r := range raw {
-		f.met.rawRelevanceSum += r
-	}
 	if f.cfg.SimilarityScale == scaleRaw {
-		return raw, nil
+		return raw, raw, nil
 	}
-	return quantiles(raw, refScores), nil
+	return raw, quantiles(raw, refScores), nil
 }
 
 // referencePairs draws lanpo.reference_pairs random pairs of distinct pool
@@ -269,19 +378,24 @@ func (f *feedback) modelText(text string) string {
 
 // tokenCount is the length of text in tokens.
 func (f *feedback) tokenCount(text string) int {
-	ids, err := f.tk.Encode(text, false)
+	ids, err := f.tk.Encode(strings.ToValidUTF8(text, "\uFFFD"), false)
 	if err != nil {
-		return len(text) // not valid UTF-8: count bytes, still a bound
+		return len(text) // cannot happen on valid UTF-8; bytes are still a bound
 	}
 	return len(ids)
 }
 
 // clipText cuts text to at most n tokens, keeping its beginning and its end
 // around a marker (an attempt's setup and its final answer both matter),
-// and reports whether it cut.
+// and reports whether it cut. Invalid UTF-8 (a response decoded from a
+// cut byte-level token) becomes U+FFFD first, so the cap always applies.
 func clipText(tk *tokenizer.Tokenizer, text string, n int) (string, bool) {
+	text = strings.ToValidUTF8(text, "\uFFFD")
 	ids, err := tk.Encode(text, false)
-	if err != nil || len(ids) <= n {
+	if err != nil {
+		panic(fmt.Sprintf("clipText: encoding valid UTF-8 failed: %v", err))
+	}
+	if len(ids) <= n {
 		return text, false
 	}
 	const marker = "\n[…]\n"
@@ -391,15 +505,28 @@ func (f *feedback) summarize(problems, attempts []string, correct []bool, indexe
 	}
 	out := make([]pool.Summary, len(attempts))
 	for i := range out {
-		out[i] = pool.Summary{FlowOfThought: f.cleanField(fields[0][i]), Principles: f.cleanField(fields[1][i]), Pitfalls: f.cleanField(fields[2][i])}
+		out[i] = pool.Summary{FlowOfThought: f.cleanField(fields[0][i], headers, 0), Principles: f.cleanField(fields[1][i], headers, 1),
+			Pitfalls: f.cleanField(fields[2][i], headers, 2)}
 	}
 	return out, nil
 }
 
-func (f *feedback) cleanField(s string) string {
+// cleanField removes added-token strings from the k-th summary field and
+// ends it where the model began another field in its own words.
+func (f *feedback) cleanField(s string, headers []string, k int) string {
 	s, n := f.tk.StripAddedTokens(s)
 	f.met.SpecialRemoved += n
-	return strings.TrimSpace(s)
+	var others []string
+	for o, h := range headers {
+		if o != k {
+			others = append(others, h)
+		}
+	}
+	cut := pool.CutAtHeader(s, others...)
+	if cut != strings.TrimSpace(s) {
+		f.met.SummaryFieldsCut++
+	}
+	return cut
 }
 
 // Feedback builds LANPO's feedback-aware prompts outside a training run,

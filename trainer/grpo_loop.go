@@ -49,6 +49,19 @@ type prompt struct {
 	feedback bool    // drawn feedback-aware (LANPO)
 	context  int     // tokens the context added
 	shown    string  // reflection: the final answer of the attempt shown
+	// related: abstraction's candidates and their relevance (logged)
+	related []relatedProblem
+}
+
+// relatedProblem is one retrieval candidate of an abstraction prompt, as
+// the rollout log shows it: which problem, its relevance on
+// lanpo.similarity_scale and on the scorer's own scale, and whether it
+// passed the filter (γ and lanpo.relevance_floor).
+type relatedProblem struct {
+	ProblemID string  `json:"problem_id"`
+	Relevance float64 `json:"relevance"`
+	Raw       float64 `json:"relevance_raw"`
+	Passed    bool    `json:"passed"`
 }
 
 // rollout is one sampled response and what the update needs of it.
@@ -82,7 +95,7 @@ type grpoRun struct {
 	prompts    [][]int64 // each problem's prompt ids
 	eos        []int64
 	lanpo      *lanpoRun // nil for GRPO
-	stepTokens struct{ prefilled, generated int }
+	stepTokens struct{ prefilled, generated, trained int }
 }
 
 // RunGRPO runs (or resumes) GRPO or LANPO training (algo.name) as cfg
@@ -150,7 +163,7 @@ func (g *grpoRun) renderPrompts() error {
 // included).
 func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var met StepMetrics
-	g.stepTokens.prefilled, g.stepTokens.generated = 0, 0
+	g.stepTokens.prefilled, g.stepTokens.generated, g.stepTokens.trained = 0, 0, 0
 	kept, sampled, stats, err := g.collect(t)
 	if err != nil {
 		return met, err
@@ -179,11 +192,11 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 		g.stepTokens.generated += g.lanpo.tokens.generated
 		g.lanpo.tokens.prefilled, g.lanpo.tokens.generated = 0, 0
 	}
-	tok, err := sumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated)})
+	tok, err := sumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated), float64(g.stepTokens.trained)})
 	if err != nil {
 		return met, err
 	}
-	met.PrefillTokens, met.GenTokens = int(tok[0]), int(tok[1])
+	met.PrefillTokens, met.GenTokens, met.TrainedTokens = int(tok[0]), int(tok[1]), int(tok[2])
 	return met, nil
 }
 
@@ -475,6 +488,7 @@ func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, 
 			vals := tensor.Float64s(lp) // sync: one read per micro-batch
 			for i, r := range mb {
 				set(r, b.gather(vals, i, len(r.ids)))
+				g.stepTokens.trained += len(r.promptIDs) + len(r.ids)
 			}
 			s.Close()
 		}
@@ -628,6 +642,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			padded += len(mb) * int(b.t)
 			for _, r := range mb {
 				real += len(r.promptIDs) + len(r.ids)
+				g.stepTokens.trained += len(r.promptIDs) + len(r.ids)
 			}
 			// An out-of-memory error lands in one of these: say which knob to turn.
 			where := func(err error) error {

@@ -83,6 +83,24 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 	for _, pr := range g.problems {
 		f.gold[pr.ID] = pr.Answer
 	}
+	if g.comm.Size() > 1 {
+		f.allItems = func(mine []abstractionItem) ([]abstractionItem, error) {
+			type wire struct {
+				ID, Problem string
+				Index       int
+			}
+			w := make([]wire, len(mine))
+			for i, it := range mine {
+				w[i] = wire{it.id, it.problem, it.index}
+			}
+			all, err := gatherOrdered(g.comm, w, func(x wire) (int, int) { return x.Index, 0 })
+			out := make([]abstractionItem, len(all))
+			for i, x := range all {
+				out[i] = abstractionItem{id: x.ID, problem: x.Problem, index: x.Index}
+			}
+			return out, err
+		}
+	}
 	g.saveExtra, g.session.pool = append(g.saveExtra, p.Save), p
 	log.Info().Int("problems", p.Problems()).Int("entries", p.Entries()).Str("similarity", cfg.Similarity).
 		Float64("p_t", cfg.FeedbackRatio).Msg("LANPO pool ready")
@@ -127,8 +145,8 @@ func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
 			l.met.Fallback++
 		}
 	}
-	if len(abstraction) == 0 {
-		return nil
+	if len(abstraction) == 0 && l.allItems == nil {
+		return nil // with allItems, every rank takes part in scoring the global set
 	}
 	items := make([]abstractionItem, len(abstraction))
 	for i, p := range abstraction {
@@ -140,6 +158,9 @@ func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
 		return err
 	}
 	for i, p := range abstraction {
+		for _, c := range res[i].candidates {
+			p.related = append(p.related, relatedProblem{ProblemID: c.ProblemID, Relevance: c.Relevance, Raw: c.Raw, Passed: c.Passed})
+		}
 		if res[i].ids != nil {
 			l.use(p, res[i].ids, modeAbstraction)
 		}
@@ -253,7 +274,7 @@ func (l *lanpoRun) write(sampled []*rollout) error {
 			pr := l.g.problems[r.problem]
 			text, _ := l.tk.StripAddedTokens(r.text)
 			sum := sums[i]
-			sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
+			sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Problem, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Problem, pr.Answer)
 			mine = append(mine, newEntry{Problem: r.problem, Order: order[i], Entry: pool.Entry{ProblemID: pr.ID, Step: l.g.state.Step + 1,
 				Attempt: text, Summary: sum, Correct: r.correct, Reward: r.reward, Truncated: r.truncated, ResponseTokens: len(r.ids),
 				Group: r.prompt.index, Sample: r.sample}})
@@ -283,7 +304,8 @@ func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
 	lm := l.met
 	loc := []float64{float64(lm.Prompts), float64(lm.FeedbackAware), float64(lm.Reflection), float64(lm.Abstraction), float64(lm.Fallback),
 		float64(lm.FallbackNotRelevant), float64(lm.FallbackTooLong), float64(lm.Candidates), float64(lm.Passed), lm.relevanceSum,
-		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved)}
+		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved),
+		float64(lm.SummaryFieldsCut), float64(lm.AttemptsCut)}
 	tot, err := sumFloats(l.g.comm, loc)
 	if err != nil {
 		return err
@@ -295,6 +317,7 @@ func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
 	lm.Prompts, lm.FeedbackAware, lm.Reflection, lm.Abstraction, lm.Fallback = int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), int(tot[4])
 	lm.FallbackNotRelevant, lm.FallbackTooLong, lm.Candidates, lm.Passed = int(tot[5]), int(tot[6]), int(tot[7]), int(tot[8])
 	lm.relevanceSum, lm.rawRelevanceSum, lm.contextSum, lm.ContextTruncated, lm.SpecialRemoved = tot[9], tot[10], int(tot[11]), int(tot[12]), int(tot[13])
+	lm.SummaryFieldsCut, lm.AttemptsCut = int(tot[14]), int(tot[15])
 	lm.ContextTokensMax = int(ctxMax)
 	var fb, fbRight, sc, scRight, refl, copied float64
 	for _, r := range stats {
@@ -361,9 +384,11 @@ type LANPOMetrics struct {
 	RelevanceMean       float64 `json:"relevance_mean"`     // on lanpo.similarity_scale
 	RawRelevanceMean    float64 `json:"relevance_raw_mean"` // the scorer's own values
 	SummaryEmptyFields  int     `json:"summary_empty_fields"`
+	SummaryFieldsCut    int     `json:"summary_fields_cut"`      // fields ended where the model began another field in its own words
+	AttemptsCut         int     `json:"reflection_attempts_cut"` // reflected attempts shown as beginning + end (lanpo.max_attempt_tokens or the context)
 	ContextTokensMean   float64 `json:"context_tokens_mean"`
 	ContextTokensMax    int     `json:"context_tokens_max"`
-	ContextTruncated    int     `json:"context_truncated"` // texts cut to lanpo.max_context_tokens
+	ContextTruncated    int     `json:"context_truncated"` // plans, lessons and summarizer inputs cut to lanpo.max_context_tokens
 	SpecialRemoved      int     `json:"special_tokens_removed"`
 	// train_prompt: original
 	ContextLogpGap float64 `json:"context_logp_gap,omitempty"` // mean log π(y|x,c) − log π(y|x) per token

@@ -46,6 +46,11 @@ type LANPOConfig struct {
 	SimilarityThreshold float64 `yaml:"similarity_threshold"`
 	SimilarityScale     string  `yaml:"similarity_scale"`
 	ReferencePairs      int     `yaml:"reference_pairs"`
+	// RelevanceFloor is the least raw score (the scorer's own [0, 1]
+	// value) a candidate needs besides γ: an absolute "related at all".
+	// Unset: the scorer's calibrated default (relevanceFloors;
+	// docs/lanpo.md has the measurement).
+	RelevanceFloor *float64 `yaml:"relevance_floor"`
 	// RetrievalCandidates other problems come from BM25; of those passing
 	// γ, the MaxRelatedProblems most relevant give LessonsPerProblem
 	// lessons each to the condenser.
@@ -53,18 +58,28 @@ type LANPOConfig struct {
 	MaxRelatedProblems  int `yaml:"max_related_problems"`
 	LessonsPerProblem   int `yaml:"lessons_per_problem"`
 	// Pool bounds (pool.Config).
-	MaxEntriesPerProblem int     `yaml:"max_entries_per_problem"`
-	MaxPoolBytes         int64   `yaml:"max_pool_bytes"`
-	Eviction             string  `yaml:"eviction"`
-	MaxAttemptChars      int     `yaml:"max_attempt_chars"`
-	NearDuplicate        float64 `yaml:"near_duplicate_threshold"`
+	MaxEntriesPerProblem int    `yaml:"max_entries_per_problem"`
+	MaxPoolBytes         int64  `yaml:"max_pool_bytes"`
+	Eviction             string `yaml:"eviction"`
+	// MaxAttemptChars caps the attempt the pool stores, in characters; 0:
+	// 16 per rollout.max_new_tokens token, so a whole attempt is kept (what
+	// a prompt shows of it is MaxAttemptTokens' business).
+	MaxAttemptChars int     `yaml:"max_attempt_chars"`
+	NearDuplicate   float64 `yaml:"near_duplicate_threshold"`
 	// SummariesPerGroup trajectories of each group are stored and
 	// summarized after each step, each field in at most SummaryFieldTokens.
 	SummariesPerGroup  int `yaml:"summaries_per_group"`
 	SummaryFieldTokens int `yaml:"summary_field_tokens"`
 	PlanTokens         int `yaml:"plan_tokens"`
-	// MaxContextTokens bounds what model-written text adds to a prompt: the
-	// attempt shown, the plan, and the summarizer's and condenser's inputs.
+	// MaxAttemptTokens is how much of an earlier attempt a reflection
+	// prompt shows, in training and in lanpo eval's self-correct mode alike
+	// (one rule: feedback.attemptText); 0: rollout.max_new_tokens, the whole
+	// attempt. Where the prompt would not leave the generation budget in
+	// the model's context, less is shown; a longer attempt keeps its
+	// beginning and its end around a marker.
+	MaxAttemptTokens int `yaml:"max_attempt_tokens"`
+	// MaxContextTokens bounds the other model-written text a prompt gets:
+	// the plan, and the summarizer's and condenser's inputs.
 	MaxContextTokens int `yaml:"max_context_tokens"`
 	// AuxTemperature samples summaries, plans (0: greedy).
 	AuxTemperature float64 `yaml:"aux_temperature"`
@@ -95,13 +110,26 @@ const (
 	scaleRaw         = "raw"
 )
 
+// relevanceFloors are the scorers' default lanpo.relevance_floor, set
+// from lanpo bench relevance on BM25-retrieved MATH-train candidates with
+// Qwen2.5-Coder-0.5B (docs/lanpo.md, "An absolute floor"): embedding 0.8
+// passes 31% of same-subject and 13% of other-subject candidates, bm25
+// 0.7 16–25% and 2%. The policy scorer is not calibrated (a 0.5B model
+// rates worse than chance): no floor.
+var relevanceFloors = map[string]float64{simEmbedding: 0.8, simBM25: 0.7, simPolicy: 0}
+
+// attemptCharsPerToken sizes the pool's attempt cap: byte-level BPE
+// tokens of math text average 3–4 characters; 16 leaves room for long
+// tokens (whitespace runs, code) so a whole attempt is stored.
+const attemptCharsPerToken = 16
+
 func defaultLANPO() LANPOConfig {
 	pc := pool.DefaultConfig()
 	return LANPOConfig{
 		FeedbackRatio: 0.75, FeedbackSchedule: scheduleConstant, ReflectOn: reflectAny, TrainPrompt: trainSampled, TISCap: 2,
 		Similarity: simEmbedding, SimilarityThreshold: 0.9, SimilarityScale: scaleQuantile, ReferencePairs: 64, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
 		MaxEntriesPerProblem: pc.MaxEntriesPerProblem, MaxPoolBytes: pc.MaxBytes, Eviction: pc.Eviction,
-		MaxAttemptChars: pc.MaxAttemptChars, NearDuplicate: pc.NearDuplicate,
+		NearDuplicate:     pc.NearDuplicate,
 		SummariesPerGroup: 2, SummaryFieldTokens: 96, PlanTokens: 128, MaxContextTokens: 1024,
 	}
 }
@@ -120,8 +148,26 @@ func (l LANPOConfig) feedbackRatio(step int) float64 {
 	return l.FeedbackRatio
 }
 
-// validate checks the section and fills the mode weights.
-func (l *LANPOConfig) validate() error {
+// resolve fills the defaults that depend on other settings: the relevance
+// floor of the scorer, the attempt caps from rollout.max_new_tokens. A
+// section that validate never saw (lanpo eval with a GRPO run's config)
+// gets them in newFeedback.
+func (l *LANPOConfig) resolve(maxNewTokens int) {
+	if l.RelevanceFloor == nil {
+		floor := relevanceFloors[l.Similarity]
+		l.RelevanceFloor = &floor
+	}
+	if l.MaxAttemptTokens == 0 {
+		l.MaxAttemptTokens = maxNewTokens
+	}
+	if l.MaxAttemptChars == 0 {
+		l.MaxAttemptChars = attemptCharsPerToken * maxNewTokens
+	}
+}
+
+// validate checks the section, fills the defaults resolve fills and the
+// mode weights.
+func (l *LANPOConfig) validate(maxNewTokens int) error {
 	bad := func(key string, format string, args ...any) error {
 		return fmt.Errorf("config key lanpo.%s: %s", key, fmt.Sprintf(format, args...))
 	}
@@ -131,7 +177,10 @@ func (l *LANPOConfig) validate() error {
 		}
 		return *w
 	}
+	l.resolve(maxNewTokens)
 	switch {
+	case l.MaxAttemptTokens < 1:
+		return bad("max_attempt_tokens", "must be ≥ 1 (0: rollout.max_new_tokens), got %d", l.MaxAttemptTokens)
 	case l.FeedbackRatio < 0 || l.FeedbackRatio > 1:
 		return bad("feedback_ratio", "must be in [0, 1], got %g", l.FeedbackRatio)
 	case l.FeedbackSchedule != scheduleConstant && l.FeedbackSchedule != scheduleLinear:
@@ -148,6 +197,8 @@ func (l *LANPOConfig) validate() error {
 		return bad("similarity", "%q: want %s, %s or %s", l.Similarity, simPolicy, simBM25, simEmbedding)
 	case l.SimilarityThreshold < 0 || l.SimilarityThreshold > 1:
 		return bad("similarity_threshold", "must be in [0, 1], got %g", l.SimilarityThreshold)
+	case *l.RelevanceFloor < 0 || *l.RelevanceFloor > 1:
+		return bad("relevance_floor", "must be in [0, 1], got %g", *l.RelevanceFloor)
 	case l.SimilarityScale != scaleQuantile && l.SimilarityScale != scaleRaw:
 		return bad("similarity_scale", "%q: want %s or %s", l.SimilarityScale, scaleQuantile, scaleRaw)
 	case l.SimilarityScale == scaleQuantile && l.ReferencePairs < 8:

@@ -22,6 +22,9 @@ type rolloutLine struct {
 	Reward    float64 `json:"reward"`
 	Correct   bool    `json:"correct"`
 	Truncated bool    `json:"truncated"`
+	// Related are an abstraction prompt's retrieval candidates (on the
+	// group's first sample only).
+	Related []relatedProblem `json:"related,omitempty"`
 }
 
 // logRollouts writes the step's rollouts (every sampled one) to
@@ -43,6 +46,9 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 		}
 		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.problem].ID, Group: r.prompt.index, Sample: r.sample, Mode: r.prompt.mode,
 			Prompt: text, Response: r.text, Reward: r.reward, Correct: r.correct, Truncated: r.truncated}
+		if r.sample == 0 {
+			rows[i].Related = r.prompt.related
+		}
 	}
 	if g.comm.Size() > 1 {
 		// Rank 0 writes every rank's rollouts, in global order.

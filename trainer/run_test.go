@@ -248,6 +248,16 @@ func TestBadDatasetLines(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("skip: %v %v", got, err)
 	}
+	// Two problems under one id: both lines named; with skipping, the
+	// first stays.
+	os.WriteFile(p, []byte("{\"id\":\"a\",\"problem\":\"1+1\",\"answer\":\"2\"}\n{\"id\":\"b\",\"problem\":\"2+2\",\"answer\":\"4\"}\n"+
+		"{\"id\":\"a\",\"problem\":\"3+3\",\"answer\":\"6\"}\n"), 0o644)
+	if _, err := LoadProblems(p, false); err == nil || !strings.Contains(err.Error(), p+":3") || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("duplicate id: err = %v", err)
+	}
+	if got, err := LoadProblems(p, true); err != nil || len(got) != 2 || got[0].Problem != "1+1" {
+		t.Fatalf("duplicate id skipped: %v %v", got, err)
+	}
 }
 
 // TestMicroBatchesGiveTheSameUpdate: one update over 16 rollouts as 1
@@ -704,5 +714,33 @@ func TestRefDevice(t *testing.T) {
 	}
 	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"algo.ref_device=tpu"}); err == nil || !strings.Contains(err.Error(), "config key algo.ref_device") {
 		t.Errorf("a bad ref_device: %v", err)
+	}
+}
+
+// TestTokensTrainedCountsEveryTrainerForward: tokens_trained counts the
+// (prompt + response) tokens of every trainer forward. The first step's
+// rollouts do not depend on the update's settings, so a second epoch
+// doubles it, and the KL reference or π_old recomputed each add one pass.
+func TestTokensTrainedCountsEveryTrainerForward(t *testing.T) {
+	first := func(sets ...string) float64 {
+		cfg := tinyConfig(t, append([]string{"total_steps=1", "algo.kl_beta=0"}, sets...)...)
+		runGRPO(t, cfg, "")
+		n, _ := stableMetrics(t, cfg.RunDir)[0]["tokens_trained"].(float64)
+		return n
+	}
+	base := first()
+	if base <= 0 {
+		t.Fatalf("tokens_trained %v", base)
+	}
+	for _, c := range []struct {
+		sets  []string
+		times float64
+	}{
+		{[]string{"algo.epochs=2", "algo.kl_beta=0.01"}, 3},
+		{[]string{"algo.recompute_old_logp=true"}, 2},
+	} {
+		if got := first(c.sets...); got != c.times*base {
+			t.Errorf("%v: tokens_trained %v, want %v × %v", c.sets, got, c.times, base)
+		}
 	}
 }

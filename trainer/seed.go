@@ -431,7 +431,7 @@ func (s *seeder) keepSummary(pr Problem, a *attempt, sum pool.Summary, out *[]Se
 	why := s.checkSummary(sum, a.text)
 	if why == "" {
 		clean := sum
-		clean.Principles, clean.Pitfalls = pool.StripAnswers(sum.Principles, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Answer)
+		clean.Principles, clean.Pitfalls = pool.StripAnswers(sum.Principles, pr.Problem, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Problem, pr.Answer)
 		s.f.pool.Add(pr.Problem, pool.Entry{ProblemID: pr.ID, Attempt: a.text, Summary: clean, Correct: a.correct, Truncated: a.cut})
 	}
 	if s.want(SkillSummarize) || why != "" {
@@ -451,7 +451,7 @@ func (s *seeder) checkSummary(sum pool.Summary, attemptText string) string {
 			return "field over its token budget"
 		}
 	}
-	if pool.Similarity(sum.FlowOfThought+" "+sum.Principles+" "+sum.Pitfalls, attemptText) >= 0.5 {
+	if pool.CharOverlap(sum.FlowOfThought+" "+sum.Principles+" "+sum.Pitfalls, attemptText) >= 0.5 {
 		return "copies the attempt"
 	}
 	return ""
@@ -521,7 +521,10 @@ func (s *seeder) keepReflection(pr Problem, shown *attempt, redo string, cut boo
 	case shown.correct && s.st.RightShown > s.st.WrongShown, !shown.correct && s.st.WrongShown > s.st.RightShown:
 		why = "outcome balance"
 	}
-	if s.decide(out, s.b.Reflect(pr.ID, pr.Problem, pool.Attempt{Text: s.f.modelText(shown.text)}, redo), why) {
+	// The example shows what the redo's prompt showed (that prompt was made,
+	// so the rule gives the same text again).
+	text, _, _ := s.f.attemptText(pr.Problem, shown.text)
+	if s.decide(out, s.b.Reflect(pr.ID, pr.Problem, pool.Attempt{Text: text}, redo), why) {
 		if shown.correct {
 			s.st.RightShown++
 		} else {

@@ -34,6 +34,10 @@ func evalCommand() *cli.Command {
 			"Results go to --out (default RUN/eval/step-N for a checkpoint RUN/checkpoints/step-N, else\n" +
 			"runs/eval/MODEL): samples.jsonl (appended per batch) and summary.json. --resume continues a killed\n" +
 			"evaluation; the final summary is the same, byte for byte.\n" +
+			"--decontaminate FILE (repeatable or comma-separated; JSONL with \"problem\" and \"id\") drops the benchmark\n" +
+			"problems that have a twin in a training file (pool.Similarity ≥ lanpo.near_duplicate_threshold, the threshold\n" +
+			"the contamination count uses too), lists them with their twin in decontaminated.jsonl beside summary.json and\n" +
+			"reports how many each benchmark lost.\n" +
 			"Example: lanpo eval --model runs/x/checkpoints/step-000100 --bench gsm8k,math500 --limit 100 --data-dir data",
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "Hugging Face model directory or checkpoint (default: the config's model)"},
@@ -46,6 +50,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "limit", Usage: "evaluate this many problems per benchmark, evenly spaced through the file"},
 			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval or self-correct (repeatable; default zero-shot)"},
 			&cli.StringFlag{Name: "pool", Usage: "retrieval's pool: a LANPO checkpoint directory, run directory or pool.jsonl"},
+			&cli.StringSliceFlag{Name: "decontaminate", Usage: "training JSONL files: drop benchmark problems with a twin in them (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "a run config (YAML) for prompts, the lanpo section and eval defaults"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override a config key (repeatable)"},
 			&cli.StringFlag{Name: "prompt-template", Usage: "user message, {problem} replaced (default: the config's)"},
@@ -124,6 +129,12 @@ func runEval(c *cli.Context) error {
 		}
 		benches = append(benches, b)
 	}
+	training := c.StringSlice("decontaminate")
+	for _, f := range training {
+		if _, err := os.Stat(f); err != nil {
+			return usageError{fmt.Errorf("--decontaminate: %w", err)}
+		}
+	}
 	modelDir := c.String("model")
 	if modelDir == "" {
 		modelDir = cfg.Model
@@ -160,6 +171,7 @@ func runEval(c *cli.Context) error {
 		out = defaultEvalDir(modelDir)
 	}
 	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Config: cfg, Pool: p, Out: out, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
+		NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
 	if isTerminal(os.Stderr) {
 		o.Progress = os.Stderr

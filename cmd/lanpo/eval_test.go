@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -33,6 +36,34 @@ func TestEvalCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// --decontaminate: a training file holding one benchmark problem reworded
+	// and one unrelated problem drops that problem, and says so.
+	mini, err := eval.LoadBenchmark("gsm8k_mini", bench, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin := mini.Problems[0]
+	training := filepath.Join(t.TempDir(), "train.jsonl")
+	if err := jsonl.WriteFile(training, []map[string]string{
+		{"id": "t-1", "problem": "Find the area of a circle of radius 3."},
+		{"id": "t-2", "problem": "  " + strings.ReplaceAll(twin.Problem, " ", "  ") + "\n"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clean := filepath.Join(t.TempDir(), "clean")
+	got, err = runWithStdin(t, "", "--log-level", "error", "eval", "--model", model, "--bench", bench, "--limit", "2",
+		"--max-new-tokens", "8", "--out", clean, "--decontaminate", training, "--json")
+	if err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	var sums []eval.Summary
+	if err := json.Unmarshal([]byte(got), &sums); err != nil || len(sums) != 1 || sums[0].N != 1 || sums[0].Decontaminated != 1 {
+		t.Fatalf("summary %s (%v), want 1 problem left and 1 dropped", got, err)
+	}
+	dropped, err := jsonl.Read[eval.Contaminated](filepath.Join(clean, eval.DecontaminatedFile))
+	if err != nil || len(dropped) != 1 || dropped[0].ID != twin.ID || dropped[0].TwinID != "t-2" || dropped[0].TwinFile != training || dropped[0].Similarity < 0.9 {
+		t.Fatalf("%s: %+v (%v)", eval.DecontaminatedFile, dropped, err)
+	}
 	noTok := t.TempDir()
 	for _, f := range []string{"config.json", "model.safetensors"} {
 		b, _ := os.ReadFile(filepath.Join(model, f))
@@ -48,6 +79,7 @@ func TestEvalCLI(t *testing.T) {
 		{[]string{"eval", "--model", model, "--bench", bench, "--k", "4"}, "greedy samples are all the same"},
 		{[]string{"eval", "--model", model, "--bench", bench, "--mode", "retrieval"}, "--mode retrieval needs --pool"},
 		{[]string{"eval", "--bench", bench}, "--model is required"},
+		{[]string{"eval", "--model", model, "--bench", bench, "--decontaminate", "no-such.jsonl"}, "--decontaminate: stat no-such.jsonl"},
 	} {
 		if out, err := runWithStdin(t, "", append([]string{"--log-level", "error"}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v (%s), want %q", c.args, err, out, c.want)

@@ -1,0 +1,171 @@
+package trainer
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
+)
+
+// TestReflectionShowsTheWholeAttempt: one rule decides what a reflection
+// prompt shows of an earlier attempt, in training (from the pool) and in
+// lanpo eval's self-correct mode (the first attempt, directly):
+//   - an attempt up to rollout.max_new_tokens is shown whole, even when it
+//     is longer than lanpo.max_context_tokens or than the pool's old
+//     6,000-byte cap;
+//   - a longer one keeps its beginning and its end around a marker, within
+//     lanpo.max_attempt_tokens;
+//   - the pool's stored copy gives the same prompt as the text itself;
+//   - where the model's context leaves less room, less is shown, and the
+//     prompt still leaves the generation budget.
+func TestReflectionShowsTheWholeAttempt(t *testing.T) {
+	m, tk := loadWarm(t)
+	cfg := lanpoConfig(t, "rollout.max_new_tokens=300", "lanpo.max_context_tokens=32", "lanpo.max_attempt_tokens=0")
+	if cfg.LANPO.MaxAttemptTokens != 300 {
+		t.Fatalf("lanpo.max_attempt_tokens defaults to %d, want rollout.max_new_tokens", cfg.LANPO.MaxAttemptTokens)
+	}
+	p, err := pool.New(cfg.LANPO.PoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	F, err := NewFeedback(m, tk, cfg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const problem = "What is 5 - 2?"
+	shown := func(text string) string {
+		t.Helper()
+		ids, ok, err := F.Reflection(problem, text)
+		if err != nil || !ok {
+			t.Fatalf("reflection: ok %v, %v", ok, err)
+		}
+		return tk.Decode(tokenizer.Ints(ids), false)
+	}
+	tokens := func(s string) int {
+		ids, err := tk.Encode(s, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ids)
+	}
+	// The tiny tokenizer is byte-level: keep within 300 tokens and past 32
+	// (max_context_tokens).
+	whole := "Start: x ≤ 3. " + strings.Repeat("step ", 40) + "End: \\boxed{3}"
+	if n := tokens(whole); n <= 32 || n > 300 {
+		t.Fatalf("the attempt has %d tokens; want (32, 300]", n)
+	}
+	got := shown(whole)
+	if !strings.Contains(got, whole) {
+		t.Fatalf("an attempt within rollout.max_new_tokens was not shown whole:\n%s", got)
+	}
+	p.Add(problem, pool.Entry{ProblemID: "p", Attempt: whole})
+	a, _ := p.AttemptFor("p", 0)
+	if shown(a.Text) != got {
+		t.Fatal("the pool's copy of the attempt gives another prompt than the attempt itself")
+	}
+
+	long := "Start: x ≤ 3. " + strings.Repeat("more steps ", 60) + "End: \\boxed{3}"
+	got = shown(long)
+	if strings.Contains(got, long) || !strings.Contains(got, "Start: x ≤ 3.") || !strings.Contains(got, "End: \\boxed{3}") || !strings.Contains(got, "[…]") {
+		t.Fatalf("a long attempt is not shown as beginning and end:\n%s", got)
+	}
+	if !utf8.ValidString(got) {
+		t.Fatal("the shown attempt is not valid UTF-8")
+	}
+
+	// A model context that leaves 64 tokens for the attempt beside the
+	// rest of the prompt and 300 to generate: the attempt shrinks, the
+	// prompt still fits.
+	empty, err := solveIDs(tk, cfg.Data, cfg.Rollout.EnableThinking, pool.WithContext(problem, pool.DefaultPrompts().ReflectionContext(pool.Attempt{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := int64(len(empty) + 300 + 64)
+	old := m.Config.MaxPositionEmbeddings
+	m.Config.MaxPositionEmbeddings = ctx
+	defer func() { m.Config.MaxPositionEmbeddings = old }()
+	ids, ok, err := F.Reflection(problem, whole)
+	if err != nil || !ok {
+		t.Fatalf("reflection in a small context: ok %v, %v", ok, err)
+	}
+	if int64(len(ids)+300) > ctx {
+		t.Fatalf("the prompt (%d tokens) leaves no room for 300 new ones in %d", len(ids), ctx)
+	}
+	if text := tk.Decode(tokenizer.Ints(ids), false); strings.Contains(text, whole) || !strings.Contains(text, "[…]") {
+		t.Fatalf("in a small context the attempt should be cut:\n%s", text)
+	}
+}
+
+// TestSummaryFieldsStopAtTheNextHeader: a field that runs on into another
+// field in the model's own words ends there (counted).
+func TestSummaryFieldsStopAtTheNextHeader(t *testing.T) {
+	m, tk := loadWarm(t)
+	f, err := newFeedback(m, tk, lanpoConfig(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	P := f.prompts
+	headers := []string{P.FlowHeader, P.PrinciplesHeader, P.PitfallsHeader}
+	got := f.cleanField("I listed the multiples of 10.\nPrinciples worth reusing on other problems: count both ends.", headers, 0)
+	if got != "I listed the multiples of 10." || f.met.SummaryFieldsCut != 1 {
+		t.Fatalf("flow field %q (cut %d)", got, f.met.SummaryFieldsCut)
+	}
+	if got := f.cleanField("Count both ends.", headers, 1); got != "Count both ends." || f.met.SummaryFieldsCut != 1 {
+		t.Fatalf("clean field %q (cut %d)", got, f.met.SummaryFieldsCut)
+	}
+}
+
+// TestRelevanceFloor: a candidate passes when its relevance on the quantile
+// scale reaches γ and its raw score reaches lanpo.relevance_floor; with
+// γ = 0 the floor alone decides, and a floor of 1 lets nothing through.
+func TestRelevanceFloor(t *testing.T) {
+	m, tk := loadWarm(t)
+	path, problems := seededPool(t)
+	decide := func(floor string) (pass, fail int) {
+		t.Helper()
+		cfg := lanpoConfig(t, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor="+floor)
+		p, err := pool.Load(path, cfg.LANPO.PoolConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := newFeedback(m, tk, cfg, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var items []abstractionItem
+		for i, pr := range problems {
+			items = append(items, abstractionItem{id: pr.ID, problem: pr.Problem, index: i})
+		}
+		res, err := f.abstraction(newPhaseTimer(), items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			for _, c := range r.candidates {
+				if c.Passed != (c.Raw >= *cfg.LANPO.RelevanceFloor && c.Relevance >= 0) {
+					t.Fatalf("floor %s: candidate %s raw %v passed %v", floor, c.ProblemID, c.Raw, c.Passed)
+				}
+				if c.Passed {
+					pass++
+				} else {
+					fail++
+				}
+			}
+			if r.ids != nil && len(r.lessons) == 0 {
+				t.Fatal("an abstraction prompt without lessons")
+			}
+		}
+		return pass, fail
+	}
+	if pass, fail := decide("0"); pass == 0 || fail != 0 {
+		t.Fatalf("floor 0: %d passed, %d failed; want all to pass", pass, fail)
+	}
+	if pass, fail := decide("0.5"); pass == 0 || fail == 0 {
+		t.Fatalf("floor 0.5: %d passed, %d failed; want both (the test decides nothing)", pass, fail)
+	}
+	if pass, _ := decide("1"); pass != 0 {
+		t.Fatalf("floor 1: %d passed", pass)
+	}
+}
