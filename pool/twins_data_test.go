@@ -11,10 +11,27 @@ import (
 
 // How the labelled sets of testdata/twins_*.jsonl are made and checked
 // against more of MATH: the candidate pairs (TestRegenerateTwinCandidates),
-// a scan for what the measure flags beyond them (TestScanForTwins), and
-// the measure Similarity replaced, as the baseline.
+// and a scan for what the measure flags beyond them (TestScanForTwins).
+// The measure Similarity replaced, the baseline, is CharOverlap
+// (overlap.go).
 
 var twinsData = flag.String("twins.data", "", "with TestRegenerateTwinCandidates: the directory of math_train.jsonl and math500.jsonl")
+
+// mathRow is a line of the MATH files in -twins.data.
+type mathRow struct{ ID, Problem, Answer string }
+
+// readMATH reads math_train.jsonl and math500.jsonl from -twins.data.
+func readMATH(t *testing.T) (train, bench []mathRow) {
+	t.Helper()
+	read := func(name string) []mathRow {
+		rows, err := jsonl.Read[mathRow](filepath.Join(*twinsData, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	return read("math_train.jsonl"), read("math500.jsonl")
+}
 
 // TestRegenerateTwinCandidates rewrites the labelled sets' pairs from the
 // MATH files (go test ./pool -run TestRegenerateTwinCandidates
@@ -32,17 +49,9 @@ func TestRegenerateTwinCandidates(t *testing.T) {
 	if *twinsData == "" {
 		t.Skip("needs -twins.data DIR")
 	}
-	type row struct{ ID, Problem, Answer string }
-	read := func(name string) []row {
-		rows, err := jsonl.Read[row](filepath.Join(*twinsData, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rows
-	}
-	train, bench := read("math_train.jsonl"), read("math500.jsonl")
+	train, bench := readMATH(t)
 	x := newBM25()
-	byID := map[string]row{}
+	byID := map[string]mathRow{}
 	for _, r := range train {
 		x.add(r.ID, r.Problem)
 		byID[r.ID] = r
@@ -57,7 +66,7 @@ func TestRegenerateTwinCandidates(t *testing.T) {
 			old[p.ID+" "+p.TrainID] = p
 		}
 	}
-	pair := func(a row, rank int, b row) twinPair {
+	pair := func(a mathRow, rank int, b mathRow) twinPair {
 		return twinPair{ID: a.ID, TrainID: b.ID, BM25Rank: rank, Label: old[a.ID+" "+b.ID].Label,
 			Problem: a.Problem, Answer: a.Answer, TrainProblem: b.Problem, TrainAnswer: b.Answer}
 	}
@@ -111,17 +120,9 @@ func TestScanForTwins(t *testing.T) {
 	if *twinsData == "" {
 		t.Skip("needs -twins.data DIR")
 	}
-	type row struct{ ID, Problem, Answer string }
-	read := func(name string) []row {
-		rows, err := jsonl.Read[row](filepath.Join(*twinsData, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rows
-	}
-	train, bench := read("math_train.jsonl"), read("math500.jsonl")
+	train, bench := readMATH(t)
 	x := newBM25()
-	byID, feat := map[string]row{}, map[string]features{}
+	byID, feat := map[string]mathRow{}, map[string]features{}
 	for _, r := range train {
 		x.add(r.ID, r.Problem)
 		byID[r.ID], feat[r.ID] = r, shingles(r.Problem)
@@ -135,7 +136,7 @@ func TestScanForTwins(t *testing.T) {
 	threshold := DefaultConfig().NearDuplicate
 	seen := map[string]bool{}
 	flagged, oldFlagged, pairs := 0, 0, 0
-	scan := func(q row, k int) {
+	scan := func(q mathRow, k int) {
 		qf := shingles(q.Problem)
 		for _, h := range x.search(q.Problem, k) {
 			key := min(q.ID, h.id) + " " + max(q.ID, h.id)
