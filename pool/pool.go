@@ -18,7 +18,8 @@ type Config struct {
 	//              policy describe behaviour it has moved away from.
 	//   balanced — the oldest entry of the problem's more common outcome,
 	//              so right and wrong attempts both stay (for abstraction's
-	//              principles and pitfalls).
+	//              principles and pitfalls); this makes the attempts
+	//              reflection can show depend on outcomes.
 	// Under the byte cap the entry comes from the problem with the most
 	// entries, so no problem loses its only attempt while others have many.
 	Eviction string `json:"eviction"`

@@ -499,8 +499,9 @@ func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, 
 // recomputeOld takes π_old from the trainer for the rollouts that need
 // it, keeping the sampler's record as the behaviour policy μ, and weights
 // each token's loss by the truncated importance weight min(π_old(y_t) /
-// μ(y_t), cap) (detached): an unbiased correction up to the truncation,
-// which bounds the variance that rare tokens would otherwise add.
+// μ(y_t), cap) (detached): an approximate correction — per token, not the
+// product over the prefix, and biased by the truncation, which bounds the
+// variance that rare tokens would otherwise add.
 //
 // Rollouts sampled from a context prompt and trained as answers to the
 // bare problem (lanpo.train_prompt: original) need it always: μ saw the

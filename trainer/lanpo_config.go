@@ -10,7 +10,8 @@ import (
 // are in defaultLANPO; docs/lanpo.md describes each choice.
 type LANPOConfig struct {
 	// FeedbackRatio is p_t: the probability that a prompt is
-	// feedback-aware (the paper's best: 0.75; 1.0 collapsed there). With
+	// feedback-aware (0.75: the design card's "best", 1.0 said to collapse;
+	// no source in the paper's text or reviews, docs/lanpo.md). With
 	// FeedbackSchedule linear it grows from 0 to FeedbackRatio over
 	// FeedbackWarmupSteps.
 	FeedbackRatio       float64 `yaml:"feedback_ratio"`
