@@ -111,7 +111,11 @@ func TestAdversarialInputsAreFast(t *testing.T) {
 	for i, c := range cases {
 		start := time.Now()
 		got := Verify(`\boxed{`+c.pred+`}`, c.gold, Options{})
-		if d := time.Since(start); d > 100*time.Millisecond {
+		// A guard against blowups (exponential parsing, huge numbers
+		// materialized: seconds to hours), not a speed target: 100 ms
+		// failed at 100.3 ms on the 2-core VM with a training run beside
+		// the tests.
+		if d := time.Since(start); d > time.Second {
 			t.Errorf("case %d took %v", i, d)
 		}
 		if got.Correct && i != 2 {
