@@ -291,21 +291,9 @@ type Candidate struct {
 	// Normalized is BM25 divided by the query's score against itself, in
 	// [0, 1]: the cheap relevance (lanpo.similarity: bm25).
 	Normalized float64 `json:"bm25_normalized"`
-	// Relevance is the relevance filter's score, in [0, 1] (set by Relevant).
+	// Relevance is the relevance filter's score, in [0, 1] (set by the
+	// trainer's filter).
 	Relevance float64 `json:"relevance"`
-}
-
-// Relevant keeps the candidates whose relevance rel[i] (in [0, 1], from the
-// configured scorer) is at least gamma, recording it.
-func Relevant(cands []Candidate, rel []float64, gamma float64) []Candidate {
-	var out []Candidate
-	for i, c := range cands {
-		c.Relevance = rel[i]
-		if rel[i] >= gamma {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // Candidates returns the k problems whose texts score highest against the

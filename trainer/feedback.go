@@ -95,14 +95,15 @@ func (f *feedback) withContext(problem, context string) (ids []int64, ok bool, e
 }
 
 // reflection renders the problem with an earlier attempt to critique and
-// redo. The attempt comes in as a pool.Attempt — text only, no outcome.
-func (f *feedback) reflection(problem string, a pool.Attempt) ([]int64, bool, error) {
-	text, ok, err := f.attemptText(problem, a.Text)
-	if err != nil || !ok {
-		return nil, false, err
+// redo, and returns what it shows of the attempt (attemptText). The
+// attempt comes in as a pool.Attempt — text only, no outcome.
+func (f *feedback) reflection(problem string, a pool.Attempt) (ids []int64, shown string, ok bool, err error) {
+	if shown, ok, err = f.attemptText(problem, a.Text); err != nil || !ok {
+		return nil, "", false, err
 	}
-	a.Text = text
-	return f.withContext(problem, f.prompts.ReflectionContext(a))
+	a.Text = shown
+	ids, ok, err = f.withContext(problem, f.prompts.ReflectionContext(a))
+	return ids, shown, ok, err
 }
 
 // minAttemptTokens: a reflection prompt whose context leaves less room
@@ -203,8 +204,9 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []ab
 		}
 		f.met.Candidates += len(cands[i])
 		f.met.Passed += len(passed)
-		for _, r := range scores {
+		for j, r := range scores {
 			f.met.relevanceSum += r
+			f.met.rawRelevanceSum += raws[i][j]
 		}
 		sort.SliceStable(passed, func(a, b int) bool { return passed[a].Relevance > passed[b].Relevance })
 		passed = passed[:min(len(passed), f.cfg.MaxRelatedProblems)]
@@ -259,8 +261,7 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []ab
 
 // candidateRelevance retrieves each item's candidates and scores them: the
 // items of this call, or with allItems the global set of every rank's
-// items (the scores of this call's items are returned, and only they are
-// counted in the metrics).
+// items (the scores of this call's items are returned).
 func (f *feedback) candidateRelevance(items []abstractionItem) (cands [][]pool.Candidate, raws, scaled [][]float64, err error) {
 	scored, mine := items, make([]int, len(items)) // mine[i]: items[i]'s place in scored
 	for i := range mine {
@@ -295,9 +296,6 @@ func (f *feedback) candidateRelevance(items []abstractionItem) (cands [][]pool.C
 	cands, raws, scaled = make([][]pool.Candidate, len(items)), make([][]float64, len(items)), make([][]float64, len(items))
 	for i, j := range mine {
 		cands[i], raws[i], scaled[i] = all[j], raw[first[j]:first[j+1]], rel[first[j]:first[j+1]]
-		for _, r := range raws[i] {
-			f.met.rawRelevanceSum += r
-		}
 	}
 	return cands, raws, scaled, nil
 }
@@ -559,7 +557,8 @@ func (F *Feedback) Solve(problem string) ([]int64, error) {
 // redo, the training run's reflection prompt; ok is false when it does not
 // fit the model's context.
 func (F *Feedback) Reflection(problem, attempt string) (ids []int64, ok bool, err error) {
-	return F.f.reflection(problem, pool.Attempt{Text: attempt})
+	ids, _, ok, err = F.f.reflection(problem, pool.Attempt{Text: attempt})
+	return ids, ok, err
 }
 
 // Abstraction is each problem's prompt with a plan condensed from related

@@ -169,3 +169,18 @@ func TestRelevanceFloor(t *testing.T) {
 		t.Fatalf("floor 1: %d passed", pass)
 	}
 }
+
+// TestRelevanceFilterBoundaries: γ and the floor are both inclusive, and
+// each alone can reject.
+func TestRelevanceFilterBoundaries(t *testing.T) {
+	floor := 0.5
+	f := &feedback{cfg: LANPOConfig{SimilarityThreshold: 0.9, RelevanceFloor: &floor}}
+	for _, c := range []struct {
+		scaled, raw float64
+		want        bool
+	}{{0.95, 0.6, true}, {0.9, 0.5, true}, {0.89, 0.6, false}, {0.95, 0.49, false}, {0.89, 0.49, false}} {
+		if got := f.passes(c.scaled, c.raw); got != c.want {
+			t.Errorf("passes(scaled %v, raw %v) = %v, want %v", c.scaled, c.raw, got, c.want)
+		}
+	}
+}

@@ -204,7 +204,7 @@ func (l *lanpoRun) reflect(p *prompt) error {
 		a, _ = l.pool.FailedAttempt(pr.ID, u)
 	}
 	shown, _ := reward.ExtractResponse(a.Text, false)
-	ids, ok, err := l.reflection(pr.Problem, a)
+	ids, _, ok, err := l.reflection(pr.Problem, a)
 	if err != nil || !ok {
 		return err
 	}

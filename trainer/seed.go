@@ -465,7 +465,8 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 	type shown struct {
 		a    *attempt
 		ids  []int64
-		from bool // the shown attempt was right
+		text string // what the prompt shows of the attempt
+		from bool   // the shown attempt was right
 	}
 	var items []shown
 	for i := range probs {
@@ -473,12 +474,12 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 			if a == nil {
 				continue
 			}
-			ids, ok, err := s.f.reflection(probs[i].Problem, pool.Attempt{Text: a.text})
+			ids, text, ok, err := s.f.reflection(probs[i].Problem, pool.Attempt{Text: a.text})
 			if err != nil {
 				return err
 			}
 			if ok {
-				items = append(items, shown{a, ids, a.correct})
+				items = append(items, shown{a, ids, text, a.correct})
 			}
 		}
 	}
@@ -504,7 +505,7 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 	for _, r := range res {
 		it := items[r.Prompt]
 		redo := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
-		s.keepReflection(probs[it.a.problem], it.a, redo, r.FinishReason == "length", out)
+		s.keepReflection(probs[it.a.problem], it.a, it.text, redo, r.FinishReason == "length", out)
 	}
 	return nil
 }
@@ -512,8 +513,9 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 // keepReflection keeps a redo that verifies correct, while the kept
 // examples stay balanced between right and wrong shown attempts: a
 // right-then-right only while there are at least as many wrong-then-right,
-// and the reverse.
-func (s *seeder) keepReflection(pr Problem, shown *attempt, redo string, cut bool, out *[]SeedExample) {
+// and the reverse. text is what the redo's prompt showed of the attempt;
+// the example shows the same.
+func (s *seeder) keepReflection(pr Problem, shown *attempt, text, redo string, cut bool, out *[]SeedExample) {
 	why := ""
 	switch {
 	case !reward.VerifyResponse(redo, pr.Answer, cut, reward.Options{}).Correct:
@@ -521,9 +523,6 @@ func (s *seeder) keepReflection(pr Problem, shown *attempt, redo string, cut boo
 	case shown.correct && s.st.RightShown > s.st.WrongShown, !shown.correct && s.st.WrongShown > s.st.RightShown:
 		why = "outcome balance"
 	}
-	// The example shows what the redo's prompt showed (that prompt was made,
-	// so the rule gives the same text again).
-	text, _, _ := s.f.attemptText(pr.Problem, shown.text)
 	if s.decide(out, s.b.Reflect(pr.ID, pr.Problem, pool.Attempt{Text: text}, redo), why) {
 		if shown.correct {
 			s.st.RightShown++
