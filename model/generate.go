@@ -2,9 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math"
-	"slices"
-	"strings"
 
 	"github.com/sugarme/gotch/ts"
 
@@ -24,6 +21,11 @@ type Sample struct {
 	IDs           []int64 // generated ids (a stop id that ended it included)
 	Logprobs      []float32
 	FinishReason  string // "stop" or "length"
+	// Segments holds, for a structured output (SamplingParams.Segments),
+	// each reached segment's sampled ids as the range IDs[a:b]: headers
+	// lie between the ranges; a stop id that ended the last segment is in
+	// its range, one that ended an earlier segment was not fed.
+	Segments [][2]int
 }
 
 // GenerateOptions are engine switches.
@@ -77,10 +79,13 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if streams != nil && len(streams) != len(reqs) {
 		return nil, fmt.Errorf("generate: %d stream indices for %d requests", len(streams), len(reqs))
 	}
+	if len(p.Segments) > 0 {
+		p.MaxNewTokens = segmentsBudget(p.Segments)
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if len(p.StopStrings) > 0 && opt.Detokenize == nil {
+	if newScript(p, nil, 0).needsDecoder() && opt.Detokenize == nil {
 		return nil, errNeedDecoder
 	}
 	if len(reqs) == 0 {
@@ -132,7 +137,10 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 			logits.MustDrop()
 		}
 	}()
-	stops := newStopMatcher(p.StopStrings, opt.Detokenize, int(rows))
+	sc := newScript(p, opt.Detokenize, int(rows))
+	for r := range out {
+		sc.start(r, &out[r])
+	}
 	// active[i] is the sample row that batch row i holds; compaction drops
 	// finished rows from the batch, the cache and the logits.
 	active := make([]int, rows)
@@ -153,23 +161,31 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		for i, r := range active {
 			u[i] = draws[r]()
 		}
-		cur := logits
-		if step < p.MinNewTokens && len(p.StopIDs) > 0 {
-			// Too early to stop: the stop ids get no probability.
-			ids := tensor.FromSlice(&st, p.StopIDs, nil, m.Device)
-			cur = st.Keep(logits.MustIndexFill(1, ids, st.Float(math.Inf(-1)), false))
+		d := drawStep(&st, logits, p, u, m.holdStops(&st, p, active, sc))
+		toks := d.tokens
+		changed := false
+		var ends []string // per batch row: finish reason, "" while running
+		for i, r := range active {
+			var reason string
+			if !done[r] {
+				var tok int64
+				tok, done[r], reason = sc.step(r, toks[i], &out[r])
+				changed = changed || tok != toks[i]
+				toks[i] = tok
+			}
+			ends = append(ends, reason)
 		}
-		toks, lps := sampleStep(&st, cur, p, u)
+		lps := d.logprobs(&st, changed)
 		var keep []int64 // batch rows still running
 		for i, r := range active {
-			if done[r] {
-				continue
+			if ends[i] == "" && done[r] {
+				continue // finished earlier, still in the batch
 			}
 			smp := &out[r]
 			smp.IDs = append(smp.IDs, toks[i])
 			smp.Logprobs = append(smp.Logprobs, lps[i])
-			if slices.Contains(p.StopIDs, toks[i]) || stops.add(r, toks[i]) {
-				smp.FinishReason, done[r] = "stop", true
+			if ends[i] != "" {
+				smp.FinishReason = ends[i]
 				finished++
 				continue
 			}
@@ -380,53 +396,4 @@ func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowProm
 	}
 	idx := tensor.FromSlice(s, src, nil, m.Device)
 	return s.Keep(logits.MustIndexSelect(0, idx, false)), nil
-}
-
-// stopMatcher finds stop strings in each sample's text as it grows. Each
-// sample has an incremental decoder; only the text that could still hold
-// the start of a stop string is kept, so a check costs the new piece plus
-// the longest stop string, however long the sample gets. A stop string
-// that spans token boundaries is found because the kept tail and the new
-// piece are searched together.
-type stopMatcher struct {
-	stops      []string
-	longest    int
-	detokenize func() func(int64) string
-	decoders   []func(int64) string
-	tails      []string
-}
-
-func newStopMatcher(stops []string, detokenize func() func(int64) string, rows int) *stopMatcher {
-	m := &stopMatcher{stops: stops, detokenize: detokenize}
-	if len(stops) == 0 {
-		return m
-	}
-	for _, s := range stops {
-		m.longest = max(m.longest, len(s))
-	}
-	m.decoders = make([]func(int64) string, rows)
-	m.tails = make([]string, rows)
-	return m
-}
-
-// add feeds row's next id and reports whether its text now holds a stop
-// string.
-func (m *stopMatcher) add(row int, id int64) bool {
-	if len(m.stops) == 0 {
-		return false
-	}
-	if m.decoders[row] == nil {
-		m.decoders[row] = m.detokenize()
-	}
-	window := m.tails[row] + m.decoders[row](id)
-	for _, s := range m.stops {
-		if strings.Contains(window, s) {
-			return true
-		}
-	}
-	if keep := m.longest - 1; len(window) > keep {
-		window = window[len(window)-keep:]
-	}
-	m.tails[row] = window
-	return false
 }

@@ -85,43 +85,51 @@ func TestSampledLogprobsMatchTrainer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		worst := 0.0
-		for _, smp := range out {
-			prompt := genPrompts[smp.Prompt].PromptIDs
-			seq := append(append([]int64(nil), prompt...), smp.IDs...)
-			n := int64(len(seq))
-			pos, mask, targets := make([]int64, n), make([]int64, n), make([]int64, n)
-			tmask := make([]bool, n)
-			for i := range seq {
-				pos[i], mask[i] = int64(i), 1
-				if i+1 < len(seq) {
-					targets[i] = seq[i+1]
-					tmask[i] = i+1 >= len(prompt)
-				}
-			}
-			var s tensor.Scope
-			tm := s.Keep(s.Keep(ts.MustOfSlice(tmask)).MustView([]int64{1, n}, false))
-			temp := p.Temperature
-			if temp == 0 {
-				temp = 1
-			}
-			lp, _, err := m.TokenLogProbs(&s, int64Tensor(&s, [][]int64{seq}), int64Tensor(&s, [][]int64{pos}), int64Tensor(&s, [][]int64{mask}),
-				int64Tensor(&s, [][]int64{targets}), tm, csrc.LogProbOptions{Temperature: temp})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := tensor.Float64s(lp)
-			s.Close()
-			for k := range smp.IDs {
-				d := got[len(prompt)-1+k] - float64(smp.Logprobs[k])
-				worst = max(worst, max(d, -d))
-			}
-		}
+		worst := logprobGap(t, m, genPrompts, out, p.Temperature)
 		t.Logf("T=%g top_p=%g top_k=%d: max |sampler − trainer| = %.2g", p.Temperature, p.TopP, p.TopK, worst)
 		if worst > 1e-5 {
 			t.Errorf("T=%g: recorded log-probs differ from the trainer's by %g", p.Temperature, worst)
 		}
 	}
+}
+
+// logprobGap is the largest difference between the log-probs recorded in
+// out and those the trainer's path (TokenLogProbs through the fused op)
+// computes on prompt + output at temperature temp (0: 1).
+func logprobGap(t *testing.T, m *Model, reqs []Request, out []Sample, temp float64) float64 {
+	t.Helper()
+	if temp == 0 {
+		temp = 1
+	}
+	worst := 0.0
+	for _, smp := range out {
+		prompt := reqs[smp.Prompt].PromptIDs
+		seq := append(append([]int64(nil), prompt...), smp.IDs...)
+		n := int64(len(seq))
+		pos, mask, targets := make([]int64, n), make([]int64, n), make([]int64, n)
+		tmask := make([]bool, n)
+		for i := range seq {
+			pos[i], mask[i] = int64(i), 1
+			if i+1 < len(seq) {
+				targets[i] = seq[i+1]
+				tmask[i] = i+1 >= len(prompt)
+			}
+		}
+		var s tensor.Scope
+		tm := s.Keep(s.Keep(ts.MustOfSlice(tmask)).MustView([]int64{1, n}, false))
+		lp, _, err := m.TokenLogProbs(&s, int64Tensor(&s, [][]int64{seq}), int64Tensor(&s, [][]int64{pos}), int64Tensor(&s, [][]int64{mask}),
+			int64Tensor(&s, [][]int64{targets}), tm, csrc.LogProbOptions{Temperature: temp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tensor.Float64s(lp)
+		s.Close()
+		for k := range smp.IDs {
+			d := got[len(prompt)-1+k] - float64(smp.Logprobs[k])
+			worst = max(worst, max(d, -d))
+		}
+	}
+	return worst
 }
 
 // TestSamplingDoesNotDependOnBatch: prefix sharing on or off, and a
@@ -207,6 +215,11 @@ func TestGenerateRejectsBadInput(t *testing.T) {
 		{[]Request{{PromptIDs: nil}}, SamplingParams{MaxNewTokens: 1}, "request 0: no token ids"},
 		{[]Request{{PromptIDs: []int64{1}}, {PromptIDs: []int64{1000}}}, SamplingParams{MaxNewTokens: 1}, "request 1: token id 1000"},
 		{[]Request{{PromptIDs: make([]int64, 60)}}, SamplingParams{MaxNewTokens: 10}, "exceed max_position_embeddings 64"},
+		{genPrompts, SamplingParams{Segments: []Segment{{MaxTokens: 2}, {MaxTokens: 0, Header: []int64{1}}}}, "segment 1: max tokens"},
+		{genPrompts, SamplingParams{Segments: []Segment{{MaxTokens: 2}, {MaxTokens: 2}}}, "segment 1: a segment after the first needs a header"},
+		{genPrompts, SamplingParams{Segments: []Segment{{MaxTokens: 2}}, StopStrings: []string{"x"}}, "stop strings belong to the segments"},
+		{genPrompts, SamplingParams{Segments: []Segment{{MaxTokens: 2, Stops: []string{"x"}}}}, "need a decoder"},
+		{[]Request{{PromptIDs: make([]int64, 50)}}, SamplingParams{Segments: []Segment{{MaxTokens: 8}, {Header: []int64{1, 2}, MaxTokens: 5}}}, "max_new_tokens 15 exceed"},
 	} {
 		if _, err := m.Generate(c.reqs, c.p, GenerateOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error containing %q", err, c.want)

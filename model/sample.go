@@ -25,6 +25,37 @@ type SamplingParams struct {
 	StopIDs      []int64  // finish when one is sampled (it is kept in the output)
 	StopStrings  []string // finish when the decoded output contains one (needs a decoder)
 	Seed         uint64
+	// Segments, when set, make each sample a structured output: the
+	// segments in turn, each its header (fed as given, not sampled) and
+	// then up to its MaxTokens sampled tokens. A stop id, one of the
+	// segment's Stops or its budget ends a segment and the next header
+	// follows in the same decode, so a three-field summary costs one
+	// prefill. StopIDs and MinNewTokens apply to each segment; a stop id
+	// that ends a segment other than the last is not fed (its position
+	// takes the next header's first id). StopStrings must be empty, and
+	// MaxNewTokens is set to the segments' total (headers and budgets).
+	// Sample.Segments says where each segment's sampled ids lie.
+	Segments []Segment
+}
+
+// Segment is one part of a structured output (SamplingParams.Segments).
+type Segment struct {
+	Header []int64 // fed before the segment's sampled tokens; required after the first segment
+	// HeaderText is Header as text. When the previous segment ended on a
+	// stop string equal to it, the model wrote the header itself and it
+	// is not fed again.
+	HeaderText string
+	MaxTokens  int      // ≥ 1
+	Stops      []string // end the segment when its sampled text holds one (needs a decoder)
+}
+
+// segmentsBudget is the new tokens a structured output can take.
+func segmentsBudget(segs []Segment) int {
+	n := 0
+	for _, g := range segs {
+		n += len(g.Header) + g.MaxTokens
+	}
+	return n
 }
 
 // Validate names the first out-of-range parameter.
@@ -42,6 +73,16 @@ func (p SamplingParams) Validate() error {
 		return fmt.Errorf("max_new_tokens must be ≥ 1, got %d", p.MaxNewTokens)
 	case p.MinNewTokens < 0 || p.MinNewTokens > p.MaxNewTokens:
 		return fmt.Errorf("min_new_tokens must lie in [0, max_new_tokens %d], got %d", p.MaxNewTokens, p.MinNewTokens)
+	case len(p.Segments) > 0 && len(p.StopStrings) > 0:
+		return errors.New("stop strings belong to the segments of a structured output")
+	}
+	for i, g := range p.Segments {
+		switch {
+		case g.MaxTokens < 1:
+			return fmt.Errorf("segment %d: max tokens must be ≥ 1, got %d", i, g.MaxTokens)
+		case i > 0 && len(g.Header) == 0:
+			return fmt.Errorf("segment %d: a segment after the first needs a header", i)
+		}
 	}
 	return nil
 }
@@ -60,30 +101,60 @@ func rowRNG(seed uint64, prompt, sample int) *rand.Rand {
 // narrows what can be drawn; u holds one uniform number in (0, 1] per row.
 // The draw is an exact inverse-CDF in float64 (drawInverseCDF).
 func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64) (tokens []int64, logprobs []float32) {
+	d := drawStep(s, logits, p, u, nil)
+	return d.tokens, d.logprobs(s, false)
+}
+
+// stepDraw is one decode step's draw: the tokens on the host, and what
+// their log-probabilities are read from.
+type stepDraw struct {
+	lp     *ts.Tensor // [R, V] log-probabilities at the scoring temperature
+	tok    *ts.Tensor // [R, 1] the drawn tokens on the device
+	tokens []int64
+}
+
+// drawStep draws one token per row (sampleStep's draw, without reading the
+// log-probabilities yet: a structured output may replace some tokens
+// first). restrict, if set, returns the log-probabilities with the tokens
+// that may not be drawn at −Inf; the recorded log-probabilities stay
+// those of the full distribution, which the trainer recomputes.
+func drawStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64, restrict func(*ts.Tensor) *ts.Tensor) stepDraw {
 	r := int64(len(u))
 	t := csrc.ScoringTemperature(p.Temperature)
 	scaled := logits
 	if t != 1 {
 		scaled = s.Keep(logits.MustDivScalar(s.Float(t), false))
 	}
-	lp := s.Keep(scaled.MustLogSoftmax(-1, gotch.Float, false)) // [R, V]
-	var tok *ts.Tensor
+	d := stepDraw{lp: s.Keep(scaled.MustLogSoftmax(-1, gotch.Float, false))} // [R, V]
+	allowed := d.lp
+	if restrict != nil {
+		allowed = restrict(d.lp)
+	}
 	if p.Temperature == 0 {
-		tok = s.Keep(lp.MustArgmax([]int64{-1}, true, false)) // [R, 1]
+		d.tok = s.Keep(allowed.MustArgmax([]int64{-1}, true, false)) // [R, 1]
+		d.tokens = tensor.Int64s(d.tok)                              // sync: stop checks need the tokens on the host
 	} else {
-		filtered := filterLogprobs(s, lp, p)
+		filtered := filterLogprobs(s, allowed, p)
 		probs := s.Keep(filtered.MustExp(false)) // removed tokens: exp(−Inf) = 0
-		tokens = drawInverseCDF(s, probs, u)
-		tok = tensor.FromSlice(s, tokens, []int64{r, 1}, logits.MustDevice())
+		d.tokens = drawInverseCDF(s, probs, u)
+		d.tok = tensor.FromSlice(s, d.tokens, []int64{r, 1}, logits.MustDevice())
 	}
-	picked := s.Keep(lp.MustGather(1, tok, false, false))
-	if tokens == nil {
-		tokens = tensor.Int64s(tok) // sync: stop checks need the tokens on the host
+	return d
+}
+
+// logprobs reads each row's token's log-probability; changed says the
+// caller replaced some of d.tokens (forced tokens), which are uploaded.
+func (d stepDraw) logprobs(s *tensor.Scope, changed bool) []float32 {
+	tok := d.tok
+	if changed {
+		tok = tensor.FromSlice(s, d.tokens, []int64{int64(len(d.tokens)), 1}, d.lp.MustDevice())
 	}
+	picked := s.Keep(d.lp.MustGather(1, tok, false, false))
+	var out []float32
 	for _, v := range tensor.Float64s(picked) {
-		logprobs = append(logprobs, float32(v))
+		out = append(out, float32(v))
 	}
-	return tokens, logprobs
+	return out
 }
 
 // cdfBlock is how many vocabulary entries drawInverseCDF sums per block.

@@ -5,19 +5,21 @@ import (
 	"unicode/utf8"
 )
 
-// Summary is the policy's own account of one attempt, written in three
-// fields.
+// Summary is the policy's own account of one attempt: the lessons
+// (principles and pitfalls) and, when the prompts ask for it, the flow of
+// thought.
 type Summary struct {
-	FlowOfThought string `json:"flow_of_thought"` // how the attempt went, step by step
+	FlowOfThought string `json:"flow_of_thought"` // how the attempt went, step by step (optional: Prompts.FlowHeader)
 	Principles    string `json:"principles"`      // what is worth reusing on other problems
 	Pitfalls      string `json:"pitfalls"`        // what went, or could go, wrong
 }
 
-// Empty counts the summary's empty fields (a weak model's summary may
-// leave some; the trainer counts them).
+// Empty counts the summary's empty lesson fields, principles and pitfalls
+// (a weak model's summary may leave some; the trainer counts them). The
+// flow of thought is optional and not counted.
 func (s Summary) Empty() int {
 	n := 0
-	for _, f := range []string{s.FlowOfThought, s.Principles, s.Pitfalls} {
+	for _, f := range []string{s.Principles, s.Pitfalls} {
 		if f == "" {
 			n++
 		}

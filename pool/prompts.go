@@ -34,13 +34,17 @@ type Prompts struct {
 	// Condense asks for a plan for {problem} from {lessons}.
 	Condense   string `yaml:"condense"`
 	PlanHeader string `yaml:"plan_header"` // the condenser's answer starts with it
-	// Summarize asks for the three-field summary of {attempt} at
-	// {problem}, told the {outcome}.
+	// Summarize asks for the summary of {attempt} at {problem}, told the
+	// {outcome}.
 	Summarize      string `yaml:"summarize"`
 	OutcomeCorrect string `yaml:"outcome_correct"`
 	OutcomeWrong   string `yaml:"outcome_wrong"`
 	// The summary's field headers: each field is generated after its
-	// header, up to the next one.
+	// header, up to the next one, in one decode. The flow of thought is
+	// optional ("": not generated, the default): nothing lanpo builds reads
+	// it (reflection quotes the raw attempt, lessons are the principles
+	// and pitfalls), so it is only for people reading the pool, and when
+	// set it comes first, before the lessons.
 	FlowHeader       string `yaml:"flow_header"`
 	PrinciplesHeader string `yaml:"principles_header"`
 	PitfallsHeader   string `yaml:"pitfalls_header"`
@@ -64,11 +68,10 @@ func DefaultPrompts() Prompts {
 			"Do not solve the problem and do not state an answer.",
 		PlanHeader: "Plan:",
 		Summarize: "Problem:\n{problem}\n\nAn attempt at it:\n<attempt>\n{attempt}\n</attempt>\n\n{outcome}\n\n" +
-			"Summarize the attempt for your future self in three parts: the flow of thought (how it went), " +
+			"Summarize the attempt for your future self in two parts: " +
 			"the principles worth reusing on other problems, and the pitfalls (what went or could go wrong).",
 		OutcomeCorrect:   "Its final answer was checked and is correct.",
 		OutcomeWrong:     "Its final answer was checked and is wrong.",
-		FlowHeader:       "Flow of thought:",
 		PrinciplesHeader: "Principles:",
 		PitfallsHeader:   "Pitfalls:",
 		Relevance: "Problem A:\n{query}\n\nProblem B:\n{candidate}\n\n" +
@@ -115,12 +118,22 @@ func (p Prompts) Validate() error {
 			}
 		}
 	}
-	for key, h := range map[string]string{"flow_header": p.FlowHeader, "principles_header": p.PrinciplesHeader, "pitfalls_header": p.PitfallsHeader} {
+	for key, h := range map[string]string{"principles_header": p.PrinciplesHeader, "pitfalls_header": p.PitfallsHeader} {
 		if strings.TrimSpace(h) == "" {
 			return fmt.Errorf("prompt %s must not be empty", key)
 		}
 	}
 	return nil
+}
+
+// SummaryHeaders are the headers of the summary's fields in the order they
+// are written: the flow of thought's first when it is set, then the
+// principles' and the pitfalls'.
+func (p Prompts) SummaryHeaders() []string {
+	if strings.TrimSpace(p.FlowHeader) == "" {
+		return []string{p.PrinciplesHeader, p.PitfallsHeader}
+	}
+	return []string{p.FlowHeader, p.PrinciplesHeader, p.PitfallsHeader}
 }
 
 // WithContext is the problem text a feedback-aware prompt puts where the

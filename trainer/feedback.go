@@ -408,6 +408,36 @@ func clipText(tk *tokenizer.Tokenizer, text string, n int) (string, bool) {
 // each text before the first stop string. indexes key each item's random
 // stream, with the step and purpose.
 func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int, stops []string, purpose string) ([]string, error) {
+	res, err := f.sample(users, prefixes, indexes, model.SamplingParams{MaxNewTokens: maxNew, StopStrings: stops}, purpose)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(users))
+	for _, s := range res {
+		out[s.Prompt] = cutAtStops(f.tk.Decode(tokenizer.Ints(s.IDs), true), stops)
+	}
+	return out, nil
+}
+
+// cutAtStops is text before the first of stops, trimmed.
+func cutAtStops(text string, stops []string) string {
+	for _, st := range stops {
+		if i := strings.Index(text, st); i >= 0 {
+			text = text[:i]
+		}
+	}
+	return strings.TrimSpace(text)
+}
+
+// sample runs one auxiliary generation: for each user message, an
+// assistant turn starting with its prefix, with no grad, at
+// lanpo.aux_temperature (0: greedy), ended by any special token (not
+// before one real token: a weak model's most likely first token is often
+// one of them, which would leave every text empty). p brings the budget,
+// the stop strings or the segments; indexes key each item's random stream,
+// with the step and purpose. Tokens are counted as prefilled and
+// generated.
+func (f *feedback) sample(users, prefixes []string, indexes []int, p model.SamplingParams, purpose string) ([]model.Sample, error) {
 	reqs := make([]model.Request, len(users))
 	for i, u := range users {
 		ids, err := f.tk.ChatIDs(auxChat(f.prompts, u), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.thinking})
@@ -421,17 +451,12 @@ func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int,
 		reqs[i] = model.Request{PromptIDs: tokenizer.Int64s(append(ids, pre...)), Samples: 1}
 		f.tokens.prefilled += len(ids) + len(pre)
 	}
-	// Any special token ends the text (it would be stripped anyway), and
-	// not before one real token: a weak model's most likely first token is
-	// often one of them, which would leave every field empty.
-	p := model.SamplingParams{Temperature: f.cfg.AuxTemperature, TopP: 1, MaxNewTokens: maxNew, MinNewTokens: 1, StopIDs: f.stopIDs,
-		StopStrings: stops, Seed: drawKey(f.step, -1, purpose) ^ f.seed}
+	p.Temperature, p.TopP, p.MinNewTokens, p.StopIDs = f.cfg.AuxTemperature, 1, 1, f.stopIDs
+	p.Seed = drawKey(f.step, -1, purpose) ^ f.seed
 	opt := f.genOpt
-	if len(stops) > 0 {
-		opt.Detokenize = func() func(int64) string {
-			s := f.tk.NewStream(true)
-			return func(id int64) string { return s.Add(int(id)) }
-		}
+	opt.Detokenize = func() func(int64) string {
+		s := f.tk.NewStream(true)
+		return func(id int64) string { return s.Add(int(id)) }
 	}
 	var res []model.Sample
 	err := csrc.NoGrad(func() (err error) {
@@ -441,18 +466,10 @@ func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int,
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(users))
 	for _, s := range res {
 		f.tokens.generated += len(s.IDs)
-		text := f.tk.Decode(tokenizer.Ints(s.IDs), true)
-		for _, st := range stops {
-			if i := strings.Index(text, st); i >= 0 {
-				text = text[:i]
-			}
-		}
-		out[s.Prompt] = strings.TrimSpace(text)
 	}
-	return out, nil
+	return res, nil
 }
 
 // auxChat is an auxiliary prompt's chat: the prompts' system message, if
@@ -465,48 +482,61 @@ func auxChat(p pool.Prompts, user string) []tokenizer.Message {
 	return append(msgs, tokenizer.Message{Role: "user", Content: user})
 }
 
-// summarize writes the three-field summary of each attempt (at problem
-// problems[i], outcome correct[i]) as structured output: the assistant turn
-// is prefilled with each field's header in turn and each field is
-// generated up to the next header (its stop string) or
-// lanpo.summary_field_tokens, so even a weak model's summary parses; a
-// field it leaves empty stays empty (counted by the caller).
+// summarize writes the summary of each attempt (at problem problems[i],
+// outcome correct[i]) as structured output, in one decode per attempt:
+// the assistant turn starts with the first field's header, and each later
+// header is fed inside the decode when the field before it ends — at
+// another field's header (its stop strings), a special token, or
+// lanpo.summary_field_tokens — so even a weak model's summary parses and
+// the attempt is prefilled once, not once per field. The fields are the
+// lessons (principles, pitfalls), after the flow of thought when the
+// prompts ask for it (pool.Prompts.FlowHeader). A field the model leaves
+// empty stays empty (counted by the caller).
 func (f *feedback) summarize(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
 	users := make([]string, len(attempts))
+	prefixes := make([]string, len(attempts))
+	headers := f.prompts.SummaryHeaders()
 	for i := range attempts {
 		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
+		prefixes[i] = headers[0]
 	}
-	P := f.prompts
-	headers := []string{P.FlowHeader, P.PrinciplesHeader, P.PitfallsHeader}
-	fields := make([][]string, 3)
-	prefix := make([]string, len(attempts))
+	segs := make([]model.Segment, len(headers))
 	for k, h := range headers {
-		for i := range prefix {
-			if k > 0 {
-				prefix[i] += "\n"
+		segs[k] = model.Segment{MaxTokens: f.cfg.SummaryFieldTokens, Stops: others(headers, k)}
+		if k > 0 {
+			ids, err := f.tk.Encode("\n"+h, false)
+			if err != nil {
+				return nil, err
 			}
-			prefix[i] += h + " "
+			segs[k].Header, segs[k].HeaderText = tokenizer.Int64s(ids), h
 		}
-		var stops []string // every other header ends the field
-		for o, other := range headers {
-			if o != k {
-				stops = append(stops, other)
-			}
-		}
-		var err error
-		if fields[k], err = f.generate(users, prefix, indexes, f.cfg.SummaryFieldTokens, stops, "summary-"+h); err != nil {
-			return nil, err
-		}
-		for i := range prefix {
-			prefix[i] += fields[k][i]
-		}
+	}
+	res, err := f.sample(users, prefixes, indexes, model.SamplingParams{Segments: segs}, "summary")
+	if err != nil {
+		return nil, err
 	}
 	out := make([]pool.Summary, len(attempts))
-	for i := range out {
-		out[i] = pool.Summary{FlowOfThought: f.cleanField(fields[0][i], headers, 0), Principles: f.cleanField(fields[1][i], headers, 1),
-			Pitfalls: f.cleanField(fields[2][i], headers, 2)}
+	for _, s := range res {
+		fields := make([]string, 3) // flow, principles, pitfalls
+		first := 3 - len(headers)
+		for k, r := range s.Segments {
+			text := cutAtStops(f.tk.Decode(tokenizer.Ints(s.IDs[r[0]:r[1]]), true), segs[k].Stops)
+			fields[first+k] = f.cleanField(text, headers, k)
+		}
+		out[s.Prompt] = pool.Summary{FlowOfThought: fields[0], Principles: fields[1], Pitfalls: fields[2]}
 	}
 	return out, nil
+}
+
+// others is headers without its k-th.
+func others(headers []string, k int) []string {
+	var o []string
+	for i, h := range headers {
+		if i != k {
+			o = append(o, h)
+		}
+	}
+	return o
 }
 
 // cleanField removes added-token strings from the k-th summary field and
@@ -514,13 +544,7 @@ func (f *feedback) summarize(problems, attempts []string, correct []bool, indexe
 func (f *feedback) cleanField(s string, headers []string, k int) string {
 	s, n := f.tk.StripAddedTokens(s)
 	f.met.SpecialRemoved += n
-	var others []string
-	for o, h := range headers {
-		if o != k {
-			others = append(others, h)
-		}
-	}
-	cut := pool.CutAtHeader(s, others...)
+	cut := pool.CutAtHeader(s, others(headers, k)...)
 	if cut != strings.TrimSpace(s) {
 		f.met.SummaryFieldsCut++
 	}

@@ -107,13 +107,67 @@ func TestSummaryFieldsStopAtTheNextHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	P := f.prompts
-	headers := []string{P.FlowHeader, P.PrinciplesHeader, P.PitfallsHeader}
+	headers := []string{"Flow of thought:", P.PrinciplesHeader, P.PitfallsHeader}
 	got := f.cleanField("I listed the multiples of 10.\nPrinciples worth reusing on other problems: count both ends.", headers, 0)
 	if got != "I listed the multiples of 10." || f.met.SummaryFieldsCut != 1 {
 		t.Fatalf("flow field %q (cut %d)", got, f.met.SummaryFieldsCut)
 	}
 	if got := f.cleanField("Count both ends.", headers, 1); got != "Count both ends." || f.met.SummaryFieldsCut != 1 {
 		t.Fatalf("clean field %q (cut %d)", got, f.met.SummaryFieldsCut)
+	}
+}
+
+// TestSummaryInOnePass: each attempt's summary prefills its prompt once
+// (not once per field) and generates at most every field's budget plus the
+// headers fed between them; the flow of thought is written only when the
+// prompts ask for it, first.
+func TestSummaryInOnePass(t *testing.T) {
+	m, tk := loadWarm(t)
+	cfg := lanpoConfig(t, "lanpo.aux_temperature=1", "lanpo.summary_field_tokens=6")
+	for _, flow := range []string{"", "Flow of thought:"} {
+		f, err := newFeedback(m, tk, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.prompts.FlowHeader = flow
+		headers := f.prompts.SummaryHeaders()
+		problems, attempts := []string{"What is 2+3?", "What is 7-4?"}, []string{"2+3 = 5. \\boxed{5}", "7-4 is 2. \\boxed{2}"}
+		want := 0
+		for i := range problems {
+			ids, err := tk.ChatIDs(auxChat(f.prompts, f.prompts.SummarizeRequest(problems[i], attempts[i], i == 0)), tokenizer.ChatOptions{AddGenerationPrompt: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pre, _ := tk.Encode(headers[0], false)
+			want += len(ids) + len(pre)
+		}
+		sums, err := f.summarize(problems, attempts, []bool{true, false}, []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget := 0
+		for k, h := range headers {
+			budget += 6
+			if k > 0 {
+				ids, _ := tk.Encode("\n"+h, false)
+				budget += len(ids)
+			}
+		}
+		if f.tokens.prefilled != want || f.tokens.generated > 2*budget || f.tokens.generated < 2*len(headers) {
+			t.Fatalf("flow %q: prefilled %d tokens (want %d, each prompt once), generated %d (budget %d per summary)", flow, f.tokens.prefilled, want, f.tokens.generated, budget)
+		}
+		for _, s := range sums {
+			if flow == "" && s.FlowOfThought != "" {
+				t.Fatalf("flow of thought written without its header: %+v", s)
+			}
+			for _, field := range []string{s.FlowOfThought, s.Principles, s.Pitfalls} {
+				for _, h := range headers {
+					if strings.Contains(field, h) {
+						t.Fatalf("a field holds the header %q: %+v", h, s)
+					}
+				}
+			}
+		}
 	}
 }
 

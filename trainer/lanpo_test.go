@@ -208,8 +208,9 @@ func TestLANPOOriginalPrompt(t *testing.T) {
 }
 
 // TestSummariesFromRandomWeights: the structured summary of a random
-// model's rollouts has three fields for every rollout, none holding a
-// header (each field stops at the next).
+// model's rollouts has its fields for every rollout, none holding a
+// header (each field stops at the next), and no flow of thought (the
+// default prompts do not ask for it).
 func TestSummariesFromRandomWeights(t *testing.T) {
 	cfg := lanpoConfig(t, "model=builtin:tiny", "total_steps=1", "lanpo.aux_temperature=1")
 	runGRPO(t, cfg, "")
@@ -223,8 +224,11 @@ func TestSummariesFromRandomWeights(t *testing.T) {
 	for _, pr := range problems {
 		for _, e := range p.EntriesOf(pr.ID) {
 			n++
-			for _, f := range []string{e.Summary.FlowOfThought, e.Summary.Principles, e.Summary.Pitfalls} {
-				for _, h := range []string{headers.FlowHeader, headers.PrinciplesHeader, headers.PitfallsHeader} {
+			if e.Summary.FlowOfThought != "" {
+				t.Fatalf("a flow of thought the prompts did not ask for: %q", e.Summary.FlowOfThought)
+			}
+			for _, f := range []string{e.Summary.Principles, e.Summary.Pitfalls} {
+				for _, h := range headers.SummaryHeaders() {
 					if strings.Contains(f, h) {
 						t.Fatalf("a field holds the header %q: %q", h, f)
 					}

@@ -443,7 +443,11 @@ func (s *seeder) keepSummary(pr Problem, a *attempt, sum pool.Summary, out *[]Se
 // field empty, a field that ran out of its token budget, or a summary that
 // copies the attempt (half of its 5-grams are the attempt's).
 func (s *seeder) checkSummary(sum pool.Summary, attemptText string) string {
-	for _, f := range []string{sum.FlowOfThought, sum.Principles, sum.Pitfalls} {
+	fields := []string{sum.Principles, sum.Pitfalls}
+	if len(s.f.prompts.SummaryHeaders()) == 3 {
+		fields = append(fields, sum.FlowOfThought)
+	}
+	for _, f := range fields {
 		if f == "" {
 			return "empty field"
 		}

@@ -85,11 +85,15 @@ func (b *SeedBuilder) Answer(problemID, problem, solution string) SeedExample {
 	return SeedExample{Messages: b.solveChat(problem, solution), TrainOn: "last", Skill: SkillAnswer, ProblemID: problemID}
 }
 
-// SummaryText is how a summary reads as the policy writes it: the trainer
-// prefills each header and generates the field after it.
+// SummaryText is how a summary reads as the policy writes it: each field
+// after its header (pool.Prompts.SummaryHeaders), on its own line.
 func (b *SeedBuilder) SummaryText(s pool.Summary) string {
 	p := b.prompts
-	return p.FlowHeader + " " + s.FlowOfThought + "\n" + p.PrinciplesHeader + " " + s.Principles + "\n" + p.PitfallsHeader + " " + s.Pitfalls
+	text := p.PrinciplesHeader + " " + s.Principles + "\n" + p.PitfallsHeader + " " + s.Pitfalls
+	if len(p.SummaryHeaders()) == 3 {
+		text = p.FlowHeader + " " + s.FlowOfThought + "\n" + text
+	}
+	return text
 }
 
 // Summarize is the summarization prompt over an attempt answered by its

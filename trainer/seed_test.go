@@ -68,7 +68,7 @@ func TestSeedFilters(t *testing.T) {
 		want string
 	}{
 		{pool.Summary{FlowOfThought: "x", Principles: "", Pitfalls: "y"}, "empty field"},
-		{pool.Summary{FlowOfThought: strings.Repeat("word ", 30), Principles: "p", Pitfalls: "q"}, "field over its token budget"},
+		{pool.Summary{FlowOfThought: "x", Principles: strings.Repeat("word ", 30), Pitfalls: "q"}, "field over its token budget"},
 		{pool.Summary{FlowOfThought: "5 - 2 = 3, so the answer", Principles: "is \\boxed{3}.", Pitfalls: "5 - 2 = 3"}, "copies the attempt"},
 		{good, ""},
 	} {
