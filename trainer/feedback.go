@@ -540,12 +540,18 @@ func others(headers []string, k int) []string {
 }
 
 // cleanField removes added-token strings from the k-th summary field and
-// ends it where the model began another field in its own words.
+// ends it where the model began another field in its own words, or began
+// this one again (its own header, exactly, after some text: a real run's
+// principles ran on into "Principles: 3. …").
 func (f *feedback) cleanField(s string, headers []string, k int) string {
 	s, n := f.tk.StripAddedTokens(s)
 	f.met.SpecialRemoved += n
+	whole := strings.TrimSpace(s)
+	if i := strings.Index(s, headers[k]); i > 0 && strings.TrimSpace(s[:i]) != "" {
+		s = s[:i]
+	}
 	cut := pool.CutAtHeader(s, others(headers, k)...)
-	if cut != strings.TrimSpace(s) {
+	if cut != whole {
 		f.met.SummaryFieldsCut++
 	}
 	return cut

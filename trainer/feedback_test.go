@@ -115,6 +115,11 @@ func TestSummaryFieldsStopAtTheNextHeader(t *testing.T) {
 	if got := f.cleanField("Count both ends.", headers, 1); got != "Count both ends." || f.met.SummaryFieldsCut != 1 {
 		t.Fatalf("clean field %q (cut %d)", got, f.met.SummaryFieldsCut)
 	}
+	// A field that starts over with its own header (a real run's principles).
+	again := "2. The solution to this equation is x = 200.\n" + P.PrinciplesHeader + " 3. The solution to this equation is 200."
+	if got := f.cleanField(again, headers, 1); got != "2. The solution to this equation is x = 200." || f.met.SummaryFieldsCut != 2 {
+		t.Fatalf("field restarting itself %q (cut %d)", got, f.met.SummaryFieldsCut)
+	}
 }
 
 // TestSummaryInOnePass: each attempt's summary prefills its prompt once
