@@ -1,10 +1,13 @@
 package trainer
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
 )
@@ -173,6 +176,83 @@ func TestSummaryInOnePass(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSummaryOnePassMatchesFieldByField: greedy, the one-pass summary is
+// the one written field by field (each field a separate generation that
+// prefills the prompt and the fields before it), with the flow of thought
+// and without, on random weights (fields ended by their budgets) and on the
+// warmed tiny model (fields ended by a special token after one token).
+func TestSummaryOnePassMatchesFieldByField(t *testing.T) {
+	warmM, warmTk := loadWarm(t)
+	dir := t.TempDir()
+	if err := WriteBuiltin("tiny", dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	randM, err := model.Load(dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer randM.Close()
+	randTk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lanpoConfig(t, "lanpo.aux_temperature=0", "lanpo.summary_field_tokens=8")
+	problems := []string{"What is 2+3?", "What is 7-4?", "Add 10 and 5."}
+	attempts := []string{"2+3 = 5. \\boxed{5}", "7-4 is 2. \\boxed{2}", "10 + 5 = 15, so \\boxed{15}."}
+	correct := []bool{true, false, true}
+	for _, c := range []struct {
+		name string
+		m    *model.Model
+		tk   *tokenizer.Tokenizer
+	}{{"random", randM, randTk}, {"warm", warmM, warmTk}} {
+		for _, flow := range []string{"", "Flow of thought:"} {
+			f, err := newFeedback(c.m, c.tk, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.prompts.FlowHeader = flow
+			one, err := f.summarize(problems, attempts, correct, []int{0, 1, 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			by, err := f.summarizeByField(problems, attempts, correct, []int{0, 1, 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			filled := 0
+			for i := range one {
+				filled += 2 - one[i].Empty()
+				if one[i] != by[i] {
+					t.Errorf("%s, flow %q, attempt %d:\none pass   %+v\nby field   %+v", c.name, flow, i, one[i], by[i])
+				}
+			}
+			if filled < len(one) {
+				t.Fatalf("%s, flow %q: only %d lesson fields written: the comparison shows little (%+v)", c.name, flow, filled, one)
+			}
+		}
+	}
+}
+
+// TestBenchSummaries: lanpo bench summaries' measurement writes the same
+// summaries both ways (greedy) and counts the baseline's repeated prefills.
+func TestBenchSummaries(t *testing.T) {
+	path, _ := seededPool(t)
+	cfg := lanpoConfig(t, "lanpo.aux_temperature=0", "lanpo.summary_field_tokens=8")
+	by, one, err := BenchSummariesFromPool(cfg, path, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one.Summaries) != 5 || fmt.Sprint(by.Summaries) != fmt.Sprint(one.Summaries) {
+		t.Fatalf("summaries differ:\n%+v\n%+v", by.Summaries, one.Summaries)
+	}
+	if by.Prefilled <= one.Prefilled || one.Seconds <= 0 {
+		t.Fatalf("by field prefilled %d, one pass %d (%.3f s)", by.Prefilled, one.Prefilled, one.Seconds)
+	}
+	if _, _, err := BenchSummariesFromPool(cfg, filepath.Join(t.TempDir(), "none.jsonl"), 5); err == nil {
+		t.Fatal("a missing pool file was accepted")
 	}
 }
 

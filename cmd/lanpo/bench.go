@@ -25,6 +25,7 @@ func benchCommand() *cli.Command {
 			benchTokenizeCommand(),
 			benchVerifyCommand(),
 			benchRelevanceCommand(),
+			benchSummariesCommand(),
 			benchMemoryCommand(),
 			benchAllreduceCommand(),
 		},

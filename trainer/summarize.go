@@ -1,0 +1,198 @@
+package trainer
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
+)
+
+// summarize writes the summary of each attempt (at problem problems[i],
+// outcome correct[i]) as structured output, in one decode per attempt:
+// the assistant turn starts with the first field's header, and each later
+// header is fed inside the decode when the field before it ends — at
+// another field's header (its stop strings), a special token, or
+// lanpo.summary_field_tokens — so even a weak model's summary parses and
+// the attempt is prefilled once, not once per field. The fields are the
+// lessons (principles, pitfalls), after the flow of thought when the
+// prompts ask for it (pool.Prompts.FlowHeader). A field the model leaves
+// empty stays empty (counted by the caller).
+func (f *feedback) summarize(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
+	users := make([]string, len(attempts))
+	prefixes := make([]string, len(attempts))
+	headers := f.prompts.SummaryHeaders()
+	for i := range attempts {
+		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
+		prefixes[i] = headers[0]
+	}
+	segs := make([]model.Segment, len(headers))
+	for k, h := range headers {
+		segs[k] = model.Segment{MaxTokens: f.cfg.SummaryFieldTokens, Stops: others(headers, k)}
+		if k > 0 {
+			ids, err := f.tk.Encode("\n"+h, false)
+			if err != nil {
+				return nil, err
+			}
+			segs[k].Header, segs[k].HeaderText = tokenizer.Int64s(ids), h
+		}
+	}
+	res, err := f.sample(users, prefixes, indexes, model.SamplingParams{Segments: segs}, "summary")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pool.Summary, len(attempts))
+	for _, s := range res {
+		fields := make([]string, 3) // flow, principles, pitfalls
+		first := 3 - len(headers)
+		for k, r := range s.Segments {
+			text := cutAtStops(f.tk.Decode(tokenizer.Ints(s.IDs[r[0]:r[1]]), true), segs[k].Stops)
+			fields[first+k] = f.cleanField(text, headers, k)
+		}
+		out[s.Prompt] = pool.Summary{FlowOfThought: fields[0], Principles: fields[1], Pitfalls: fields[2]}
+	}
+	return out, nil
+}
+
+// others is headers without its k-th.
+func others(headers []string, k int) []string {
+	var o []string
+	for i, h := range headers {
+		if i != k {
+			o = append(o, h)
+		}
+	}
+	return o
+}
+
+// cleanField removes added-token strings from the k-th summary field and
+// ends it where the model began another field in its own words, or began
+// this one again (its own header, exactly, after some text: a real run's
+// principles ran on into "Principles: 3. …").
+func (f *feedback) cleanField(s string, headers []string, k int) string {
+	s, n := f.tk.StripAddedTokens(s)
+	f.met.SpecialRemoved += n
+	whole := strings.TrimSpace(s)
+	if i := strings.Index(s, headers[k]); i > 0 && strings.TrimSpace(s[:i]) != "" {
+		s = s[:i]
+	}
+	cut := pool.CutAtHeader(s, others(headers, k)...)
+	if cut != whole {
+		f.met.SummaryFieldsCut++
+	}
+	return cut
+}
+
+// summarizeByField is the summary written field by field, one generation
+// per field, each prefilling the prompt and the fields before it again:
+// how lanpo wrote summaries before the one-pass decode. It is kept as the
+// baseline of lanpo bench summaries and as the definition the one-pass
+// summary is tested against.
+func (f *feedback) summarizeByField(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
+	users := make([]string, len(attempts))
+	prefixes := make([]string, len(attempts))
+	headers := f.prompts.SummaryHeaders()
+	for i := range attempts {
+		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
+	}
+	fields := make([][]string, len(headers))
+	for k, h := range headers {
+		for i := range prefixes {
+			if k > 0 {
+				prefixes[i] += "\n"
+			}
+			prefixes[i] += h
+		}
+		var err error
+		if fields[k], err = f.generate(users, prefixes, indexes, f.cfg.SummaryFieldTokens, others(headers, k), "summary-"+h); err != nil {
+			return nil, err
+		}
+		for i := range prefixes {
+			prefixes[i] += " " + fields[k][i]
+		}
+	}
+	out := make([]pool.Summary, len(attempts))
+	for i := range out {
+		var fl [3]string
+		for k := range headers {
+			fl[3-len(headers)+k] = f.cleanField(fields[k][i], headers, k)
+		}
+		out[i] = pool.Summary{FlowOfThought: fl[0], Principles: fl[1], Pitfalls: fl[2]}
+	}
+	return out, nil
+}
+
+// SummaryBench is one way of writing summaries, timed.
+type SummaryBench struct {
+	Seconds              float64
+	Prefilled, Generated int
+	Summaries            []pool.Summary
+}
+
+// BenchSummariesFromPool loads cfg's model and the first n entries of the
+// pool file (attempts, outcomes and their problems' texts) and runs
+// BenchSummaries on them.
+func BenchSummariesFromPool(cfg Config, poolPath string, n int) (byField, onePass SummaryBench, err error) {
+	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
+	defer runtime.UnlockOSThread()
+	p, err := pool.Load(poolPath, cfg.LANPO.PoolConfig())
+	if err != nil {
+		return byField, onePass, err
+	}
+	var problems, attempts []string
+	var correct []bool
+	for i := 0; i < p.Problems() && len(attempts) < n; i++ {
+		id, text := p.ProblemAt(i)
+		for _, e := range p.EntriesOf(id) {
+			if len(attempts) < n {
+				problems, attempts, correct = append(problems, text), append(attempts, e.Attempt), append(correct, e.Correct)
+			}
+		}
+	}
+	if len(attempts) == 0 {
+		return byField, onePass, fmt.Errorf("%s: no entries", poolPath)
+	}
+	m, err := model.Load(cfg.Model, cfg.loadOptions())
+	if err != nil {
+		return byField, onePass, err
+	}
+	defer m.Close()
+	tk, err := tokenizer.Load(cfg.Model)
+	if err != nil {
+		return byField, onePass, err
+	}
+	return BenchSummaries(m, tk, cfg, problems, attempts, correct)
+}
+
+// BenchSummaries writes the summaries of the given attempts twice with
+// cfg's lanpo section: field by field (the baseline, first) and in one
+// decode (what training does), on the caller's thread.
+func BenchSummaries(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, problems, attempts []string, correct []bool) (byField, onePass SummaryBench, err error) {
+	f, err := newFeedback(m, tk, cfg, nil)
+	if err != nil {
+		return byField, onePass, err
+	}
+	indexes := make([]int, len(attempts))
+	for i := range indexes {
+		indexes[i] = i
+	}
+	run := func(write func([]string, []string, []bool, []int) ([]pool.Summary, error)) (b SummaryBench, err error) {
+		f.tokens.prefilled, f.tokens.generated = 0, 0
+		start := time.Now()
+		b.Summaries, err = write(problems, attempts, correct, indexes)
+		if err == nil {
+			err = csrc.Synchronize()
+		}
+		b.Seconds, b.Prefilled, b.Generated = time.Since(start).Seconds(), f.tokens.prefilled, f.tokens.generated
+		return b, err
+	}
+	if byField, err = run(f.summarizeByField); err != nil {
+		return byField, onePass, err
+	}
+	onePass, err = run(f.summarize)
+	return byField, onePass, err
+}
