@@ -68,7 +68,7 @@ func DefaultPrompts() Prompts {
 			"Do not solve the problem and do not state an answer.",
 		PlanHeader: "Plan:",
 		Summarize: "Problem:\n{problem}\n\nAn attempt at it:\n<attempt>\n{attempt}\n</attempt>\n\n{outcome}\n\n" +
-			"Summarize the attempt for your future self in two parts: " +
+			"Summarize the attempt for your future self in two parts, one or two sentences each: " +
 			"the principles worth reusing on other problems, and the pitfalls (what went or could go wrong).",
 		OutcomeCorrect:   "Its final answer was checked and is correct.",
 		OutcomeWrong:     "Its final answer was checked and is wrong.",

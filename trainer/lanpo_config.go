@@ -131,7 +131,7 @@ func defaultLANPO() LANPOConfig {
 		Similarity: simEmbedding, SimilarityThreshold: 0.9, SimilarityScale: scaleQuantile, ReferencePairs: 64, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
 		MaxEntriesPerProblem: pc.MaxEntriesPerProblem, MaxPoolBytes: pc.MaxBytes, Eviction: pc.Eviction,
 		NearDuplicate:     pc.NearDuplicate,
-		SummariesPerGroup: 2, SummaryFieldTokens: 96, PlanTokens: 128, MaxContextTokens: 1024,
+		SummariesPerGroup: 2, SummaryFieldTokens: 64, PlanTokens: 128, MaxContextTokens: 1024,
 	}
 }
 
