@@ -85,7 +85,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if newScript(p, nil, 0).needsDecoder() && opt.Detokenize == nil {
+	if len(p.allStopStrings()) > 0 && opt.Detokenize == nil {
 		return nil, errNeedDecoder
 	}
 	if len(reqs) == 0 {

@@ -49,6 +49,16 @@ type Segment struct {
 	Stops      []string // end the segment when its sampled text holds one (needs a decoder)
 }
 
+// allStopStrings is every stop string a sample can meet: the request's
+// and its segments'.
+func (p SamplingParams) allStopStrings() []string {
+	all := append([]string(nil), p.StopStrings...)
+	for _, g := range p.Segments {
+		all = append(all, g.Stops...)
+	}
+	return all
+}
+
 // segmentsBudget is the new tokens a structured output can take.
 func segmentsBudget(segs []Segment) int {
 	n := 0

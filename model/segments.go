@@ -29,16 +29,9 @@ func newScript(p SamplingParams, detokenize func() func(int64) string, rows int)
 	if !sc.structured {
 		sc.segs = []Segment{{MaxTokens: p.MaxNewTokens, Stops: p.StopStrings}}
 	}
-	var all []string
-	for _, g := range sc.segs {
-		all = append(all, g.Stops...)
-	}
-	sc.stops = newStopMatcher(all, detokenize, rows)
+	sc.stops = newStopMatcher(p.allStopStrings(), detokenize, rows)
 	return sc
 }
-
-// needsDecoder reports whether some segment has stop strings.
-func (sc *script) needsDecoder() bool { return len(sc.stops.stops) > 0 }
 
 // start puts row at the beginning of its first segment.
 func (sc *script) start(r int, out *Sample) {
@@ -69,9 +62,6 @@ func (sc *script) closeSeg(out *Sample, at int) {
 func (sc *script) blocksStops(r, min int) bool {
 	return len(sc.pending[r]) == 0 && sc.n[r] < min
 }
-
-// forcing reports whether row feeds a header id this step.
-func (sc *script) forcing(r int) bool { return len(sc.pending[r]) > 0 }
 
 // step takes the token drawn for row r and returns the token it feeds
 // (the draw, or a header id in its place), and whether the row is then
@@ -118,14 +108,12 @@ func (sc *script) step(r int, drawn int64, out *Sample) (tok int64, done bool, r
 		// The stop id is not fed: the header's first id takes its place.
 		sc.closeSeg(out, at)
 		tok, hdr = hdr[0], hdr[1:]
+		sc.stops.feed(r, tok)
 	} else {
 		sc.closeSeg(out, at+1)
 		tok = drawn
 	}
 	sc.pending[r] = hdr
-	if isStop {
-		sc.stops.feed(r, tok)
-	}
 	if len(hdr) == 0 {
 		sc.begin(r, out, at+1)
 	}

@@ -144,14 +144,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		e.Step, e.Group, e.Sample, e.Reward = i/16, i%16, i%4, float64(rng.Intn(2))
 		p.Add(pr.Problem, e)
 	}
-	dir := t.TempDir()
-	if err := p.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	q, err := Load(filepath.Join(dir, File), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := saveAndLoad(t, p, cfg)
 	var a, b bytes.Buffer
 	p.Write(&a)
 	q.Write(&b)
@@ -211,4 +204,18 @@ func TestOneCandidatePerProblem(t *testing.T) {
 			t.Fatal("the same problem under another id is a candidate for itself")
 		}
 	}
+}
+
+// saveAndLoad writes p to a temporary directory and reads it back.
+func saveAndLoad(t *testing.T, p *Pool, cfg Config) *Pool {
+	t.Helper()
+	dir := t.TempDir()
+	if err := p.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Load(filepath.Join(dir, File), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }

@@ -3,7 +3,6 @@ package pool
 import (
 	"bytes"
 	"math/rand"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -58,14 +57,7 @@ func TestSaveLoadKeepsEveryValidByte(t *testing.T) {
 		}
 		p.Add("problem "+e.ProblemID+" "+text(), e)
 	}
-	dir := t.TempDir()
-	if err := p.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	q, err := Load(filepath.Join(dir, File), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := saveAndLoad(t, p, cfg)
 	if p.Problems() != q.Problems() || p.Entries() != q.Entries() || p.Bytes() != q.Bytes() {
 		t.Fatalf("sizes differ: %d/%d/%d vs %d/%d/%d", p.Problems(), p.Entries(), p.Bytes(), q.Problems(), q.Entries(), q.Bytes())
 	}

@@ -23,11 +23,10 @@ import (
 // prompts ask for it (pool.Prompts.FlowHeader). A field the model leaves
 // empty stays empty (counted by the caller).
 func (f *feedback) summarize(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
-	users := make([]string, len(attempts))
-	prefixes := make([]string, len(attempts))
+	users := f.summaryRequests(problems, attempts, correct)
 	headers := f.prompts.SummaryHeaders()
-	for i := range attempts {
-		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
+	prefixes := make([]string, len(attempts))
+	for i := range prefixes {
 		prefixes[i] = headers[0]
 	}
 	segs := make([]model.Segment, len(headers))
@@ -47,15 +46,32 @@ func (f *feedback) summarize(problems, attempts []string, correct []bool, indexe
 	}
 	out := make([]pool.Summary, len(attempts))
 	for _, s := range res {
-		fields := make([]string, 3) // flow, principles, pitfalls
-		first := 3 - len(headers)
+		fields := make([]string, len(s.Segments))
 		for k, r := range s.Segments {
-			text := cutAtStops(f.tk.Decode(tokenizer.Ints(s.IDs[r[0]:r[1]]), true), segs[k].Stops)
-			fields[first+k] = f.cleanField(text, headers, k)
+			fields[k] = cutAtStops(f.tk.Decode(tokenizer.Ints(s.IDs[r[0]:r[1]]), true), segs[k].Stops)
 		}
-		out[s.Prompt] = pool.Summary{FlowOfThought: fields[0], Principles: fields[1], Pitfalls: fields[2]}
+		out[s.Prompt] = f.summaryOf(fields, headers)
 	}
 	return out, nil
+}
+
+// summaryRequests are the summarization prompts' user messages.
+func (f *feedback) summaryRequests(problems, attempts []string, correct []bool) []string {
+	users := make([]string, len(attempts))
+	for i := range attempts {
+		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
+	}
+	return users
+}
+
+// summaryOf is the summary whose fields, in the order of headers, the
+// model wrote (each cleaned; fields not reached stay empty).
+func (f *feedback) summaryOf(fields, headers []string) pool.Summary {
+	var fl [3]string // flow, principles, pitfalls
+	for k, text := range fields {
+		fl[3-len(headers)+k] = f.cleanField(text, headers, k)
+	}
+	return pool.Summary{FlowOfThought: fl[0], Principles: fl[1], Pitfalls: fl[2]}
 }
 
 // others is headers without its k-th.
@@ -93,12 +109,9 @@ func (f *feedback) cleanField(s string, headers []string, k int) string {
 // baseline of lanpo bench summaries and as the definition the one-pass
 // summary is tested against.
 func (f *feedback) summarizeByField(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
-	users := make([]string, len(attempts))
+	users := f.summaryRequests(problems, attempts, correct)
 	prefixes := make([]string, len(attempts))
 	headers := f.prompts.SummaryHeaders()
-	for i := range attempts {
-		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
-	}
 	fields := make([][]string, len(headers))
 	for k, h := range headers {
 		for i := range prefixes {
@@ -117,11 +130,11 @@ func (f *feedback) summarizeByField(problems, attempts []string, correct []bool,
 	}
 	out := make([]pool.Summary, len(attempts))
 	for i := range out {
-		var fl [3]string
+		mine := make([]string, len(headers))
 		for k := range headers {
-			fl[3-len(headers)+k] = f.cleanField(fields[k][i], headers, k)
+			mine[k] = fields[k][i]
 		}
-		out[i] = pool.Summary{FlowOfThought: fl[0], Principles: fl[1], Pitfalls: fl[2]}
+		out[i] = f.summaryOf(mine, headers)
 	}
 	return out, nil
 }
