@@ -47,6 +47,9 @@ type CalibrationOptions struct {
 	// Gamma is the quantile γ at which CombinedPass applies each threshold
 	// as lanpo.relevance_floor.
 	Gamma float64
+	// Centre is the embedding scorer's centre, as lanpo.embedding_centre
+	// (fixed or batch; "": fixed).
+	Centre string
 	// Named are pairs of problem ids whose scores are reported one by one.
 	Named [][2]string
 }
@@ -139,6 +142,13 @@ func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 	var env scorerEnv
 	prefilled := 0
 	env.prefilled, env.prompts, env.maxContext = &prefilled, pool.DefaultPrompts(), o.MaxContextTokens
+	switch o.Centre {
+	case centreFixed, "":
+		env.centre = centreProblems()
+	case centreBatch:
+	default:
+		return nil, fmt.Errorf("centre %q: want %s or %s", o.Centre, centreFixed, centreBatch)
+	}
 	for _, name := range o.Scorers {
 		if name != simBM25 && env.m == nil {
 			opts := model.LoadOptions{}

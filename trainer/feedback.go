@@ -61,6 +61,9 @@ func newFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Po
 	}
 	f.stopIDs = append(eos, tokenizer.Int64s(tk.SpecialIDs())...)
 	env := scorerEnv{m: m, tk: tk, prompts: f.prompts, maxContext: cfg.LANPO.MaxContextTokens, thinking: f.thinking, prefilled: &f.tokens.prefilled}
+	if f.cfg.EmbeddingCentre == centreFixed {
+		env.centre = centreProblems()
+	}
 	if f.scorer, err = scorerNamed(cfg.LANPO.Similarity, env); err != nil {
 		return nil, fmt.Errorf("config key lanpo.similarity: %w", err)
 	}

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -321,5 +322,59 @@ func TestRelevanceFilterBoundaries(t *testing.T) {
 		if got := f.passes(c.scaled, c.raw); got != c.want {
 			t.Errorf("passes(scaled %v, raw %v) = %v, want %v", c.scaled, c.raw, got, c.want)
 		}
+	}
+}
+
+// TestEmbeddingCentre: centred on the fixed set of math problems
+// (lanpo.embedding_centre: fixed), a pair's raw score is the same whatever
+// else is scored with it — so relevance_floor means the same in any pool;
+// centred on the texts scored together (batch), it moves with them.
+func TestEmbeddingCentre(t *testing.T) {
+	m, tk := loadWarm(t)
+	if n := len(centreProblems()); n != 56 {
+		t.Fatalf("%d centre problems, want 56 (8 per MATH subject)", n)
+	}
+	prefilled := 0
+	env := scorerEnv{m: m, tk: tk, prompts: pool.DefaultPrompts(), maxContext: 256, prefilled: &prefilled}
+	pair := relevancePair{query: "What is 5 - 2?", candidate: "What is 8 - 1?"} // the tiny model knows these
+	alone := []relevancePair{pair}
+	crowd := []relevancePair{pair}
+	others := centreProblems()[:7]
+	for i := range others {
+		crowd = append(crowd, relevancePair{query: others[i], candidate: others[(i+1)%len(others)]})
+	}
+	scores := func(centre []string) (float64, float64) {
+		t.Helper()
+		env.centre = centre
+		a, err := embeddingScorer{env}.score(alone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := embeddingScorer{env}.score(crowd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a[0], c[0]
+	}
+	a, c := scores(centreProblems())
+	if math.Abs(a-c) > 1e-4 {
+		t.Fatalf("fixed centre: the pair scores %v alone and %v among other problems", a, c)
+	}
+	before := prefilled
+	a2, c2 := scores(nil)
+	t.Logf("fixed centre: alone %.4f, in a crowd %.4f; batch centre: alone %.4f, in a crowd %.4f", a, c, a2, c2)
+	if math.Abs(a2-c2) < 0.05 {
+		t.Fatalf("batch centre: the pair scores %v alone and %v among other problems: the test decides nothing", a2, c2)
+	}
+	if prefilled-before >= before {
+		t.Fatalf("the fixed centre prefilled no more than the batch centre (%d vs %d tokens)", before, prefilled-before)
+	}
+
+	cfg := lanpoConfig(t)
+	if cfg.LANPO.EmbeddingCentre != centreFixed {
+		t.Fatalf("default lanpo.embedding_centre %q", cfg.LANPO.EmbeddingCentre)
+	}
+	if _, err := LoadConfig("../configs/tiny-lanpo.yaml", []string{"lanpo.embedding_centre=pool"}); err == nil || !strings.Contains(err.Error(), "lanpo.embedding_centre") {
+		t.Fatalf("a bad embedding_centre: %v", err)
 	}
 }

@@ -52,6 +52,13 @@ type LANPOConfig struct {
 	// Unset: the scorer's calibrated default (relevanceFloors;
 	// docs/lanpo.md has the measurement).
 	RelevanceFloor *float64 `yaml:"relevance_floor"`
+	// EmbeddingCentre is what the embedding scorer subtracts before the
+	// cosine: fixed (default) — the mean embedding of a fixed set of 56
+	// MATH problems of every subject (trainer/relevance_centre.jsonl), so
+	// raw scores and relevance_floor mean the same in any run — or batch,
+	// the mean of the texts scored together (the pool's own mix: in a pool
+	// of one kind of problem every score is then low).
+	EmbeddingCentre string `yaml:"embedding_centre"`
 	// RetrievalCandidates other problems come from BM25; of those passing
 	// γ, the MaxRelatedProblems most relevant give LessonsPerProblem
 	// lessons each to the condenser.
@@ -109,13 +116,16 @@ const (
 	simEmbedding     = "embedding"
 	scaleQuantile    = "quantile"
 	scaleRaw         = "raw"
+	centreFixed      = "fixed"
+	centreBatch      = "batch"
 )
 
 // relevanceFloors are the scorers' default lanpo.relevance_floor, set
 // from lanpo bench relevance on BM25-retrieved MATH-train candidates with
-// Qwen2.5-Coder-0.5B (docs/lanpo.md, "An absolute floor"): embedding 0.8
-// passes 31% of same-subject and 13% of other-subject candidates, bm25
-// 0.7 16–25% and 2%. The policy scorer is not calibrated (a 0.5B model
+// Qwen2.5-Coder-0.5B (docs/lanpo.md, "An absolute floor" and "One centre
+// for every run"): embedding 0.8 (fixed centre) passes 46% of
+// same-subject and 15% of other-subject candidates, bm25 0.7 16–25% and
+// 2%. The policy scorer is not calibrated (a 0.5B model
 // rates worse than chance): no floor.
 var relevanceFloors = map[string]float64{simEmbedding: 0.8, simBM25: 0.7, simPolicy: 0}
 
@@ -128,7 +138,7 @@ func defaultLANPO() LANPOConfig {
 	pc := pool.DefaultConfig()
 	return LANPOConfig{
 		FeedbackRatio: 0.75, FeedbackSchedule: scheduleConstant, ReflectOn: reflectAny, TrainPrompt: trainSampled, TISCap: 2,
-		Similarity: simEmbedding, SimilarityThreshold: 0.9, SimilarityScale: scaleQuantile, ReferencePairs: 64, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
+		Similarity: simEmbedding, EmbeddingCentre: centreFixed, SimilarityThreshold: 0.9, SimilarityScale: scaleQuantile, ReferencePairs: 64, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
 		MaxEntriesPerProblem: pc.MaxEntriesPerProblem, MaxPoolBytes: pc.MaxBytes, Eviction: pc.Eviction,
 		NearDuplicate:     pc.NearDuplicate,
 		SummariesPerGroup: 2, SummaryFieldTokens: 64, PlanTokens: 128, MaxContextTokens: 1024,
@@ -157,6 +167,9 @@ func (l *LANPOConfig) resolve(maxNewTokens int) {
 	if l.RelevanceFloor == nil {
 		floor := relevanceFloors[l.Similarity]
 		l.RelevanceFloor = &floor
+	}
+	if l.EmbeddingCentre == "" {
+		l.EmbeddingCentre = centreFixed
 	}
 	if l.MaxAttemptTokens == 0 {
 		l.MaxAttemptTokens = maxNewTokens
@@ -200,6 +213,8 @@ func (l *LANPOConfig) validate(maxNewTokens int) error {
 		return bad("similarity_threshold", "must be in [0, 1], got %g", l.SimilarityThreshold)
 	case *l.RelevanceFloor < 0 || *l.RelevanceFloor > 1:
 		return bad("relevance_floor", "must be in [0, 1], got %g", *l.RelevanceFloor)
+	case l.EmbeddingCentre != centreFixed && l.EmbeddingCentre != centreBatch:
+		return bad("embedding_centre", "%q: want %s or %s", l.EmbeddingCentre, centreFixed, centreBatch)
 	case l.SimilarityScale != scaleQuantile && l.SimilarityScale != scaleRaw:
 		return bad("similarity_scale", "%q: want %s or %s", l.SimilarityScale, scaleQuantile, scaleRaw)
 	case l.SimilarityScale == scaleQuantile && l.ReferencePairs < 8:

@@ -261,7 +261,7 @@ func TestExpectedDigitAndCentredCosine(t *testing.T) {
 	}
 	// A shared offset makes raw cosines near 1; centring removes it.
 	vs := [][]float32{{100, 1, 0}, {100, 0, 1}, {100, -1, 0}, {100, 0, -1}}
-	c := centre(vs)
+	c := centre(vs, meanOf(vs))
 	if raw := cosine([]float64{100, 1, 0}, []float64{100, 0, 1}); raw < 0.99 {
 		t.Fatalf("raw cosine %v", raw)
 	}

@@ -1,9 +1,13 @@
 package trainer
 
 import (
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strings"
+	"sync"
 
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -35,6 +39,10 @@ type scorerEnv struct {
 	maxContext int   // each pair's texts are clipped to half of it
 	thinking   *bool // rollout.enable_thinking, for the chat template
 	prefilled  *int  // counts the tokens the scorer prefills
+	// centre: the texts whose mean embedding the embedding scorer
+	// subtracts (lanpo.embedding_centre fixed: centreProblems); nil: the
+	// mean of the texts scored together (batch).
+	centre []string
 }
 
 // scorerNamed returns the scorer lanpo.similarity names.
@@ -127,24 +135,27 @@ func expectedDigit(lp []float64) float64 {
 }
 
 // embeddingScorer is the cosine of centred mean-pooled hidden states of the
-// policy, recomputed at query time (the policy changes): every text of the
-// call is embedded, the mean over them is subtracted (raw hidden states
-// share a large common direction that makes every cosine high), and
-// relevance is max(0, cosine).
+// policy, recomputed at query time (the policy changes). Raw hidden states
+// share a large common direction that makes every cosine high, so a mean
+// is subtracted first: by default the mean over a fixed set of math
+// problems (env.centre), which gives a raw score the same meaning in any
+// run — "more alike than math problems in general" — whatever the data,
+// the pool's mix or the texts scored together; with no such set, the mean
+// over the call's own texts. Relevance is max(0, cosine).
 type embeddingScorer struct{ env scorerEnv }
 
 func (s embeddingScorer) score(pairs []relevancePair) ([]float64, error) {
 	e := s.env
 	index := map[string]int{}
 	var seqs [][]int64
-	add := func(text string) error {
-		if _, ok := index[text]; ok {
-			return nil
+	add := func(text string) (int, error) {
+		if i, ok := index[text]; ok {
+			return i, nil
 		}
 		t, _ := clipText(e.tk, text, e.maxContext)
 		ids, err := e.tk.Encode(t, false)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if len(ids) == 0 {
 			ids = []int{0}
@@ -152,21 +163,36 @@ func (s embeddingScorer) score(pairs []relevancePair) ([]float64, error) {
 		index[text] = len(seqs)
 		seqs = append(seqs, tokenizer.Int64s(ids))
 		*e.prefilled += len(ids)
-		return nil
+		return index[text], nil
 	}
 	for _, p := range pairs {
-		if err := add(p.query); err != nil {
+		if _, err := add(p.query); err != nil {
 			return nil, err
 		}
-		if err := add(p.candidate); err != nil {
+		if _, err := add(p.candidate); err != nil {
 			return nil, err
 		}
+	}
+	var centreAt []int
+	for _, t := range e.centre {
+		i, err := add(t)
+		if err != nil {
+			return nil, err
+		}
+		centreAt = append(centreAt, i)
 	}
 	embs, err := e.m.MeanHidden(seqs, 16)
 	if err != nil {
 		return nil, err
 	}
-	centred := centre(embs)
+	from := embs
+	if len(centreAt) > 0 {
+		from = make([][]float32, len(centreAt))
+		for k, i := range centreAt {
+			from[k] = embs[i]
+		}
+	}
+	centred := centre(embs, meanOf(from))
 	out := make([]float64, len(pairs))
 	for i, p := range pairs {
 		out[i] = math.Max(0, cosine(centred[index[p.query]], centred[index[p.candidate]]))
@@ -174,8 +200,26 @@ func (s embeddingScorer) score(pairs []relevancePair) ([]float64, error) {
 	return out, nil
 }
 
-// centre subtracts the mean vector from each vector (float64).
-func centre(vs [][]float32) [][]float64 {
+//go:embed relevance_centre.jsonl
+var centreJSONL string
+
+// centreProblems are the fixed math problems the embedding scorer centres
+// on (lanpo.embedding_centre: fixed): eight short MATH-train problems per
+// subject, written by scripts/data/relevance_centre.py.
+var centreProblems = sync.OnceValue(func() []string {
+	var out []string
+	for i, line := range strings.Split(strings.TrimSpace(centreJSONL), "\n") {
+		var r struct{ Problem string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Problem == "" {
+			panic(fmt.Sprintf("trainer/relevance_centre.jsonl line %d: not a problem record (%v)", i+1, err))
+		}
+		out = append(out, r.Problem)
+	}
+	return out
+})
+
+// meanOf is the mean vector (float64).
+func meanOf(vs [][]float32) []float64 {
 	if len(vs) == 0 {
 		return nil
 	}
@@ -185,6 +229,11 @@ func centre(vs [][]float32) [][]float64 {
 			mean[j] += float64(x) / float64(len(vs))
 		}
 	}
+	return mean
+}
+
+// centre subtracts mean from each vector (float64).
+func centre(vs [][]float32, mean []float64) [][]float64 {
 	out := make([][]float64, len(vs))
 	for i, v := range vs {
 		out[i] = make([]float64, len(v))

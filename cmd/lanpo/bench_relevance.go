@@ -35,6 +35,7 @@ func benchRelevanceCommand() *cli.Command {
 			&cli.IntFlag{Name: "candidates", Value: 8, Usage: "BM25 candidates per query, as lanpo.retrieval_candidates (--draw retrieval)"},
 			&cli.Float64Flag{Name: "gamma", Value: 0.9, Usage: "quantile γ of the combined filter, as lanpo.similarity_threshold"},
 			&cli.StringSliceFlag{Name: "pair", Usage: "'QUERY_ID CANDIDATE_ID': report this pair's scores (repeatable)"},
+			&cli.StringFlag{Name: "centre", Value: "fixed", Usage: "the embedding scorer's centre, as lanpo.embedding_centre: fixed (a built-in set of MATH problems) or batch (the texts scored together)"},
 			&cli.Int64Flag{Name: "seed", Value: 1},
 			&cli.IntFlag{Name: "max-context-tokens", Value: 1024, Usage: "as lanpo.max_context_tokens: each text is cut to half of it"},
 			&cli.StringFlag{Name: "dtype", Usage: "float32 (default on CPU), bfloat16, float16"},
@@ -68,7 +69,7 @@ func benchRelevanceCommand() *cli.Command {
 			}
 			res, err := trainer.CalibrateRelevance(trainer.CalibrationOptions{Model: c.String("model"), DType: c.String("dtype"), Scorers: scorers,
 				Problems: problems, Draw: c.String("draw"), Candidates: c.Int("candidates"), Pairs: c.Int("pairs"), Seed: c.Int64("seed"),
-				MaxContextTokens: c.Int("max-context-tokens"), Thresholds: gammas, Gamma: c.Float64("gamma"), Named: named})
+				MaxContextTokens: c.Int("max-context-tokens"), Thresholds: gammas, Gamma: c.Float64("gamma"), Centre: c.String("centre"), Named: named})
 			if err != nil {
 				return err
 			}
