@@ -48,7 +48,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "data-dir", Usage: "directory holding the benchmark files", EnvVars: []string{eval.DataDirEnv}},
 			&cli.IntFlag{Name: "k", Usage: "samples per problem (default: eval.k, 1)"},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate this many problems per benchmark, evenly spaced through the file"},
-			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval or self-correct (repeatable; default zero-shot)"},
+			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval or self-correct (repeatable or comma-separated; default zero-shot)"},
 			&cli.StringFlag{Name: "pool", Usage: "retrieval's pool: a LANPO checkpoint directory, run directory or pool.jsonl"},
 			&cli.StringSliceFlag{Name: "decontaminate", Usage: "training JSONL files: drop benchmark problems with a twin in them (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "a run config (YAML) for prompts, the lanpo section and eval defaults"},
@@ -103,7 +103,10 @@ func runEval(c *cli.Context) error {
 	if c.Float64("temperature") >= 0 {
 		ec.Temperature = c.Float64("temperature")
 	}
-	modes := c.StringSlice("mode")
+	var modes []string
+	for _, m := range c.StringSlice("mode") { // repeatable or comma-separated
+		modes = append(modes, strings.Split(m, ",")...)
+	}
 	if len(modes) == 0 {
 		modes = ec.Modes
 	}

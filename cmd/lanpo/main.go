@@ -33,6 +33,9 @@ func newApp() *cli.App {
 		Name:    "lanpo",
 		Usage:   "train LLMs for math reasoning with GRPO and LANPO, on libtorch",
 		Version: version,
+		// A repeatable flag's value is taken whole: --set 'data.system_prompt=Think, then answer.'
+		// and --stop "," mean what they say (urfave/cli splits at commas by default).
+		DisableSliceFlagSeparator: true,
 		Description: "lanpo loads Hugging Face Qwen2-family models and JSONL math data as they are, and trains them\n" +
 			"with reinforcement learning from verified answers. Every forward and backward pass runs in\n" +
 			"libtorch. Commands read JSONL on stdin and write JSONL on stdout where that makes sense.",
