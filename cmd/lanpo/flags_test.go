@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
@@ -49,5 +52,49 @@ func TestRepeatableFlagsKeepCommas(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%v: --%s %q, want %q", c.args, c.flag, got, c.want)
 		}
+	}
+}
+
+// TestFiltersKeepOutputBeforeABadLine: verify, tokenize, score and
+// generate write the output of every line before a bad one, then stop
+// naming it (exit 1); --skip-bad-lines writes an error record in its place
+// and goes on. Before, 3 good lines and a bad one gave no output at all.
+func TestFiltersKeepOutputBeforeABadLine(t *testing.T) {
+	tiny := filepath.Join("..", "..", "model", "testdata", "tiny")
+	for _, c := range []struct {
+		name    string
+		args    []string
+		good    string // one good input line
+		perLine int    // output lines per good input line
+	}{
+		{"verify", []string{"verify"}, `{"pred": "\\boxed{2}", "gold": "2"}`, 1},
+		{"tokenize", []string{"tokenize", "--tokenizer", qwen3Tokenizer(t)}, `{"text": "x^2"}`, 1},
+		{"score", []string{"score", "--model", filepath.Join(tiny, "qwen2-gqa2-tied")}, `{"ids": [1, 2, 3]}`, 1},
+		{"generate", []string{"generate", "--model", filepath.Join(tiny, "qwen3-gqa3"), "--max-new-tokens", "2", "--samples", "2", "--batch-size", "8"}, `{"prompt_ids": [4, 5]}`, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := strings.Repeat(c.good+"\n", 3) + "{\"oops\": 1}\n" + c.good + "\n"
+			run := func(extra ...string) ([]string, error) {
+				app := newApp()
+				var out bytes.Buffer
+				app.Reader, app.Writer = strings.NewReader(in), &out
+				err := app.Run(append(append([]string{"lanpo"}, c.args...), extra...))
+				return strings.Split(strings.TrimSpace(out.String()), "\n"), err
+			}
+			lines, err := run()
+			if err == nil || !strings.Contains(err.Error(), "stdin line 4") {
+				t.Fatalf("error %v, want one naming stdin line 4", err)
+			}
+			if len(lines) != 3*c.perLine || strings.Contains(lines[0], "error") || lines[0] == "" {
+				t.Fatalf("%d output lines before the bad one, want %d: %q", len(lines), 3*c.perLine, lines)
+			}
+			lines, err = run("--skip-bad-lines")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(lines) != 4*c.perLine+1 || !strings.HasPrefix(lines[3*c.perLine], `{"error":"stdin line 4: `) {
+				t.Fatalf("--skip-bad-lines: %q", lines)
+			}
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -35,6 +34,7 @@ func generateCommand() *cli.Command {
 			"generation_config.json, as transformers does) unless --ignore-eos, at any --stop-id or --stop string,\n" +
 			"or after --max-new-tokens.",
 		Flags: append(append(modelFlags(), tokenizerFlags(false)...),
+			skipBadLinesFlag,
 			&cli.Float64Flag{Name: "temperature", Value: 1, Usage: "0 is greedy"},
 			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling; 1 is off"},
 			&cli.Int64Flag{Name: "top-k", Usage: "keep the K most likely tokens; 0 is off"},
@@ -93,7 +93,7 @@ func runGenerate(c *cli.Context) error {
 		p.StopIDs = append(p.StopIDs, eos...)
 	}
 	g := generator{m: m, tk: tk, p: p, samples: c.Int("samples"), batch: c.Int("batch-size"),
-		chat: chatOpt, skipSpecial: c.Bool("skip-special-tokens")}
+		chat: chatOpt, skipSpecial: c.Bool("skip-special-tokens"), skipBad: c.Bool("skip-bad-lines")}
 	if isTerminal(os.Stderr) {
 		g.progress = os.Stderr
 	}
@@ -125,12 +125,11 @@ type generator struct {
 	chat        tokenizer.ChatOptions
 	skipSpecial bool
 	progress    io.Writer // a terminal for the progress line, or nil
+	skipBad     bool
 }
 
 func (g *generator) run(r io.Reader, w io.Writer) error {
-	out := bufio.NewWriter(w)
-	defer out.Flush()
-	enc := jsonl.Encoder(out)
+	s := newLineStream(w, g.skipBad)
 	opt := model.GenerateOptions{}
 	if g.tk != nil {
 		opt.Detokenize = func() func(int64) string {
@@ -140,12 +139,11 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 	}
 	var bar *progress.Bar // one per batch: decode steps of the batch
 	opt.Progress = func(step, finished, rows int) { bar.Update(step, fmt.Sprintf("%d/%d rows done", finished, rows)) }
-	var reqs []model.Request
-	var lines []int
-	flush := func() error {
-		if len(reqs) == 0 {
-			return nil
-		}
+	parse := func(line []byte) (model.Request, error) {
+		ids, err := g.promptIDs(line)
+		return model.Request{PromptIDs: ids, Samples: g.samples}, err
+	}
+	flush := func(reqs []model.Request, lines []int) error {
 		// Seeds follow the prompt's line, not its place in the batch.
 		bar = progress.New(g.progress, "generate", g.p.MaxNewTokens, 0)
 		res, err := g.m.GenerateAt(reqs, lines, g.p, opt)
@@ -153,37 +151,19 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("lines %d-%d: %w", lines[0], lines[len(lines)-1], err)
 		}
-		for _, s := range res {
-			o := generateOut{IDs: s.IDs, Logprobs: s.Logprobs, FinishReason: s.FinishReason, PromptIndex: lines[s.Prompt] - 1, SampleIndex: s.Index}
+		for _, smp := range res {
+			o := generateOut{IDs: smp.IDs, Logprobs: smp.Logprobs, FinishReason: smp.FinishReason, PromptIndex: lines[smp.Prompt] - 1, SampleIndex: smp.Index}
 			if g.tk != nil {
-				text := g.text(s.IDs)
+				text := g.text(smp.IDs)
 				o.Text = &text
 			}
-			if err := enc.Encode(o); err != nil {
+			if err := s.enc.Encode(o); err != nil {
 				return err
 			}
 		}
-		reqs, lines = reqs[:0], lines[:0]
-		return out.Flush()
+		return s.out.Flush()
 	}
-	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
-		ids, err := g.promptIDs(line)
-		if err != nil {
-			return fmt.Errorf("stdin line %d: %w", n, err)
-		}
-		reqs = append(reqs, model.Request{PromptIDs: ids, Samples: g.samples})
-		lines = append(lines, n)
-		if len(reqs) == g.batch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return flush()
+	return s.done(jsonl.Batched(r, "stdin", g.batch, parse, flush, s.bad()))
 }
 
 // promptIDs reads one input line into prompt ids, checked against the model.

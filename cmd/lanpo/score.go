@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ func scoreCommand() *cli.Command {
 			"--model is a Hugging Face directory (config.json + model.safetensors or shards).",
 		Flags: append(modelFlags(),
 			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "lines scored together (left-padded)"},
+			skipBadLinesFlag,
 		),
 		Action: func(c *cli.Context) error {
 			if c.Int("batch-size") < 1 {
@@ -32,60 +32,42 @@ func scoreCommand() *cli.Command {
 				return err
 			}
 			defer m.Close()
-			return scoreLines(c.App.Reader, c.App.Writer, m, c.Int("batch-size"))
+			return scoreLines(c.App.Reader, c.App.Writer, m, c.Int("batch-size"), c.Bool("skip-bad-lines"))
 		},
 	}
 }
 
 // scoreLines streams JSONL through the model in batches, keeping order.
-func scoreLines(r io.Reader, w io.Writer, m *model.Model, batch int) error {
-	out := bufio.NewWriter(w)
-	defer out.Flush()
-	var seqs [][]int64
-	var lines []int
-	flush := func() error {
-		if len(seqs) == 0 {
-			return nil
+func scoreLines(r io.Reader, w io.Writer, m *model.Model, batch int, skipBad bool) error {
+	s := newLineStream(w, skipBad)
+	parse := func(line []byte) ([]int64, error) {
+		var rec struct {
+			IDs *[]int64 `json:"ids"`
 		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return nil, err
+		}
+		if rec.IDs == nil {
+			return nil, fmt.Errorf("no \"ids\" field")
+		}
+		if err := m.CheckIDs(*rec.IDs); err != nil {
+			return nil, fmt.Errorf("\"ids\": %w", err)
+		}
+		return *rec.IDs, nil
+	}
+	flush := func(seqs [][]int64, lines []int) error {
 		res, err := m.Score(seqs)
 		if err != nil {
 			return fmt.Errorf("lines %d-%d: %w", lines[0], lines[len(lines)-1], err)
 		}
-		enc := json.NewEncoder(out)
 		for _, lp := range res {
-			if err := enc.Encode(struct {
+			if err := s.enc.Encode(struct {
 				Logprobs []float32 `json:"logprobs"`
 			}{lp}); err != nil {
 				return err
 			}
 		}
-		seqs, lines = seqs[:0], lines[:0]
-		return out.Flush()
+		return s.out.Flush()
 	}
-	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
-		var rec struct {
-			IDs *[]int64 `json:"ids"`
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return fmt.Errorf("stdin line %d: %w", n, err)
-		}
-		if rec.IDs == nil {
-			return fmt.Errorf("stdin line %d: no \"ids\" field", n)
-		}
-		if err := m.CheckIDs(*rec.IDs); err != nil {
-			return fmt.Errorf("stdin line %d: \"ids\": %w", n, err)
-		}
-		seqs = append(seqs, *rec.IDs)
-		lines = append(lines, n)
-		if len(seqs) == batch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return flush()
+	return s.done(jsonl.Batched(r, "stdin", batch, parse, flush, s.bad()))
 }

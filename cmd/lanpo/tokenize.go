@@ -32,6 +32,7 @@ func tokenizeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "add-special-tokens", Value: true, Usage: "text mode: add the post-processor's tokens (Llama-3's BOS; none for Qwen)"},
 			&cli.BoolFlag{Name: "add-generation-prompt", Usage: "chat mode: end with the header of an assistant turn"},
 			&cli.IntFlag{Name: "workers", Usage: "encoding goroutines (default: all cores)"},
+			skipBadLinesFlag,
 		),
 		Action: func(c *cli.Context) error {
 			tk, err := loadTokenizer(c)
@@ -44,6 +45,7 @@ func tokenizeCommand() *cli.Command {
 			}
 			return tokenizeLines(c.App.Reader, c.App.Writer, tk, tokenizeMode{
 				chat: c.Bool("chat"), addSpecial: c.Bool("add-special-tokens"), chatOpt: opt, workers: c.Int("workers"),
+				skipBad: c.Bool("skip-bad-lines"),
 			})
 		},
 	}
@@ -102,6 +104,7 @@ type tokenizeMode struct {
 	chat, addSpecial bool
 	chatOpt          tokenizer.ChatOptions
 	workers          int
+	skipBad          bool
 }
 
 // tokenizeBlock is how many lines are encoded in parallel before writing.
@@ -109,39 +112,21 @@ const tokenizeBlock = 4096
 
 // tokenizeLines streams JSONL through the tokenizer, keeping line order.
 func tokenizeLines(r io.Reader, w io.Writer, tk *tokenizer.Tokenizer, mode tokenizeMode) error {
-	out := bufio.NewWriter(w)
-	defer out.Flush()
-	var texts []string
-	flush := func() error {
+	s := newLineStream(w, mode.skipBad)
+	parse := func(line []byte) (string, error) { return lineText(line, tk, mode) }
+	flush := func(texts []string, _ []int) error {
 		ids, err := tk.EncodeBatch(texts, mode.addSpecial && !mode.chat, mode.workers)
 		if err != nil {
 			return fmt.Errorf("stdin: %w", err) // cannot happen: lines were checked
 		}
 		for _, x := range ids {
-			if err := writeIDs(out, x); err != nil {
+			if err := writeIDs(s.out, x); err != nil {
 				return err
 			}
 		}
-		texts = texts[:0]
-		return out.Flush()
+		return s.out.Flush()
 	}
-	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
-		text, err := lineText(line, tk, mode)
-		if err != nil {
-			return fmt.Errorf("stdin line %d: %w", n, err)
-		}
-		texts = append(texts, text)
-		if len(texts) == tokenizeBlock {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return flush()
+	return s.done(jsonl.Batched(r, "stdin", tokenizeBlock, parse, flush, s.bad()))
 }
 
 // lineText returns the text to encode for one input line.

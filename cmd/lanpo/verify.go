@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,30 +31,19 @@ func verifyCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "workers", Usage: "parallel checks (default: all cores)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Second, Usage: "longest one check may take (then: not correct)"},
+			skipBadLinesFlag,
 		},
 		Action: func(c *cli.Context) error {
-			return verifyLines(c.App.Reader, c.App.Writer, c.Int("workers"), reward.Options{Timeout: c.Duration("timeout")})
+			return verifyLines(c.App.Reader, c.App.Writer, c.Int("workers"), reward.Options{Timeout: c.Duration("timeout")}, c.Bool("skip-bad-lines"))
 		},
 	}
 }
 
 const verifyBlock = 4096
 
-func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) error {
-	out := bufio.NewWriter(w)
-	defer out.Flush()
-	enc := jsonl.Encoder(out)
-	var pairs []reward.Pair
-	flush := func() error {
-		for _, res := range reward.VerifyBatch(pairs, workers, opt) {
-			if err := enc.Encode(res); err != nil {
-				return err
-			}
-		}
-		pairs = pairs[:0]
-		return out.Flush()
-	}
-	err := jsonl.Lines(r, "stdin", func(n int, line []byte) error {
+func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options, skipBad bool) error {
+	s := newLineStream(w, skipBad)
+	parse := func(line []byte) (reward.Pair, error) {
 		var rec struct {
 			Pred         *string `json:"pred"`
 			Gold         *string `json:"gold"`
@@ -63,20 +51,20 @@ func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options) erro
 			Truncated    bool    `json:"truncated"`
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return fmt.Errorf("stdin line %d: %w", n, err)
+			return reward.Pair{}, err
 		}
 		if rec.Pred == nil || rec.Gold == nil {
-			return fmt.Errorf("stdin line %d: want {\"pred\": string, \"gold\": string}", n)
+			return reward.Pair{}, fmt.Errorf("want {\"pred\": string, \"gold\": string}")
 		}
-		pairs = append(pairs, reward.Pair{Response: *rec.Pred, Gold: *rec.Gold,
-			Truncated: rec.Truncated || rec.FinishReason == "length"})
-		if len(pairs) == verifyBlock {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+		return reward.Pair{Response: *rec.Pred, Gold: *rec.Gold, Truncated: rec.Truncated || rec.FinishReason == "length"}, nil
 	}
-	return flush()
+	flush := func(pairs []reward.Pair, _ []int) error {
+		for _, res := range reward.VerifyBatch(pairs, workers, opt) {
+			if err := s.enc.Encode(res); err != nil {
+				return err
+			}
+		}
+		return s.out.Flush()
+	}
+	return s.done(jsonl.Batched(r, "stdin", verifyBlock, parse, flush, s.bad()))
 }

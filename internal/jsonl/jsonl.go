@@ -88,3 +88,47 @@ func WriteFile[T any](path string, rows []T) error {
 	}
 	return f.Close()
 }
+
+// Batched streams r's lines through a batch-at-a-time stage: parse turns
+// a line into an item, flush handles up to size items (with their line
+// numbers) and writes their results. Results keep input order, and every
+// line before a bad one is flushed before the bad one is dealt with, so a
+// bad line never costs the output before it. A line parse rejects becomes
+// an error naming it ("stdin line 7: ..."); with bad nil that error ends
+// the stream, else bad is called with it (to write what stands in the
+// line's place) and the stream goes on unless bad returns an error.
+func Batched[T any](r io.Reader, name string, size int, parse func(line []byte) (T, error),
+	flush func(items []T, lines []int) error, bad func(err error) error) error {
+	var items []T
+	var lines []int
+	send := func() error {
+		if len(items) == 0 {
+			return nil
+		}
+		err := flush(items, lines)
+		items, lines = items[:0], lines[:0]
+		return err
+	}
+	err := Lines(r, name, func(n int, line []byte) error {
+		v, err := parse(line)
+		if err != nil {
+			if ferr := send(); ferr != nil {
+				return ferr
+			}
+			err = fmt.Errorf("%s line %d: %w", name, n, err)
+			if bad == nil {
+				return err
+			}
+			return bad(err)
+		}
+		items, lines = append(items, v), append(lines, n)
+		if len(items) == size {
+			return send()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return send()
+}

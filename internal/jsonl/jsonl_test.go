@@ -1,6 +1,7 @@
 package jsonl
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,5 +42,41 @@ func TestEncoderKeepsMarkup(t *testing.T) {
 	Encoder(&b).Encode(map[string]string{"t": "<|im_end|> & x"})
 	if !strings.Contains(b.String(), "<|im_end|> & x") {
 		t.Fatalf("%s", b.String())
+	}
+}
+
+// TestBatchedKeepsOutputBeforeABadLine: everything before a bad line is
+// flushed before it is reported; skipped, it leaves its place in order.
+func TestBatchedKeepsOutputBeforeABadLine(t *testing.T) {
+	in := "1\n2\n\n3\nx\n4\n5\n"
+	parse := func(line []byte) (int, error) {
+		var v int
+		err := json.Unmarshal(line, &v)
+		return v, err
+	}
+	var got []string
+	flush := func(items []int, lines []int) error {
+		for i, v := range items {
+			got = append(got, fmt.Sprintf("%d@%d", v, lines[i]))
+		}
+		return nil
+	}
+	err := Batched(strings.NewReader(in), "stdin", 2, parse, flush, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "stdin line 5: ") {
+		t.Fatalf("error %v, want one naming stdin line 5", err)
+	}
+	if want := "[1@1 2@2 3@4]"; fmt.Sprint(got) != want {
+		t.Fatalf("flushed %v before the error, want %s", got, want)
+	}
+	got = nil
+	err = Batched(strings.NewReader(in), "stdin", 2, parse, flush, func(err error) error {
+		got = append(got, "bad")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[1@1 2@2 3@4 bad 4@6 5@7]"; fmt.Sprint(got) != want {
+		t.Fatalf("with bad lines skipped: %v, want %s", got, want)
 	}
 }
