@@ -104,14 +104,23 @@ func WriteRandomModel(dir string, cfg *model.Config, dtype gotch.DType, seed int
 	return m.Save(dir)
 }
 
-// resolveModel returns the model directory a config names: a builtin is
-// written once under the run directory.
+// modelDir is the model directory a config names: a builtin's is under
+// the run directory.
+func modelDir(cfg Config) string {
+	if name, ok := strings.CutPrefix(cfg.Model, builtinPrefix); ok {
+		return filepath.Join(cfg.RunDir, "init-"+name)
+	}
+	return cfg.Model
+}
+
+// resolveModel returns the model directory a config names, writing a
+// builtin's once under the run directory (rank 0 alone: prepareRunDir).
 func resolveModel(cfg *Config) (string, error) {
 	name, ok := strings.CutPrefix(cfg.Model, builtinPrefix)
+	dir := modelDir(*cfg)
 	if !ok {
-		return cfg.Model, nil
+		return dir, nil
 	}
-	dir := filepath.Join(cfg.RunDir, "init-"+name)
 	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err == nil {
 		return dir, nil
 	}

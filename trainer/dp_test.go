@@ -548,3 +548,31 @@ func TestEmbeddingRelevanceSameOnAnyWorldSize(t *testing.T) {
 	}
 	t.Logf("%d candidates, %d passed γ", n, passed)
 }
+
+// TestRunDirPreparedByRankZero: only rank 0 writes what a run puts into
+// run_dir before training (the built-in model, config.resolved.yaml), and
+// with its writes delayed every rank still reads the run directory only
+// after they are done. Before, every rank wrote them at once and a rank
+// could read another's half-written files (3 launches of 8 failed on 2
+// cores).
+func TestRunDirPreparedByRankZero(t *testing.T) {
+	cfg := tinyConfig(t, "model=builtin:tiny", "total_steps=1")
+	var mu sync.Mutex
+	var events []string
+	runDirHook = func(rank int, event string) {
+		mu.Lock()
+		events = append(events, fmt.Sprintf("%d %s", rank, event))
+		mu.Unlock()
+		if rank == 0 && event == "writing" {
+			time.Sleep(300 * time.Millisecond) // rank 1 would get ahead if it could
+		}
+	}
+	defer func() { runDirHook = nil }()
+	runRanks(t, 2, cfg, "")
+	if len(events) != 4 || events[0] != "0 writing" || events[1] != "0 written" {
+		t.Fatalf("run directory events %q: want rank 0's writing and written first, then both ranks ready", events)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.RunDir, "init-tiny", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -110,10 +110,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 			return nil, err
 		}
 	}
-	if s.modelDir, err = resolveModel(&cfg); err != nil {
-		return nil, err
-	}
-	if err := fsutil.WriteFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
+	if s.modelDir, err = s.prepareRunDir(cfg); err != nil {
 		return nil, err
 	}
 	ckpt, err := ResolveResume(cfg.RunDir, resume)
@@ -180,6 +177,50 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
 	return s, nil
+}
+
+// runDirHook, when set (tests), sees the run directory's preparation:
+// "writing" and "written" on rank 0 around its writes, "ready" on every
+// rank before it reads anything from the run directory.
+var runDirHook func(rank int, event string)
+
+// prepareRunDir writes what a run puts into run_dir before training — the
+// built-in model's directory when the config names one, and
+// config.resolved.yaml — on rank 0 alone; the other ranks wait for it and
+// then read the same files (before, every rank wrote them at once and a
+// rank could read another's half-written tokenizer.json). It returns the
+// model directory.
+func (s *session) prepareRunDir(cfg Config) (string, error) {
+	hook := func(event string) {
+		if runDirHook != nil {
+			runDirHook(s.comm.Rank(), event)
+		}
+	}
+	dir := modelDir(cfg)
+	failed := ""
+	if s.comm.Rank() == 0 {
+		hook("writing")
+		if _, err := resolveModel(&cfg); err != nil {
+			failed = err.Error()
+		} else if err := fsutil.WriteFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
+			failed = err.Error()
+		}
+		hook("written")
+	}
+	if s.comm.Size() > 1 {
+		all, err := gatherJSON(s.comm, failed)
+		if err != nil {
+			return "", fmt.Errorf("waiting for rank 0 to prepare %s: %w", cfg.RunDir, err)
+		}
+		if all[0] != "" && s.comm.Rank() != 0 {
+			return "", fmt.Errorf("rank 0 could not prepare %s: %s", cfg.RunDir, all[0])
+		}
+	}
+	if failed != "" {
+		return "", errors.New(failed)
+	}
+	hook("ready")
+	return dir, nil
 }
 
 func (s *session) Close() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/lanpo-rl/lanpo/internal/disttest"
 	"github.com/lanpo-rl/lanpo/trainer"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -93,5 +94,23 @@ func TestBenchMemoryZero(t *testing.T) {
 		if !(z2.Peak < z1.Peak && z1.Peak < plain.Peak) {
 			t.Errorf("rank %d: peaks plain %d, ZeRO-1 %d, ZeRO-2 %d: sharding did not lower them in turn", rank, plain.Peak, z1.Peak, z2.Peak)
 		}
+	}
+}
+
+// TestLaunchBuiltinModel: the README's first multi-process example — two
+// ranks on configs/tiny-grpo.yaml, whose built-in model is written into
+// run_dir — runs (rank 0 writes run_dir's files, the other waits).
+func TestLaunchBuiltinModel(t *testing.T) {
+	gloo, _, why := dist.Available()
+	disttest.Need(t, gloo, why)
+	t.Setenv("LANPO_TEST_AS_CLI", "1")
+	run := filepath.Join(t.TempDir(), "run")
+	out, err := runApp(t, launchArgs(2, []string{"--log-level", "error", "train", "--config", "../../configs/tiny-grpo.yaml",
+		"--set", "run_dir=" + run, "--set", "data.train=../../configs/data/tiny-arith.jsonl", "--set", "total_steps=1"})...)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if n := metricLines(run); n != 1 {
+		t.Fatalf("%d metric lines, want 1: %s", n, out)
 	}
 }
