@@ -91,6 +91,7 @@ type checkpointParts struct {
 	state    TrainerState
 	extra    []func(dir string) error // more state (the LANPO pool), written before the manifest
 	comm     Comm                     // nil: one process
+	config   []byte                   // the resolved config the run trains with (checkpointConfigFile; nil: none)
 }
 
 // SaveCheckpoint writes a checkpoint for state.Step and keeps the newest
@@ -149,6 +150,11 @@ func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, err
 		js, _ := json.MarshalIndent(state, "", "  ")
 		if err := fsutil.WriteFileSync(filepath.Join(tmp, stateFile), append(js, '\n')); err != nil {
 			return err
+		}
+		if parts.config != nil {
+			if err := fsutil.WriteFileSync(filepath.Join(tmp, checkpointConfigFile), parts.config); err != nil {
+				return err
+			}
 		}
 		for _, save := range parts.extra {
 			if err := save(tmp); err != nil {
@@ -372,9 +378,8 @@ func pruneTemps(root string) {
 	}
 }
 
-// loadState reads a checkpoint's trainer state and puts its metrics back
-// as the run's metrics file, so the run continues the same series.
-func loadState(ckpt, runDir string) (TrainerState, error) {
+// readState reads a checkpoint's trainer state.
+func readState(ckpt string) (TrainerState, error) {
 	var st TrainerState
 	raw, err := os.ReadFile(filepath.Join(ckpt, stateFile))
 	if err != nil {
@@ -383,12 +388,18 @@ func loadState(ckpt, runDir string) (TrainerState, error) {
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return st, fmt.Errorf("%s: %w", filepath.Join(ckpt, stateFile), err)
 	}
+	return st, nil
+}
+
+// restoreMetrics puts a checkpoint's metrics back as the run's metrics
+// file, so the run continues the same series (rank 0: prepareRunDir).
+func restoreMetrics(ckpt, runDir string) error {
 	b, err := os.ReadFile(filepath.Join(ckpt, metricsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		b, err = nil, nil
 	}
 	if err != nil {
-		return st, err
+		return err
 	}
-	return st, os.WriteFile(filepath.Join(runDir, metricsFile), b, 0o644)
+	return fsutil.WriteFileSync(filepath.Join(runDir, metricsFile), b)
 }

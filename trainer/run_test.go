@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -538,7 +539,7 @@ func TestFailedStepSavesLastGoodState(t *testing.T) {
 			if statErr != nil || !strings.Contains(err.Error(), "phase rollout") || !strings.Contains(err.Error(), ckpt) {
 				t.Fatalf("err = %v, checkpoint: %v", err, statErr)
 			}
-			st, err := loadState(ckpt, t.TempDir())
+			st, err := readState(ckpt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -742,5 +743,80 @@ func TestTokensTrainedCountsEveryTrainerForward(t *testing.T) {
 		if got := first(c.sets...); got != c.times*base {
 			t.Errorf("%v: tokens_trained %v, want %v × %v", c.sets, got, c.times, base)
 		}
+	}
+}
+
+// TestResumeGuardsWork: each checkpoint keeps its config; a resume from an
+// older checkpoint than run_dir's newest refuses, naming the newer ones,
+// unless they are set aside (kept, with the metrics); a changed config key
+// that changes what the run computes is refused unless allowed, harmless
+// ones are accepted, and every change is recorded with its step.
+// Before: the newer checkpoints were replaced and metrics.jsonl cut back
+// without a word, and any change was accepted unrecorded.
+func TestResumeGuardsWork(t *testing.T) {
+	cfg := tinyConfig(t, "total_steps=3", "rollout.prompts_per_step=2")
+	runGRPO(t, cfg, "")
+	root := filepath.Join(cfg.RunDir, checkpointsDir)
+	if _, err := os.Stat(filepath.Join(root, checkpointName(3), checkpointConfigFile)); err != nil {
+		t.Fatalf("the checkpoint keeps no config: %v", err)
+	}
+	step1 := filepath.Join(root, checkpointName(1))
+	err := RunGRPO(context.Background(), cfg, step1, RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), checkpointName(2)) || !strings.Contains(err.Error(), checkpointName(3)) || !strings.Contains(err.Error(), "--set-aside-newer") {
+		t.Fatalf("resume from step 1 with steps 2 and 3 present: %v", err)
+	}
+	if n := len(stableMetrics(t, cfg.RunDir)); n != 3 || len(completeCheckpoints(root)) != 3 {
+		t.Fatalf("a refused resume changed the run: %d metric lines, checkpoints %v", n, completeCheckpoints(root))
+	}
+
+	// A changed lr is refused; allowed, it is recorded with the harmless
+	// total_steps change.
+	longer := cfg
+	longer.TotalSteps = 4
+	longer.Optim.LR = cfg.Optim.LR / 2
+	err = RunGRPO(context.Background(), longer, "auto", RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "optim.lr") || strings.Contains(err.Error(), "total_steps:") {
+		t.Fatalf("a changed optim.lr: %v", err)
+	}
+	if err := RunGRPO(context.Background(), longer, "auto", RunOptions{AllowChanges: []string{"optim"}}); err != nil {
+		t.Fatal(err)
+	}
+	var changes []ConfigChange
+	if err := jsonl.File(filepath.Join(cfg.RunDir, changesFile), func(n int, line []byte) error {
+		var c ConfigChange
+		changes = append(changes, c)
+		return json.Unmarshal(line, &changes[len(changes)-1])
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range changes {
+		if c.Step != 3 {
+			t.Errorf("change %+v: step %d, want 3", c, c.Step)
+		}
+		got[c.Key] = c.How
+	}
+	if len(got) != 2 || got["total_steps"] != "harmless" || !strings.Contains(got["optim.lr"], "allowed") {
+		t.Fatalf("recorded changes %+v", changes)
+	}
+
+	// Set aside: the run goes on from step 1; steps 2-4 and the metrics are kept.
+	if err := RunGRPO(context.Background(), longer, step1, RunOptions{SetAsideNewer: true, AllowChanges: []string{"optim.lr"}}); err != nil {
+		t.Fatal(err)
+	}
+	aside, _ := filepath.Glob(filepath.Join(cfg.RunDir, setAsideDir, "*", checkpointsDir, "step-*"))
+	metrics, _ := filepath.Glob(filepath.Join(cfg.RunDir, setAsideDir, "*", metricsFile))
+	if len(aside) != 3 || len(metrics) != 1 {
+		t.Fatalf("set aside: checkpoints %v, metrics %v", aside, metrics)
+	}
+	if n := len(stableMetrics(t, cfg.RunDir)); n != 4 {
+		t.Fatalf("%d metric lines after the resume from step 1 to 4", n)
+	}
+
+	// total_steps below the checkpoint's step says so.
+	short := longer
+	short.TotalSteps = 2
+	if err := RunGRPO(context.Background(), short, "auto", RunOptions{}); err == nil || !strings.Contains(err.Error(), "past total_steps 2") {
+		t.Fatalf("total_steps below the checkpoint: %v", err)
 	}
 }

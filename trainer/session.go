@@ -43,6 +43,12 @@ type RunOptions struct {
 	// NoFinalCheckpoint skips the checkpoint written when the run ends
 	// (benchmarks: a 7B model's optimizer state is tens of GB to write).
 	NoFinalCheckpoint bool
+	// AllowChanges are config keys (or sections) a resume may change
+	// although they change what the run computes (--allow-change);
+	// SetAsideNewer moves run_dir's checkpoints newer than the resumed one
+	// aside instead of refusing (--set-aside-newer). See resume.go.
+	AllowChanges  []string
+	SetAsideNewer bool
 }
 
 // Evaluator evaluates the policy after a step and returns named results;
@@ -110,14 +116,29 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 			return nil, err
 		}
 	}
-	if s.modelDir, err = s.prepareRunDir(cfg); err != nil {
-		return nil, err
-	}
 	ckpt, err := ResolveResume(cfg.RunDir, resume)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.sameOnEveryRank("--resume checkpoint", ckpt); err != nil {
+		return nil, err
+	}
+	var saved TrainerState
+	var rc resumeCheck
+	if ckpt != "" {
+		if saved, err = readState(ckpt); err != nil {
+			return nil, err
+		}
+		if saved.Kind != kind {
+			return nil, fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, saved.Kind, kind)
+		}
+		if rc, err = checkResume(cfg, ckpt, saved.Step, opts); err != nil {
+			return nil, err
+		}
+	} else if resume == "auto" {
+		log.Warn().Str("run_dir", cfg.RunDir).Msg("--resume auto: no complete checkpoint in the run directory; starting from step 0")
+	}
+	if s.modelDir, err = s.prepareRunDir(cfg, ckpt, rc); err != nil {
 		return nil, err
 	}
 	from, tokDir := s.modelDir, s.modelDir
@@ -154,18 +175,9 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		if err := s.opt.Load(ckpt); err != nil {
 			return nil, err
 		}
-		if s.state, err = loadState(ckpt, cfg.RunDir); err != nil {
-			return nil, err
-		}
-		if s.state.Kind != kind {
-			return nil, fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, s.state.Kind, kind)
-		}
+		s.state = saved
 		s.lastSave, s.resumedFrom = s.state.Step, ckpt
 		log.Info().Str("checkpoint", ckpt).Int("step", s.state.Step).Msg("resumed")
-	} else if s.comm.Rank() == 0 {
-		if err := os.Remove(filepath.Join(cfg.RunDir, metricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
 	}
 	s.metrics = &metricsLog{}
 	if s.comm.Rank() == 0 {
@@ -184,43 +196,47 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 // rank before it reads anything from the run directory.
 var runDirHook func(rank int, event string)
 
-// prepareRunDir writes what a run puts into run_dir before training — the
-// built-in model's directory when the config names one, and
-// config.resolved.yaml — on rank 0 alone; the other ranks wait for it and
-// then read the same files (before, every rank wrote them at once and a
-// rank could read another's half-written tokenizer.json). It returns the
-// model directory.
-func (s *session) prepareRunDir(cfg Config) (string, error) {
+// prepareRunDir writes what a run puts into run_dir before training — on
+// a resume the newer checkpoints set aside and the config changes
+// recorded (rc), the built-in model's directory when the config names one,
+// config.resolved.yaml, and the metrics file (the checkpoint's, or none) —
+// on rank 0 alone; the other ranks wait for it and then read the same
+// files (before, every rank wrote them at once and a rank could read
+// another's half-written tokenizer.json). It returns the model directory.
+func (s *session) prepareRunDir(cfg Config, ckpt string, rc resumeCheck) (string, error) {
 	hook := func(event string) {
 		if runDirHook != nil {
 			runDirHook(s.comm.Rank(), event)
 		}
 	}
-	dir := modelDir(cfg)
-	failed := ""
+	var err error
 	if s.comm.Rank() == 0 {
 		hook("writing")
-		if _, err := resolveModel(&cfg); err != nil {
-			failed = err.Error()
-		} else if err := fsutil.WriteFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
-			failed = err.Error()
-		}
+		err = func() error {
+			if err := rc.apply(cfg.RunDir); err != nil {
+				return err
+			}
+			if _, err := resolveModel(&cfg); err != nil {
+				return err
+			}
+			if err := fsutil.WriteFileSync(filepath.Join(cfg.RunDir, "config.resolved.yaml"), []byte(cfg.YAML())); err != nil {
+				return err
+			}
+			if ckpt != "" {
+				return restoreMetrics(ckpt, cfg.RunDir)
+			}
+			if err := os.Remove(filepath.Join(cfg.RunDir, metricsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		}()
 		hook("written")
 	}
-	if s.comm.Size() > 1 {
-		all, err := gatherJSON(s.comm, failed)
-		if err != nil {
-			return "", fmt.Errorf("waiting for rank 0 to prepare %s: %w", cfg.RunDir, err)
-		}
-		if all[0] != "" && s.comm.Rank() != 0 {
-			return "", fmt.Errorf("rank 0 could not prepare %s: %s", cfg.RunDir, all[0])
-		}
-	}
-	if failed != "" {
-		return "", errors.New(failed)
+	if _, err := agree(s.comm, err, ""); err != nil {
+		return "", fmt.Errorf("preparing %s: %w", cfg.RunDir, err)
 	}
 	hook("ready")
-	return dir, nil
+	return modelDir(cfg), nil
 }
 
 func (s *session) Close() {
@@ -350,7 +366,7 @@ func (s *session) save() error {
 	if s.lastSave == s.state.Step {
 		return nil
 	}
-	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra, s.comm}, s.cfg.Checkpoint.Keep)
+	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra, s.comm, []byte(s.cfg.YAML())}, s.cfg.Checkpoint.Keep)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", s.state.Step, err)
 	}

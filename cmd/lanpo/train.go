@@ -22,7 +22,9 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "config", Usage: "run config (YAML)", Required: true},
 		&cli.StringSliceFlag{Name: "set", Usage: "override a config key: --set algo.clip_high=0.28 (repeatable)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the config, print it resolved, and exit"},
-		&cli.StringFlag{Name: "resume", Usage: "auto (the run's newest complete checkpoint) or a checkpoint directory"},
+		&cli.StringFlag{Name: "resume", Usage: "auto (the run's newest complete checkpoint) or a checkpoint directory; the config is compared with the one the checkpoint was trained with"},
+		&cli.StringSliceFlag{Name: "allow-change", Usage: "on --resume, accept a changed config KEY (or a whole section) that changes what the run computes, e.g. optim.lr (repeatable; every change is recorded in run_dir/config_changes.jsonl)"},
+		&cli.BoolFlag{Name: "set-aside-newer", Usage: "on --resume from an older checkpoint, move run_dir's newer checkpoints and metrics to run_dir/set-aside/TIME/ instead of refusing"},
 		&cli.StringFlag{Name: "device", Usage: "cpu, cuda (cuda:$LOCAL_RANK under torchrun or lanpo launch) or cuda:N; overrides the config's device"},
 	}
 }
@@ -39,9 +41,12 @@ func trainCommand() *cli.Command {
 			"from related problems' principles and pitfalls (abstraction); after each step the policy summarizes\n" +
 			"its rollouts into the pool, which every checkpoint holds (see lanpo pool, docs/lanpo.md).\n" +
 			"Writes RUN_DIR/metrics.jsonl, config.resolved.yaml and checkpoints/step-NNNNNN/ (a Hugging Face model\n" +
-			"directory plus optimizer and trainer state). SIGINT/SIGTERM: the step finishes, a checkpoint is saved,\n" +
-			"exit 130; a second signal exits 130 at once without saving the step in progress. Continue with\n" +
-			"--resume auto. Example: lanpo train --config configs/tiny-grpo.yaml",
+			"directory plus optimizer and trainer state, and the resolved config as config.yaml). SIGINT/SIGTERM: the\n" +
+			"step finishes, a checkpoint is saved, exit 130; a second signal exits 130 at once without saving the step\n" +
+			"in progress. Continue with --resume auto. A resume compares the config with the checkpoint's: changes to\n" +
+			"total_steps, checkpoint.*, log.*, eval.*, dist.*, device and run_dir are accepted, any other needs\n" +
+			"--allow-change KEY; each is recorded in RUN_DIR/config_changes.jsonl. A resume from a checkpoint older\n" +
+			"than run_dir's newest refuses unless --set-aside-newer. Example: lanpo train --config configs/tiny-grpo.yaml",
 		Flags:  runFlags(),
 		Action: func(c *cli.Context) error { return runTraining(c, trainer.RunGRPO) },
 	}
@@ -83,7 +88,7 @@ func runTraining(c *cli.Context, run runFunc) error {
 	}
 	ctx, stop := interruptible(c.Context)
 	defer stop()
-	opts := trainer.RunOptions{}
+	opts := trainer.RunOptions{AllowChanges: c.StringSlice("allow-change"), SetAsideNewer: c.Bool("set-aside-newer")}
 	if isTerminal(os.Stderr) {
 		opts.Progress = os.Stderr
 	}
