@@ -1,6 +1,8 @@
 package eval
 
 import (
+	"github.com/rs/zerolog/log"
+
 	"encoding/json"
 	"fmt"
 	"os"
@@ -115,6 +117,9 @@ func LoadBenchmark(name, path string, limit int) (Benchmark, error) {
 		return b, fmt.Errorf("%s: no problems", path)
 	}
 	b.Total = len(b.Problems)
+	if limit > b.Total {
+		log.Warn().Str("benchmark", name).Int("limit", limit).Int("problems", b.Total).Msg("the limit exceeds the benchmark: all its problems are evaluated")
+	}
 	if limit > 0 && limit < b.Total {
 		sub := make([]Problem, limit)
 		for i := range sub {

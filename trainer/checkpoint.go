@@ -368,6 +368,16 @@ func ResolveResume(runDir, resume string) (string, error) {
 	return resume, nil
 }
 
+// NewestCheckpoint is the run directory's newest complete checkpoint, or
+// "" (it changes nothing on disk).
+func NewestCheckpoint(runDir string) string {
+	done := completeCheckpoints(filepath.Join(runDir, checkpointsDir))
+	if len(done) == 0 {
+		return ""
+	}
+	return done[len(done)-1]
+}
+
 func pruneTemps(root string) {
 	entries, _ := os.ReadDir(root)
 	for _, e := range entries {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -268,10 +270,46 @@ func LoadConfig(path string, sets []string) (Config, error) {
 }
 
 func decodeStrict(raw []byte, cfg *Config) error {
+	var tree map[string]any
+	if err := yaml.Unmarshal(raw, &tree); err == nil {
+		if err := checkIntegers(tree, reflect.TypeOf(*cfg), ""); err != nil {
+			return err
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
 		return err
+	}
+	return nil
+}
+
+// checkIntegers refuses a fractional number for an integer key (the YAML
+// decoder would silently truncate samples_per_prompt: 4.9 to 4).
+func checkIntegers(tree map[string]any, t reflect.Type, prefix string) error {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		v, ok := tree[name]
+		if !ok || name == "" {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch ft.Kind() {
+		case reflect.Struct:
+			if sub, ok := v.(map[string]any); ok {
+				if err := checkIntegers(sub, ft, prefix+name+"."); err != nil {
+					return err
+				}
+			}
+		case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint64, reflect.Uint32, reflect.Uint:
+			if x, ok := v.(float64); ok && x != math.Trunc(x) {
+				return fmt.Errorf("config key %s%s: want a whole number, got %v", prefix, name, x)
+			}
+		}
 	}
 	return nil
 }
@@ -318,6 +356,8 @@ func (c *Config) Validate() error {
 		return bad("rollout.prompts_per_step", "must be ≥ 1")
 	case c.Rollout.SamplesPerPrompt < 1:
 		return bad("rollout.samples_per_prompt", "must be ≥ 1")
+	case c.Rollout.SamplesPerPrompt < 2:
+		return bad("rollout.samples_per_prompt", "GRPO and LANPO need ≥ 2 samples per prompt: advantages are relative to the prompt's group, so with 1 every advantage is 0 and nothing is learned")
 	case c.Rollout.MaxNewTokens < 1:
 		return bad("rollout.max_new_tokens", "must be ≥ 1")
 	case c.Rollout.Temperature < 0:
@@ -358,6 +398,8 @@ func (c *Config) Validate() error {
 		return bad("optim.lr", "must be > 0")
 	case c.Optim.WarmupSteps < 0:
 		return bad("optim.warmup_steps", "must be ≥ 0")
+	case c.Optim.WarmupSteps > c.TotalSteps:
+		return bad("optim.warmup_steps", "%d is more than total_steps %d: the learning rate would never reach optim.lr", c.Optim.WarmupSteps, c.TotalSteps)
 	case c.Checkpoint.Every < 0 || c.Checkpoint.Keep < 1:
 		return bad("checkpoint", "every must be ≥ 0 and keep ≥ 1")
 	case c.MaxBadSteps < 1:

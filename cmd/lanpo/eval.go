@@ -99,6 +99,9 @@ func runEval(c *cli.Context) error {
 	}
 	if c.IsSet("limit") {
 		ec.Limit = c.Int("limit")
+		if ec.Limit < 1 {
+			return usageError{fmt.Errorf("--limit %d: want ≥ 1 problems per benchmark (leave it out for all)", ec.Limit)}
+		}
 	}
 	if c.Float64("temperature") >= 0 {
 		ec.Temperature = c.Float64("temperature")

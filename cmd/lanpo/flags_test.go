@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,5 +97,18 @@ func TestFiltersKeepOutputBeforeABadLine(t *testing.T) {
 				t.Fatalf("--skip-bad-lines: %q", lines)
 			}
 		})
+	}
+}
+
+// TestEvalLimitMustBePositive: --limit -3 (and 0) used to evaluate
+// everything in silence.
+func TestEvalLimitMustBePositive(t *testing.T) {
+	tiny := filepath.Join("..", "..", "model", "testdata", "tiny", "qwen3-gqa3")
+	for _, n := range []string{"-3", "0"} {
+		_, err := runApp(t, "eval", "--model", tiny, "--bench", "gsm8k", "--limit", n, "--out", t.TempDir())
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--limit "+n) {
+			t.Errorf("--limit %s: %v", n, err)
+		}
 	}
 }

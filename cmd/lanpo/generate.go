@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -168,9 +166,6 @@ func (g *generator) run(r io.Reader, w io.Writer) error {
 
 // promptIDs reads one input line into prompt ids, checked against the model.
 func (g *generator) promptIDs(line []byte) ([]int64, error) {
-	if !utf8.Valid(line) {
-		return nil, fmt.Errorf("not valid UTF-8 (byte %d)", bytes.IndexRune(line, utf8.RuneError))
-	}
 	var rec generateIn
 	if err := json.Unmarshal(line, &rec); err != nil {
 		return nil, err

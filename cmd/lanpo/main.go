@@ -93,7 +93,9 @@ func main() {
 	if err == nil {
 		return
 	}
-	log.Error().Msg(err.Error())
+	if err.Error() != "" { // an exit with a status only (130 after a signal) has said what happened
+		log.Error().Msg(err.Error())
+	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
 		os.Exit(ec.ExitCode())

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -131,9 +129,6 @@ func tokenizeLines(r io.Reader, w io.Writer, tk *tokenizer.Tokenizer, mode token
 
 // lineText returns the text to encode for one input line.
 func lineText(line []byte, tk *tokenizer.Tokenizer, mode tokenizeMode) (string, error) {
-	if !utf8.Valid(line) {
-		return "", fmt.Errorf("not valid UTF-8 (byte %d)", bytes.IndexRune(line, utf8.RuneError))
-	}
 	if mode.chat {
 		var rec struct {
 			Messages *[]tokenizer.Message `json:"messages"`

@@ -86,7 +86,7 @@ func runTraining(c *cli.Context, run runFunc) error {
 			return usageError{fmt.Errorf("run_dir %s already has checkpoints (newest: %s): pass --resume auto to continue it, or choose another run_dir", cfg.RunDir, dir)}
 		}
 	}
-	ctx, stop := interruptible(c.Context)
+	ctx, stop := interruptible(c.Context, cfg.RunDir)
 	defer stop()
 	opts := trainer.RunOptions{AllowChanges: c.StringSlice("allow-change"), SetAsideNewer: c.Bool("set-aside-newer")}
 	if isTerminal(os.Stderr) {
@@ -144,13 +144,21 @@ func joinGroup(cfg trainer.Config) (dist.Comm, error) {
 	return dist.Init(env, dist.Options{Backend: cfg.Dist.Backend, Timeout: cfg.Dist.TimeoutDuration(), Device: dev})
 }
 
+// secondSignal says what a second signal leaves behind.
+func secondSignal(runDir string) string {
+	if ckpt := trainer.NewestCheckpoint(runDir); ckpt != "" {
+		return "second signal: exiting now; the step in progress is not saved; the newest complete checkpoint, " + ckpt + ", is intact: continue with --resume auto"
+	}
+	return "second signal: exiting now; no checkpoint of " + runDir + " has been saved yet, so nothing of this run is kept: a rerun starts from step 0"
+}
+
 // interruptible returns a context that the first SIGINT or SIGTERM cancels:
 // the trainer finishes its step, saves a checkpoint and returns. A second
 // signal exits at once with status 130, without saving the step in
 // progress; checkpoints are written to a temporary directory and renamed,
 // so the newest complete one stays intact and --resume auto continues
 // from it.
-func interruptible(parent context.Context) (context.Context, func()) {
+func interruptible(parent context.Context, runDir string) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(parent)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -165,7 +173,7 @@ func interruptible(parent context.Context) (context.Context, func()) {
 		}
 		select {
 		case sig := <-sigs:
-			log.Error().Str("signal", sig.String()).Msg("second signal: exiting now; the step in progress is not saved, the newest complete checkpoint is intact")
+			log.Error().Str("signal", sig.String()).Msg(secondSignal(runDir))
 			os.Exit(130)
 		case <-done:
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unicode/utf8"
 )
 
 // maxLine bounds one line (a long chat or a whole model response fits).
@@ -22,10 +23,14 @@ func Lines(r io.Reader, name string, fn func(n int, line []byte) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for n := 1; sc.Scan(); n++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+		line := sc.Bytes()
+		if n == 1 {
+			line = bytes.TrimPrefix(line, bom) // editors on Windows start files with one
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if err := fn(n, sc.Bytes()); err != nil {
+		if err := fn(n, line); err != nil {
 			return err
 		}
 	}
@@ -35,14 +40,39 @@ func Lines(r io.Reader, name string, fn func(n int, line []byte) error) error {
 	return nil
 }
 
-// File is Lines over the file at path.
+// bom is the UTF-8 byte order mark.
+var bom = []byte("\xef\xbb\xbf")
+
+// CheckUTF8 says where a line stops being valid UTF-8 (JSON decoding
+// would silently turn the bytes into U+FFFD).
+func CheckUTF8(line []byte) error {
+	if utf8.Valid(line) {
+		return nil
+	}
+	for i := 0; i < len(line); {
+		r, size := utf8.DecodeRune(line[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fmt.Errorf("not valid UTF-8 at byte %d (0x%02x): save the file as UTF-8", i+1, line[i])
+		}
+		i += size
+	}
+	return nil
+}
+
+// File is Lines over the file at path; a line that is not valid UTF-8 is
+// an error naming path:line.
 func File(path string, fn func(n int, line []byte) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return Lines(f, path, fn)
+	return Lines(f, path, func(n int, line []byte) error {
+		if err := CheckUTF8(line); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		return fn(n, line)
+	})
 }
 
 // Read decodes every line of the file at path as a T; a line that does not
@@ -110,7 +140,11 @@ func Batched[T any](r io.Reader, name string, size int, parse func(line []byte) 
 		return err
 	}
 	err := Lines(r, name, func(n int, line []byte) error {
-		v, err := parse(line)
+		err := CheckUTF8(line)
+		var v T
+		if err == nil {
+			v, err = parse(line)
+		}
 		if err != nil {
 			if ferr := send(); ferr != nil {
 				return ferr

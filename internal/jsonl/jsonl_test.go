@@ -80,3 +80,26 @@ func TestBatchedKeepsOutputBeforeABadLine(t *testing.T) {
 		t.Fatalf("with bad lines skipped: %v, want %s", got, want)
 	}
 }
+
+// TestFileRefusesBadUTF8AndSkipsABOM: bytes that are not UTF-8 are an
+// error naming path:line (decoding would turn them into U+FFFD); a byte
+// order mark before the first line is not part of it.
+func TestFileRefusesBadUTF8AndSkipsABOM(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.jsonl")
+	if err := os.WriteFile(path, []byte("\xef\xbb\xbf{\"a\": 1}\n{\"a\": \"caf\xe9\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var first map[string]any
+	err := File(path, func(n int, line []byte) error {
+		if n == 1 {
+			return json.Unmarshal(line, &first)
+		}
+		return nil
+	})
+	if first["a"] != 1.0 {
+		t.Fatalf("first line after the BOM: %v", first)
+	}
+	if err == nil || !strings.Contains(err.Error(), path+":2: not valid UTF-8 at byte 11 (0xe9)") {
+		t.Fatalf("a latin-1 byte: %v", err)
+	}
+}

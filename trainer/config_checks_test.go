@@ -1,0 +1,26 @@
+package trainer
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestConfigRefusesSilentMistakes: settings that used to be taken in
+// silence — a fractional count truncated, a group of one that learns
+// nothing, a warm-up longer than the run — are refused naming the key.
+func TestConfigRefusesSilentMistakes(t *testing.T) {
+	for _, c := range []struct{ set, want string }{
+		{"rollout.samples_per_prompt=4.9", "config key rollout.samples_per_prompt: want a whole number, got 4.9"},
+		{"rollout.samples_per_prompt=1", "config key rollout.samples_per_prompt: GRPO and LANPO need ≥ 2"},
+		{"optim.warmup_steps=7", "config key optim.warmup_steps: 7 is more than total_steps 6"},
+		{"lanpo.summary_field_tokens=1.5", "config key lanpo.summary_field_tokens: want a whole number"},
+	} {
+		_, err := LoadConfig("../configs/tiny-grpo.yaml", []string{c.set})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: %v, want %q", c.set, err, c.want)
+		}
+	}
+	if cfg, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.samples_per_prompt=4.0"}); err != nil || cfg.Rollout.SamplesPerPrompt != 4 {
+		t.Errorf("4.0 is a whole number: %v", err)
+	}
+}
