@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -47,6 +48,7 @@ func launchCommand() *cli.Command {
 			&cli.IntFlag{Name: "node-rank", Usage: "this machine's index, 0 to nnodes-1"},
 			&cli.StringFlag{Name: "master-addr", Usage: "address of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one machine)"},
 			&cli.IntFlag{Name: "master-port", Usage: "its port (default on one machine: a free one; required with --nnodes > 1)"},
+			&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than this machine has CPU cores"},
 			&cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "after a rank fails, how long the others get to stop before SIGKILL"},
 		},
 		Action: runLaunch,
@@ -60,6 +62,9 @@ func runLaunch(c *cli.Context) error {
 	}
 	if len(args) == 0 {
 		return usageError{errors.New("launch: no command: lanpo launch [flags] -- COMMAND [ARGS...], e.g. -- train --config run.yaml")}
+	}
+	if n, cores := c.Int("nproc-per-node"), runtime.NumCPU(); n > cores && !c.Bool("oversubscribe") {
+		return usageError{fmt.Errorf("launch: --nproc-per-node %d is more ranks than this machine's %d CPU cores (each rank is a whole trainer: one per GPU on CUDA); pass --oversubscribe to start them anyway", n, cores)}
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -37,6 +37,13 @@ func TestLaunchCommand(t *testing.T) {
 			t.Fatalf("got %v: %s", err, out)
 		}
 	})
+	t.Run("more ranks than cores", func(t *testing.T) {
+		_, err := runApp(t, "launch", "--nproc-per-node", "1000", "--", "version")
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--oversubscribe") {
+			t.Fatalf("1000 ranks: %v", err)
+		}
+	})
 	t.Run("no command", func(t *testing.T) {
 		_, err := runApp(t, "launch", "--nproc-per-node", "2")
 		var ue usageError
