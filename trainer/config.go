@@ -26,7 +26,7 @@ type Config struct {
 	Tokenizer      string `yaml:"tokenizer"` // default: the model directory
 	ChatFormat     string `yaml:"chat_format"`
 	DType          string `yaml:"dtype"`  // parameters: float32, bfloat16, float64 ("": float32 on CPU, the checkpoint's on CUDA)
-	Device         string `yaml:"device"` // cpu, cuda or cuda:N (cuda: cuda:$LOCAL_RANK under a torchrun-style launch)
+	Device         string `yaml:"device"` // auto (default: cuda where this build and machine have one, else cpu), cpu, cuda or cuda:N (cuda: cuda:$LOCAL_RANK under a torchrun-style launch)
 	Seed           uint64 `yaml:"seed"`
 	TotalSteps     int    `yaml:"total_steps"`      // defines the LR schedule
 	StopAfterSteps int    `yaml:"stop_after_steps"` // checkpoint and exit 0 after this many steps (0: run to total_steps)
@@ -216,7 +216,7 @@ type CheckpointConfig struct {
 // DefaultConfig is what unset keys mean.
 func DefaultConfig() Config {
 	return Config{
-		Seed: 1, MaxBadSteps: 3,
+		Seed: 1, MaxBadSteps: 3, Device: DeviceAuto,
 		Data:    DataConfig{PromptTemplate: "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."},
 		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024, GPUMemoryFraction: 0.9},
 		Algo: AlgoConfig{ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1, TISCap: 2,

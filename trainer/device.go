@@ -19,7 +19,9 @@ import (
 // one GPU per local rank.
 
 // ParseDevice reads a device: "" or cpu, cuda (cuda:$LOCAL_RANK when a
-// torchrun-style launcher set LOCAL_RANK, else cuda:0), or cuda:N.
+// torchrun-style launcher set LOCAL_RANK, else cuda:0), cuda:N, or auto
+// (the default: cuda when this build runs on CUDA and the machine has a
+// GPU, else cpu).
 func ParseDevice(s string) (gotch.Device, error) {
 	d, _, err := parseDevice(s, os.Getenv("LOCAL_RANK"))
 	return d, err
@@ -28,6 +30,12 @@ func ParseDevice(s string) (gotch.Device, error) {
 // parseDevice is ParseDevice with LOCAL_RANK's value given ("": unset);
 // byLocalRank says the CUDA index came from it.
 func parseDevice(s, localRank string) (d gotch.Device, byLocalRank bool, err error) {
+	if s == DeviceAuto {
+		s = "cpu"
+		if cudaUsable() {
+			s = "cuda"
+		}
+	}
 	switch {
 	case s == "" || s == "cpu":
 		return gotch.CPU, false, nil
@@ -45,7 +53,16 @@ func parseDevice(s, localRank string) (d gotch.Device, byLocalRank bool, err err
 	if _, err := fmt.Sscanf(s, "cuda:%d", &n); err == nil && fmt.Sprintf("cuda:%d", n) == s {
 		return gotch.CudaBuilder(n), false, nil
 	}
-	return gotch.CPU, false, fmt.Errorf("%q: want cpu, cuda or cuda:N", s)
+	return gotch.CPU, false, fmt.Errorf("%q: want auto, cpu, cuda or cuda:N", s)
+}
+
+// DeviceAuto is the device setting that picks the GPU where there is one.
+const DeviceAuto = "auto"
+
+// cudaUsable says whether this build runs on CUDA and sees a GPU.
+var cudaUsable = func() bool {
+	info, err := csrc.BuildInfo()
+	return err == nil && info.BuiltWithCUDA && info.CUDAAvailable && info.CUDADevices > 0
 }
 
 // CheckDevice fails at the start of a run when the device is CUDA and this

@@ -29,12 +29,33 @@ func TestDeviceFromLocalRank(t *testing.T) {
 		{"", "3", gotch.CPU, false, ""},
 		{"cuda", "x", gotch.CPU, false, `LOCAL_RANK "x" is not a rank`},
 		{"cuda", "-1", gotch.CPU, false, `LOCAL_RANK "-1" is not a rank`},
-		{"gpu", "", gotch.CPU, false, `"gpu": want cpu, cuda or cuda:N`},
+		{"gpu", "", gotch.CPU, false, `"gpu": want auto, cpu, cuda or cuda:N`},
 	} {
 		d, by, err := parseDevice(c.spec, c.localRank)
 		if d != c.want || by != c.byLocalRank || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%q under LOCAL_RANK=%q: %v (by LOCAL_RANK %v), %v; want %v (%v), %q", c.spec, c.localRank, d, by, err, c.want, c.byLocalRank, c.err)
 		}
+	}
+	// auto: the GPU (of LOCAL_RANK) where this build has one, else the CPU.
+	defer func(f func() bool) { cudaUsable = f }(cudaUsable)
+	for _, gpu := range []bool{false, true} {
+		cudaUsable = func() bool { return gpu }
+		for _, lr := range []string{"", "2"} {
+			d, by, err := parseDevice(DeviceAuto, lr)
+			want := gotch.CPU
+			if gpu {
+				want = gotch.CudaBuilder(0)
+				if lr == "2" {
+					want = gotch.CudaBuilder(2)
+				}
+			}
+			if err != nil || d != want || by != (gpu && lr != "") {
+				t.Errorf("auto with a GPU %v, LOCAL_RANK %q: %v (by LOCAL_RANK %v), %v; want %v", gpu, lr, d, by, err, want)
+			}
+		}
+	}
+	if DefaultConfig().Device != DeviceAuto {
+		t.Errorf("the default device is %q", DefaultConfig().Device)
 	}
 	oneGPU := csrc.Info{BuiltWithCUDA: true, CUDAAvailable: true, CUDADevices: 1}
 	noGPU := csrc.Info{BuiltWithCUDA: true}

@@ -41,7 +41,7 @@ func evalCommand() *cli.Command {
 			"Example: lanpo eval --model runs/x/checkpoints/step-000100 --bench gsm8k,math500 --limit 100 --data-dir data",
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "Hugging Face model directory or checkpoint (default: the config's model)"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu or cuda[:N]"},
 			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
 		}, tokenizerFlags(false)...), []cli.Flag{
 			&cli.StringFlag{Name: "bench", Usage: "benchmark names or JSONL paths, comma-separated (default: the config's eval.bench)"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/rs/zerolog/log"
 
 	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
@@ -15,7 +16,7 @@ import (
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory"},
-		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+		&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu or cuda[:N]"},
 		&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
 	}
 }
@@ -56,7 +57,7 @@ func benchModel(c *cli.Context, attn model.AttentionImpl) (*model.Model, csrc.In
 	return m, info, err
 }
 
-// parseDevice reads --device (cpu, cuda — cuda:$LOCAL_RANK under a
+// parseDevice reads --device (auto, cpu, cuda — cuda:$LOCAL_RANK under a
 // torchrun-style launch — or cuda:N), checks that this build and machine
 // can run on it and, for CUDA, makes it the current device of this (the
 // main, locked) thread before any CUDA work (trainer.UseDevice).
@@ -67,6 +68,13 @@ func parseDevice(s string) (gotch.Device, error) {
 	d, err := trainer.UseDevice(s)
 	if err != nil {
 		return gotch.CPU, fmt.Errorf("--device: %w", err)
+	}
+	if s == trainer.DeviceAuto {
+		name := "cpu"
+		if d.IsCuda() {
+			name = fmt.Sprintf("cuda:%d", d.CInt())
+		}
+		log.Info().Str("device", name).Msg("--device auto: running on " + name)
 	}
 	return d, nil
 }

@@ -31,7 +31,7 @@ func seedCommand() *cli.Command {
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "the model to be trained (and the teacher without --teacher)"},
 			&cli.StringFlag{Name: "teacher", Usage: "a stronger model that writes the candidates"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu or cuda[:N]"},
 			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
 		}, tokenizerFlags(false)...), []cli.Flag{
 			&cli.StringFlag{Name: "data", Required: true, Usage: `problems: JSONL of {"id","problem","answer"}`},
