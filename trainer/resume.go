@@ -32,6 +32,14 @@ const (
 	setAsideDir          = "set-aside"
 )
 
+// ConfigError is an error in what the user asked for — a refused resume,
+// a config that cannot run here — rather than in running it: lanpo exits
+// with status 2 for it, as for a bad flag.
+type ConfigError struct{ Err error }
+
+func (e ConfigError) Error() string { return e.Err.Error() }
+func (e ConfigError) Unwrap() error { return e.Err }
+
 // harmlessKeys change nothing a resumed run computes up to the step it
 // stops at (total_steps does change a decaying LR schedule's later steps:
 // extending a run is what it is for), or only how it is watched, saved
@@ -62,7 +70,7 @@ func checkResume(cfg Config, ckpt string, step int, opts RunOptions) (resumeChec
 	var rc resumeCheck
 	switch {
 	case cfg.TotalSteps < step:
-		return rc, fmt.Errorf("--resume %s: the checkpoint is at step %d, past total_steps %d (raise total_steps to train on)", ckpt, step, cfg.TotalSteps)
+		return rc, ConfigError{fmt.Errorf("--resume %s: the checkpoint is at step %d, past total_steps %d (raise total_steps to train on)", ckpt, step, cfg.TotalSteps)}
 	case cfg.TotalSteps == step:
 		log.Warn().Str("checkpoint", ckpt).Int("total_steps", step).Msg("the run is complete: the checkpoint is at total_steps, nothing to train (raise total_steps to train on)")
 	}
@@ -83,9 +91,9 @@ func checkResume(cfg Config, ckpt string, step int, opts RunOptions) (resumeChec
 		}
 	}
 	if len(rc.newer) > 0 && !opts.SetAsideNewer {
-		return rc, fmt.Errorf("--resume %s (step %d) would overwrite run_dir's newer checkpoints %s and cut its metrics back: "+
+		return rc, ConfigError{fmt.Errorf("--resume %s (step %d) would overwrite run_dir's newer checkpoints %s and cut its metrics back: "+
 			"resume the newest with --resume auto, choose another run_dir, or pass --set-aside-newer to move them to %s first",
-			ckpt, step, strings.Join(rc.newer, ", "), filepath.Join(cfg.RunDir, setAsideDir))
+			ckpt, step, strings.Join(rc.newer, ", "), filepath.Join(cfg.RunDir, setAsideDir))}
 	}
 	raw, err := os.ReadFile(filepath.Join(ckpt, checkpointConfigFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -123,9 +131,9 @@ func checkResume(cfg Config, ckpt string, step int, opts RunOptions) (resumeChec
 		rc.changes = append(rc.changes, c)
 	}
 	if len(refused) > 0 {
-		return rc, fmt.Errorf("--resume %s: the config differs from the one the checkpoint was trained with (%s) in keys that change what the run computes:\n  %s\n"+
+		return rc, ConfigError{fmt.Errorf("--resume %s: the config differs from the one the checkpoint was trained with (%s) in keys that change what the run computes:\n  %s\n"+
 			"put them back, or allow each with --allow-change KEY (a section name allows all its keys); every change is recorded in %s",
-			ckpt, filepath.Join(ckpt, checkpointConfigFile), strings.Join(refused, "\n  "), filepath.Join(cfg.RunDir, changesFile))
+			ckpt, filepath.Join(ckpt, checkpointConfigFile), strings.Join(refused, "\n  "), filepath.Join(cfg.RunDir, changesFile))}
 	}
 	return rc, nil
 }

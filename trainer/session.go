@@ -109,7 +109,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	// train.deterministic is false.
 	dev, err := UseDevice(cfg.Device)
 	if err != nil {
-		return nil, fmt.Errorf("config key device: %w", err)
+		return nil, ConfigError{fmt.Errorf("config key device: %w", err)}
 	}
 	if dev.IsCuda() && cfg.Train.DeterministicCUDA() {
 		if s.undoDeterministic, err = deterministicCUDA(); err != nil {
@@ -130,7 +130,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 			return nil, err
 		}
 		if saved.Kind != kind {
-			return nil, fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, saved.Kind, kind)
+			return nil, ConfigError{fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, saved.Kind, kind)}
 		}
 		if rc, err = checkResume(cfg, ckpt, saved.Step, opts); err != nil {
 			return nil, err

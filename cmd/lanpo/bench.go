@@ -42,7 +42,7 @@ func benchLogprobCommand() *cli.Command {
 			"the pre-op RSS on CPU), their ratios, and the largest |difference| of the log-probs.",
 		Flags: []cli.Flag{
 			&cli.Int64Flag{Name: "n", Value: 2048, Usage: "tokens (rows)"},
-			&cli.Int64Flag{Name: "h", Value: 896, Usage: "hidden size"},
+			&cli.Int64Flag{Name: "hidden", Value: 896, Usage: "hidden size"},
 			&cli.Int64Flag{Name: "v", Value: 151936, Usage: "vocabulary size"},
 			&cli.BoolFlag{Name: "grad", Usage: "forward + backward instead of forward only"},
 			&cli.Int64Flag{Name: "chunk", Usage: "rows per chunk (0: 256 on CPU, 4096 on CUDA)"},
@@ -66,7 +66,7 @@ func benchLogprobCommand() *cli.Command {
 					return usageError{fmt.Errorf("--%s must be > 0, got %d", f, c.Int64(f))}
 				}
 			}
-			r, err := csrc.BenchLogProb(csrc.LogProbBench{N: c.Int64("n"), H: c.Int64("h"), V: c.Int64("v"), Grad: c.Bool("grad"),
+			r, err := csrc.BenchLogProb(csrc.LogProbBench{N: c.Int64("n"), H: c.Int64("hidden"), V: c.Int64("v"), Grad: c.Bool("grad"),
 				Chunk: c.Int64("chunk"), DType: dtype, Device: dev, Reps: c.Int("reps"), Seed: c.Int64("seed")})
 			if err != nil {
 				return err

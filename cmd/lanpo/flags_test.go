@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // TestRepeatableFlagsKeepCommas: a repeatable flag's value is taken whole —
@@ -110,5 +113,59 @@ func TestEvalLimitMustBePositive(t *testing.T) {
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--limit "+n) {
 			t.Errorf("--limit %s: %v", n, err)
 		}
+	}
+}
+
+// TestCLIManners: -h is help everywhere; a mistyped command or flag is a
+// usage error (exit 2) that suggests the nearest; a missing required flag
+// is a usage error that writes nothing to stdout (urfave printed the help
+// there, into `> out.jsonl`); every flag's help shows one default; a
+// refused resume exits 2 like any config error.
+func TestCLIManners(t *testing.T) {
+	run := func(args ...string) (stdout string, err error) {
+		app := newApp()
+		var out, errOut bytes.Buffer
+		app.Writer, app.ErrWriter = &out, &errOut
+		err = app.Run(append([]string{"lanpo"}, args...))
+		return out.String(), err
+	}
+	if out, err := run("bench", "logprob", "-h"); err != nil || !strings.Contains(out, "--hidden value") {
+		t.Fatalf("bench logprob -h: %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"scroe"}, `Did you mean "score"?`},
+		{[]string{"pool", "stat", "runs/x"}, `Did you mean "stats"?`},
+		{[]string{"score", "--modle", "x"}, "no flag --modle. Did you mean --model?"},
+		{[]string{"score"}, "lanpo score: --model is required"},
+		{[]string{"bench", "relevance"}, "lanpo bench relevance: --data is required"},
+	} {
+		out, err := run(c.args...)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) || out != "" {
+			t.Errorf("%v: error %v (want a usage error saying %q), stdout %q", c.args, err, c.want, out)
+		}
+	}
+	var walk func(prefix []string, cmds []*cli.Command)
+	walk = func(prefix []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			args := append(append([]string(nil), prefix...), c.Name)
+			out, err := run(append(args, "--help")...)
+			if err != nil {
+				t.Errorf("%v --help: %v", args, err)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Count(line, "(default:") > 1 {
+					t.Errorf("%v --help shows two defaults: %s", args, strings.TrimSpace(line))
+				}
+			}
+			walk(args, c.Subcommands)
+		}
+	}
+	walk(nil, newApp().Commands)
+	if s := exitStatus(fmt.Errorf("wrapped: %w", trainer.ConfigError{Err: errors.New("refused")})); s != 2 {
+		t.Errorf("a refused resume exits %d", s)
 	}
 }

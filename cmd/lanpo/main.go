@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/lanpo-rl/lanpo/trainer"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -27,9 +28,8 @@ type usageError struct{ error }
 func (usageError) ExitCode() int { return 2 }
 
 func newApp() *cli.App {
-	// --help only: "-h" is taken by `bench logprob --h` (hidden size).
-	cli.HelpFlag = &cli.BoolFlag{Name: "help", Usage: "show help"}
-	return &cli.App{
+	cli.HelpFlag = &cli.BoolFlag{Name: "help", Aliases: []string{"h"}, Usage: "show help"}
+	return tidyCLI(&cli.App{
 		Name:    "lanpo",
 		Usage:   "train LLMs for math reasoning with GRPO and LANPO, on libtorch",
 		Version: version,
@@ -85,7 +85,8 @@ func newApp() *cli.App {
 			return usageError{err}
 		},
 		ExitErrHandler: func(c *cli.Context, err error) {},
-	}
+		Suggest:        true, // a mistyped command or flag: "Did you mean …?"
+	})
 }
 
 func main() {
@@ -100,7 +101,17 @@ func main() {
 	if errors.As(err, &ec) {
 		os.Exit(ec.ExitCode())
 	}
-	os.Exit(1)
+	os.Exit(exitStatus(err))
+}
+
+// exitStatus is the status of an error that carries none: 2 for what the
+// user asked for (trainer.ConfigError), else 1 (clihelp.go lists them).
+func exitStatus(err error) int {
+	var ce trainer.ConfigError
+	if errors.As(err, &ce) {
+		return 2
+	}
+	return 1
 }
 
 func setupLogging(level, format string) error {

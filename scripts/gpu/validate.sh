@@ -163,8 +163,8 @@ run_tests() {
 # name|command (run from the checkout with bin/lanpo); each prints one JSON
 # object on stdout. `validate.sh bench NAME…` runs only those named.
 benches=(
-	"logprob-7b-forward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --h 3584 --v 152064 --reps 5 --json"
-	"logprob-7b-forward-backward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --h 3584 --v 152064 --grad --reps 3 --json"
+	"logprob-7b-forward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --reps 5 --json"
+	"logprob-7b-forward-backward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --grad --reps 3 --json"
 	"grpo-step-0.5b|bin/lanpo bench grpo-step --device cuda --shape 0.5b --prompts 16 --samples 8 --new-tokens 256 --json"
 	"generate-0.5b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --json"
 	"generate-7b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --json"
