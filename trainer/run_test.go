@@ -19,6 +19,7 @@ import (
 	"math/rand"
 
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
@@ -818,5 +819,23 @@ func TestResumeGuardsWork(t *testing.T) {
 	short.TotalSteps = 2
 	if err := RunGRPO(context.Background(), short, "auto", RunOptions{}); err == nil || !strings.Contains(err.Error(), "past total_steps 2") {
 		t.Fatalf("total_steps below the checkpoint: %v", err)
+	}
+}
+
+// TestResumeSaysWhatItDid: --resume auto on a run directory without a
+// checkpoint, and on a finished run, say so (both used to be silent).
+func TestResumeSaysWhatItDid(t *testing.T) {
+	var buf bytes.Buffer
+	defer func(l zerolog.Logger) { log.Logger = l }(log.Logger)
+	log.Logger = zerolog.New(&buf)
+	cfg := tinyConfig(t, "total_steps=1")
+	runGRPO(t, cfg, "auto")
+	if !strings.Contains(buf.String(), "no complete checkpoint in the run directory; starting from step 0") {
+		t.Fatalf("a fresh start under --resume auto: %s", buf.String())
+	}
+	buf.Reset()
+	runGRPO(t, cfg, "auto")
+	if !strings.Contains(buf.String(), "the run is complete") {
+		t.Fatalf("resuming a finished run: %s", buf.String())
 	}
 }
