@@ -825,10 +825,10 @@ func TestResumeGuardsWork(t *testing.T) {
 // TestResumeSaysWhatItDid: --resume auto on a run directory without a
 // checkpoint, and on a finished run, say so (both used to be silent).
 func TestResumeSaysWhatItDid(t *testing.T) {
+	cfg := tinyConfig(t, "total_steps=1")
 	var buf bytes.Buffer
 	defer func(l zerolog.Logger) { log.Logger = l }(log.Logger)
 	log.Logger = zerolog.New(&buf)
-	cfg := tinyConfig(t, "total_steps=1")
 	runGRPO(t, cfg, "auto")
 	if !strings.Contains(buf.String(), "no complete checkpoint in the run directory; starting from step 0") {
 		t.Fatalf("a fresh start under --resume auto: %s", buf.String())
@@ -837,5 +837,43 @@ func TestResumeSaysWhatItDid(t *testing.T) {
 	runGRPO(t, cfg, "auto")
 	if !strings.Contains(buf.String(), "the run is complete") {
 		t.Fatalf("resuming a finished run: %s", buf.String())
+	}
+}
+
+// TestStepLinesWithoutATerminal: without a progress bar (no terminal:
+// Slurm, nohup, tail -f) every step logs one info line with the reward,
+// accuracy, pace and time left, after a first line naming the run
+// directory and metrics file; nothing appeared between checkpoints before.
+func TestStepLinesWithoutATerminal(t *testing.T) {
+	cfg := tinyConfig(t, "total_steps=2") // the warm model's SFT logs too
+	var buf bytes.Buffer
+	defer func(l zerolog.Logger, lvl zerolog.Level) { log.Logger = l; zerolog.SetGlobalLevel(lvl) }(log.Logger, zerolog.GlobalLevel())
+	log.Logger = zerolog.New(&buf)
+	zerolog.SetGlobalLevel(zerolog.InfoLevel)
+	runGRPO(t, cfg, "")
+	var steps []map[string]any
+	first := ""
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if m["message"] == "grpo run" && first == "" {
+			first = line
+		}
+		if m["message"] == "step" {
+			steps = append(steps, m)
+		}
+	}
+	if !strings.Contains(first, filepath.Join(cfg.RunDir, metricsFile)) {
+		t.Fatalf("no first line naming the metrics file:\n%s", buf.String())
+	}
+	if len(steps) != 2 || steps[0]["step"] != "1/2" || steps[1]["eta"] != "0s" {
+		t.Fatalf("step lines %v", steps)
+	}
+	for _, k := range []string{"reward", "accuracy", "loss", "s_per_step", "eta"} {
+		if _, ok := steps[0][k]; !ok {
+			t.Errorf("a step line without %s: %v", k, steps[0])
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"math"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -188,6 +189,9 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		opts.Progress = nil
 	}
 	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
+	if s.comm.Rank() == 0 {
+		log.Info().Str("run_dir", cfg.RunDir).Str("metrics", filepath.Join(cfg.RunDir, metricsFile)).Int("from_step", s.state.Step).Int("total_steps", cfg.TotalSteps).Msg(kind + " run")
+	}
 	return s, nil
 }
 
@@ -260,6 +264,7 @@ func (s *session) Close() {
 func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics, error)) error {
 	cfg := s.cfg
 	ran := 0
+	started := time.Now()
 	defer func() { s.prog.Done(fmt.Sprintf("step %d", s.state.Step)) }()
 	for s.state.Step < cfg.TotalSteps {
 		if cfg.StopAfterSteps > 0 && ran == cfg.StopAfterSteps {
@@ -321,13 +326,31 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			}
 		}
 		s.prog.Update(met.Step, fmt.Sprintf("loss %.4f reward %.3f acc %.3f %.0f tok/s", met.Loss, met.RewardMean, met.Accuracy, met.TokensPerS))
-		log.Debug().Int("step", met.Step).Float64("loss", met.Loss).Float64("reward", met.RewardMean).Float64("accuracy", met.Accuracy).Msg("step")
+		s.stepLine(met, time.Since(started)/time.Duration(ran))
 	}
 	if s.noFinalSave {
 		return nil
 	}
 	return s.save()
 }
+
+// stepLine logs one line per step where no progress bar shows (no
+// terminal: Slurm, nohup, tail -f): step, reward, accuracy, seconds per
+// step and the time left at this pace; with a progress bar, at debug level.
+func (s *session) stepLine(met StepMetrics, perStep time.Duration) {
+	if s.comm.Rank() != 0 {
+		return
+	}
+	ev := log.Debug()
+	if !s.prog.Shown() {
+		ev = log.Info()
+	}
+	left := time.Duration(s.cfg.TotalSteps-met.Step) * perStep
+	ev.Str("step", fmt.Sprintf("%d/%d", met.Step, s.cfg.TotalSteps)).Float64("reward", round3(met.RewardMean)).Float64("accuracy", round3(met.Accuracy)).
+		Float64("loss", met.Loss).Float64("s_per_step", round3(perStep.Seconds())).Str("eta", left.Round(time.Second).String()).Msg("step")
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // guardedStep runs one step, turning a panic into an error.
 func (s *session) guardedStep(step func(*phaseTimer) (StepMetrics, error), t *phaseTimer) (met StepMetrics, err error) {

@@ -34,6 +34,9 @@ func New(w io.Writer, name string, total, first int) *Bar {
 	return b
 }
 
+// Shown says whether the bar draws (it has a writer: a terminal).
+func (b *Bar) Shown() bool { return b != nil && b.w != nil }
+
 // Update redraws the line for done units with detail after the rate and
 // ETA. It draws at most 10 times a second, and always the last unit.
 func (b *Bar) Update(done int, detail string) {
