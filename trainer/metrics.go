@@ -9,7 +9,8 @@ import (
 	"github.com/lanpo-rl/lanpo/csrc"
 )
 
-// StepMetrics is one line of RUN_DIR/metrics.jsonl.
+// StepMetrics is one line of RUN_DIR/metrics.jsonl; docs/metrics.md
+// documents every key (TestMetricsSchema).
 type StepMetrics struct {
 	Step int     `json:"step"`
 	Loss float64 `json:"loss"`
@@ -19,8 +20,8 @@ type StepMetrics struct {
 	// over every rollout sampled in the step (what the policy did); with
 	// dynamic sampling the *_kept values are over the groups the update
 	// trained on.
-	RewardMean     float64 `json:"reward_mean,omitempty"`
-	RewardStd      float64 `json:"reward_std,omitempty"`
+	RewardMean     float64 `json:"reward_mean"`
+	RewardStd      float64 `json:"reward_std"`
 	Accuracy       float64 `json:"accuracy"`
 	ZeroVarFrac    float64 `json:"zero_variance_group_frac"`
 	RespLenMean    float64 `json:"response_length_mean,omitempty"`

@@ -1,0 +1,74 @@
+package trainer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestMetricsSchema: docs/metrics.md documents every key a metrics line
+// can hold — StepMetrics' and LANPOMetrics' JSON names, every phase the
+// code times (seconds.*) — and nothing that does not exist; reward_mean
+// and reward_std are written when 0.
+func TestMetricsSchema(t *testing.T) {
+	doc, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_/@.A-Z]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		documented[m[1]] = true
+	}
+	want := map[string]bool{"eval/BENCH/MODE/METRIC": true}
+	var fields func(t reflect.Type)
+	fields = func(typ reflect.Type) {
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			if f.Anonymous {
+				fields(f.Type.Elem())
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				want[name] = true
+			}
+		}
+	}
+	fields(reflect.TypeOf(StepMetrics{}))
+	files, _ := filepath.Glob("*.go")
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\.enter\("([a-z_]+)"\)`).FindAllStringSubmatch(string(src), -1) {
+			want["seconds."+m[1]] = true
+		}
+	}
+	for k := range want {
+		if !documented[k] {
+			t.Errorf("metrics key %q is not in docs/metrics.md", k)
+		}
+	}
+	for k := range documented {
+		if !want[k] {
+			t.Errorf("docs/metrics.md documents %q, which no metrics line holds", k)
+		}
+	}
+	if len(want) < 60 {
+		t.Fatalf("only %d keys found: the test reads the wrong types", len(want))
+	}
+	b, _ := json.Marshal(StepMetrics{Step: 1})
+	for _, k := range []string{`"reward_mean":0`, `"reward_std":0`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("a line with zero reward lacks %s: %s", k, b)
+		}
+	}
+}
