@@ -205,7 +205,13 @@ type LogConfig struct {
 	// Rollouts writes RUN_DIR/rollouts/step-NNNNNN.jsonl: every rollout's
 	// problem, mode, full prompt text, response and reward.
 	Rollouts bool `yaml:"rollouts"`
+	// TensorBoard also writes every metric as a TensorBoard scalar under
+	// RUN_DIR/tensorboard/ (default on): tensorboard --logdir runs/.
+	TensorBoard *bool `yaml:"tensorboard"`
 }
+
+// TensorBoardOn is log.tensorboard (default on).
+func (l LogConfig) TensorBoardOn() bool { return l.TensorBoard == nil || *l.TensorBoard }
 
 // CheckpointConfig says when to save and how many to keep.
 type CheckpointConfig struct {

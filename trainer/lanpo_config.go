@@ -122,12 +122,15 @@ const (
 
 // relevanceFloors are the scorers' default lanpo.relevance_floor, set
 // from lanpo bench relevance on BM25-retrieved MATH-train candidates with
-// Qwen2.5-Coder-0.5B (docs/lanpo.md, "An absolute floor" and "One centre
-// for every run"): embedding 0.8 (fixed centre) passes 46% of
-// same-subject and 15% of other-subject candidates, bm25 0.7 16–25% and
-// 2%. The policy scorer is not calibrated (a 0.5B model
-// rates worse than chance): no floor.
-var relevanceFloors = map[string]float64{simEmbedding: 0.8, simBM25: 0.7, simPolicy: 0}
+// Qwen2.5-Coder-0.5B and from a real run's candidates (docs/lanpo.md, "An
+// absolute floor" and "One centre for every run"): embedding 0.5 (fixed
+// centre) passes 89% of same-subject and 67% of other-subject candidates
+// (BM25's candidates are look-alikes: other-subject is a weak proxy for
+// unrelated), the real run's same-kind candidates (raw 0.56-0.74) and not
+// the pair behind the real run's collapsed plan (0.39); bm25 0.7 passes
+// 16–25% and 2%. The policy scorer is not calibrated (a 0.5B model rates
+// worse than chance): no floor.
+var relevanceFloors = map[string]float64{simEmbedding: 0.5, simBM25: 0.7, simPolicy: 0}
 
 // attemptCharsPerToken sizes the pool's attempt cap: byte-level BPE
 // tokens of math text average 3–4 characters; 16 leaves room for long

@@ -2,11 +2,13 @@ package trainer
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensorboard"
 )
 
 // StepMetrics is one line of RUN_DIR/metrics.jsonl; docs/metrics.md
@@ -72,17 +74,57 @@ type StepMetrics struct {
 	Seconds    map[string]float64 `json:"seconds"`
 }
 
-// metricsLog appends StepMetrics to RUN_DIR/metrics.jsonl.
-// metricsLog appends metrics.jsonl; a nil f (ranks other than 0) writes
-// nothing.
-type metricsLog struct{ f *os.File }
+// metricsLog appends StepMetrics to RUN_DIR/metrics.jsonl and, with
+// log.tensorboard, the same numbers as TensorBoard scalars under
+// RUN_DIR/tensorboard (seconds.PHASE as seconds/PHASE); a nil f (ranks
+// other than 0) writes nothing.
+type metricsLog struct {
+	f  *os.File
+	tb *tensorboard.Writer
+}
 
-func openMetrics(runDir string) (*metricsLog, error) {
+// tensorboardDir is where a run's TensorBoard events go.
+const tensorboardDir = "tensorboard"
+
+func openMetrics(runDir string, withTB bool) (*metricsLog, error) {
 	f, err := os.OpenFile(filepath.Join(runDir, metricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return &metricsLog{f}, nil
+	l := &metricsLog{f: f}
+	if withTB {
+		if l.tb, err = tensorboard.Create(filepath.Join(runDir, tensorboardDir), time.Now()); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("log.tensorboard: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// scalars are a metrics line's numbers as TensorBoard tags.
+func scalars(line map[string]any) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range line {
+		switch x := v.(type) {
+		case float64:
+			if k != "step" {
+				out[k] = x
+			}
+		case bool:
+			if x {
+				out[k] = 1
+			} else {
+				out[k] = 0
+			}
+		case map[string]any:
+			for sub, y := range x {
+				if f, ok := y.(float64); ok {
+					out[k+"/"+sub] = f
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (l *metricsLog) write(m StepMetrics) error {
@@ -93,11 +135,13 @@ func (l *metricsLog) write(m StepMetrics) error {
 	if err != nil {
 		return err
 	}
-	if len(m.Eval) > 0 {
-		var line map[string]any
+	var line map[string]any
+	if len(m.Eval) > 0 || l.tb != nil {
 		if err := json.Unmarshal(b, &line); err != nil {
 			return err
 		}
+	}
+	if len(m.Eval) > 0 {
 		for k, v := range m.Eval {
 			line["eval/"+k] = v
 		}
@@ -108,12 +152,20 @@ func (l *metricsLog) write(m StepMetrics) error {
 	if _, err := l.f.Write(append(b, '\n')); err != nil {
 		return err
 	}
+	if l.tb != nil {
+		if err := l.tb.Scalars(int64(m.Step), time.Now(), scalars(line)); err != nil {
+			return fmt.Errorf("log.tensorboard: %w", err)
+		}
+	}
 	return l.f.Sync()
 }
 
 func (l *metricsLog) Close() error {
 	if l.f == nil {
 		return nil
+	}
+	if l.tb != nil {
+		l.tb.Close()
 	}
 	return l.f.Close()
 }

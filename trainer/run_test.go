@@ -23,6 +23,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/internal/tensorboard"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -840,11 +841,11 @@ func TestResumeSaysWhatItDid(t *testing.T) {
 	}
 }
 
-// TestStepLinesWithoutATerminal: without a progress bar (no terminal:
+// TestStepLinesAndTensorBoard: without a progress bar (no terminal:
 // Slurm, nohup, tail -f) every step logs one info line with the reward,
 // accuracy, pace and time left, after a first line naming the run
 // directory and metrics file; nothing appeared between checkpoints before.
-func TestStepLinesWithoutATerminal(t *testing.T) {
+func TestStepLinesAndTensorBoard(t *testing.T) {
 	cfg := tinyConfig(t, "total_steps=2") // the warm model's SFT logs too
 	var buf bytes.Buffer
 	defer func(l zerolog.Logger, lvl zerolog.Level) { log.Logger = l; zerolog.SetGlobalLevel(lvl) }(log.Logger, zerolog.GlobalLevel())
@@ -875,5 +876,49 @@ func TestStepLinesWithoutATerminal(t *testing.T) {
 		if _, ok := steps[0][k]; !ok {
 			t.Errorf("a step line without %s: %v", k, steps[0])
 		}
+	}
+	if !strings.Contains(first, filepath.Join(cfg.RunDir, tensorboardDir)) {
+		t.Errorf("the first line does not name the TensorBoard directory: %s", first)
+	}
+
+	// log.tensorboard (on by default): the same numbers as TensorBoard
+	// scalars, step by step.
+	events, _ := filepath.Glob(filepath.Join(cfg.RunDir, tensorboardDir, "events.out.tfevents.*"))
+	if len(events) != 1 {
+		t.Fatalf("TensorBoard event files %v", events)
+	}
+	got, err := tensorboard.ReadScalars(events[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := map[string]float32{}
+	for _, s := range got {
+		tb[fmt.Sprintf("%d %s", s.Step, s.Tag)] = s.Value
+	}
+	lines := 0
+	if err := jsonl.File(filepath.Join(cfg.RunDir, metricsFile), func(n int, line []byte) error {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			return err
+		}
+		lines++
+		for k, want := range scalars(m) {
+			if v, ok := tb[fmt.Sprintf("%v %s", m["step"], k)]; !ok || v != float32(want) {
+				t.Errorf("step %v %s: TensorBoard %v (present %v), metrics.jsonl %v", m["step"], k, v, ok, want)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"1 reward_mean", "2 seconds/rollout", "2 accuracy"} {
+		if _, ok := tb[k]; !ok || lines != 2 {
+			t.Errorf("no TensorBoard scalar %q (%d metric lines)", k, lines)
+		}
+	}
+	off := tinyConfig(t, "total_steps=1", "log.tensorboard=false")
+	runGRPO(t, off, "")
+	if _, err := os.Stat(filepath.Join(off.RunDir, tensorboardDir)); err == nil {
+		t.Error("log.tensorboard=false wrote TensorBoard events")
 	}
 }

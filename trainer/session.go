@@ -182,7 +182,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	s.metrics = &metricsLog{}
 	if s.comm.Rank() == 0 {
-		if s.metrics, err = openMetrics(cfg.RunDir); err != nil {
+		if s.metrics, err = openMetrics(cfg.RunDir, cfg.Log.TensorBoardOn()); err != nil {
 			return nil, err
 		}
 	} else {
@@ -190,7 +190,11 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
 	if s.comm.Rank() == 0 {
-		log.Info().Str("run_dir", cfg.RunDir).Str("metrics", filepath.Join(cfg.RunDir, metricsFile)).Int("from_step", s.state.Step).Int("total_steps", cfg.TotalSteps).Msg(kind + " run")
+		ev := log.Info().Str("run_dir", cfg.RunDir).Str("metrics", filepath.Join(cfg.RunDir, metricsFile))
+		if cfg.Log.TensorBoardOn() {
+			ev = ev.Str("tensorboard", filepath.Join(cfg.RunDir, tensorboardDir))
+		}
+		ev.Int("from_step", s.state.Step).Int("total_steps", cfg.TotalSteps).Msg(kind + " run")
 	}
 	return s, nil
 }
