@@ -23,8 +23,8 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
-	"github.com/lanpo-rl/lanpo/internal/tensorboard"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/internal/tensorboard"
 )
 
 func TestMain(m *testing.M) {
