@@ -111,6 +111,14 @@ type DataConfig struct {
 	PromptTemplate string `yaml:"prompt_template"` // {problem} is replaced
 	SystemPrompt   string `yaml:"system_prompt"`
 	SkipBadLines   bool   `yaml:"skip_bad_lines"` // count and skip malformed lines instead of failing
+	// Where a record's fields are (dotted paths into nested records):
+	// defaults problem, answer, id (an id-less record gets file:line).
+	ProblemKey string `yaml:"problem_key"`
+	AnswerKey  string `yaml:"answer_key"`
+	IDKey      string `yaml:"id_key"`
+	// AnswerFormat: "" (the answer as it is) or gsm8k (a worked solution
+	// ending in "#### 72": the final answer is what follows).
+	AnswerFormat string `yaml:"answer_format"`
 }
 
 // RolloutConfig are the sampling settings of GRPO's rollouts.
@@ -448,6 +456,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseDevice(c.Algo.RefDevice); err != nil {
 		return bad("algo.ref_device", "%v", err)
+	}
+	if f := c.Data.AnswerFormat; f != "" && f != AnswerGSM8K {
+		return bad("data.answer_format", "%q: want gsm8k or nothing (the answer as it is)", f)
 	}
 	if !strings.Contains(c.Data.PromptTemplate, "{problem}") {
 		return bad("data.prompt_template", "must contain {problem}")

@@ -1,9 +1,13 @@
 package trainer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/rs/zerolog/log"
 
@@ -19,26 +23,42 @@ type Problem struct {
 	Where   string `json:"-"` // file:line it was read from
 }
 
-// LoadProblems reads a JSONL dataset. A malformed line, or an id an
+// LoadProblems reads a JSONL dataset of {"id","problem","answer"} records
+// (ReadProblems with the default keys).
+func LoadProblems(path string, skipBad bool) ([]Problem, error) {
+	return ReadProblems(path, DataConfig{SkipBadLines: skipBad})
+}
+
+// Data record keys and answer formats (data.*_key, data.answer_format).
+const (
+	defaultProblemKey = "problem"
+	defaultAnswerKey  = "answer"
+	defaultIDKey      = "id"
+	AnswerGSM8K       = "gsm8k"
+)
+
+// ReadProblems reads a JSONL dataset, taking each record's problem, answer
+// and id from data.problem_key, data.answer_key and data.id_key (dotted
+// paths into nested records; defaults problem, answer, id). An answer may
+// be a string or a JSON number (taken as written: 72, 0.5); with
+// data.answer_format gsm8k it is a worked solution ending in "#### 72". A
+// record without an id gets file:line. A malformed line, or an id an
 // earlier line already used (the pool, the cursor and the logs key
 // problems by id: two problems under one id would mix their attempts), is
-// an error naming file:line, or, with skipBad, is counted, logged and
-// skipped.
-func LoadProblems(path string, skipBad bool) ([]Problem, error) {
+// an error naming file:line, or, with data.skip_bad_lines, is counted,
+// logged and skipped.
+func ReadProblems(path string, d DataConfig) ([]Problem, error) {
+	keys := d.keys()
 	var out []Problem
 	skipped := 0
 	seen := map[string]int{}
 	err := jsonl.File(path, func(n int, line []byte) error {
-		var p Problem
-		err := json.Unmarshal(line, &p)
-		if err == nil && (p.Problem == "" || p.Answer == "") {
-			err = fmt.Errorf(`want non-empty "problem" and "answer" strings`)
-		}
+		p, err := keys.read(line)
 		if first, dup := seen[p.ID]; err == nil && p.ID != "" && dup {
 			err = fmt.Errorf("id %q already used on line %d", p.ID, first)
 		}
 		if err != nil {
-			if skipBad {
+			if d.SkipBadLines {
 				skipped++
 				log.Warn().Str("file", path).Int("line", n).Err(err).Msg("skipping malformed line")
 				return nil
@@ -63,6 +83,103 @@ func LoadProblems(path string, skipBad bool) ([]Problem, error) {
 		log.Warn().Str("file", path).Int("skipped", skipped).Int("kept", len(out)).Msg("malformed lines skipped")
 	}
 	return out, nil
+}
+
+// recordKeys say where a record's fields are.
+type recordKeys struct{ problem, answer, id, answerFormat string }
+
+func (d DataConfig) keys() recordKeys {
+	k := recordKeys{d.ProblemKey, d.AnswerKey, d.IDKey, d.AnswerFormat}
+	if k.problem == "" {
+		k.problem = defaultProblemKey
+	}
+	if k.answer == "" {
+		k.answer = defaultAnswerKey
+	}
+	if k.id == "" {
+		k.id = defaultIDKey
+	}
+	return k
+}
+
+// read reads one record.
+func (k recordKeys) read(line []byte) (Problem, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var rec map[string]any
+	if err := dec.Decode(&rec); err != nil {
+		return Problem{}, err
+	}
+	var p Problem
+	var err error
+	if p.Problem, err = k.text(rec, k.problem, "data.problem_key", true); err != nil {
+		return p, err
+	}
+	if p.Answer, err = k.text(rec, k.answer, "data.answer_key", true); err != nil {
+		return p, err
+	}
+	if k.answerFormat == AnswerGSM8K {
+		if p.Answer, err = gsm8kAnswer(p.Answer); err != nil {
+			return p, fmt.Errorf("%q (data.answer_format gsm8k): %w", k.answer, err)
+		}
+	}
+	p.ID, err = k.text(rec, k.id, "data.id_key", false)
+	return p, err
+}
+
+// text is the string (or number, as written) at a dotted path; a missing
+// required one names the keys the record has and the config key that maps
+// them.
+func (k recordKeys) text(rec map[string]any, path, configKey string, required bool) (string, error) {
+	var v any = rec
+	for _, part := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			v = nil
+			break
+		}
+		v = m[part]
+	}
+	switch x := v.(type) {
+	case string:
+		if x == "" && required {
+			return "", fmt.Errorf("%q is empty", path)
+		}
+		return x, nil
+	case json.Number:
+		return x.String(), nil
+	case nil:
+		if !required {
+			return "", nil
+		}
+		have := make([]string, 0, len(rec))
+		for key := range rec {
+			have = append(have, key)
+		}
+		sort.Strings(have)
+		return "", fmt.Errorf("no %q in the record (keys: %s); set %s to the key that holds it (dotted for nested records)", path, strings.Join(have, ", "), configKey)
+	default:
+		return "", fmt.Errorf("%q is a %T, want a string or a number (%s)", path, v, configKey)
+	}
+}
+
+// gsm8kAnswer is the final answer of a GSM8K worked solution: what
+// follows its last "####", thousands separators removed.
+func gsm8kAnswer(s string) (string, error) {
+	i := strings.LastIndex(s, "####")
+	if i < 0 {
+		return "", fmt.Errorf("no \"####\" before the final answer")
+	}
+	a := strings.TrimSpace(s[i+4:])
+	if plain := strings.ReplaceAll(a, ",", ""); plain != a {
+		if _, err := strconv.ParseFloat(plain, 64); err == nil {
+			a = plain
+		}
+	}
+	if a == "" {
+		return "", fmt.Errorf("nothing after \"####\"")
+	}
+	return a, nil
 }
 
 // Cursor walks a dataset in epochs, each a permutation drawn from (seed,

@@ -108,7 +108,7 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
-	if g.problems, err = LoadProblems(cfg.Data.Train, cfg.Data.SkipBadLines); err != nil {
+	if g.problems, err = ReadProblems(cfg.Data.Train, cfg.Data); err != nil {
 		return err
 	}
 	if err := g.renderPrompts(); err != nil {

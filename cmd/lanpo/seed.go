@@ -74,7 +74,7 @@ func runSeed(c *cli.Context) error {
 		}
 		mix[k] = w
 	}
-	problems, err := trainer.LoadProblems(c.String("data"), cfg.Data.SkipBadLines)
+	problems, err := trainer.ReadProblems(c.String("data"), cfg.Data)
 	if err != nil {
 		return err
 	}
