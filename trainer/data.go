@@ -21,6 +21,11 @@ type Problem struct {
 	Problem string `json:"problem"`
 	Answer  string `json:"answer"`
 	Where   string `json:"-"` // file:line it was read from
+	// A record whose problem is a chat (verl's "prompt": [{role, content}],
+	// the instruction already inside): Problem is its last user message,
+	// System its system message, if any; Chat says so (chatData).
+	Chat   bool   `json:"-"`
+	System string `json:"-"`
 }
 
 // LoadProblems reads a JSONL dataset of {"id","problem","answer"} records
@@ -52,7 +57,11 @@ func ReadProblems(path string, d DataConfig) ([]Problem, error) {
 	var out []Problem
 	skipped := 0
 	seen := map[string]int{}
-	err := jsonl.File(path, func(n int, line []byte) error {
+	each, unit := jsonl.File, "%s:%d"
+	if strings.HasSuffix(path, ".parquet") {
+		each, unit = parquetRows, "%s row %d"
+	}
+	err := each(path, func(n int, line []byte) error {
 		p, err := keys.read(line)
 		if first, dup := seen[p.ID]; err == nil && p.ID != "" && dup {
 			err = fmt.Errorf("id %q already used on line %d", p.ID, first)
@@ -63,9 +72,9 @@ func ReadProblems(path string, d DataConfig) ([]Problem, error) {
 				log.Warn().Str("file", path).Int("line", n).Err(err).Msg("skipping malformed line")
 				return nil
 			}
-			return fmt.Errorf("%s:%d: %w", path, n, err)
+			return fmt.Errorf(unit+": %w", path, n, err)
 		}
-		p.Where = fmt.Sprintf("%s:%d", path, n)
+		p.Where = fmt.Sprintf(unit, path, n)
 		seen[p.ID] = n
 		if p.ID == "" {
 			p.ID = p.Where
@@ -112,7 +121,12 @@ func (k recordKeys) read(line []byte) (Problem, error) {
 	}
 	var p Problem
 	var err error
-	if p.Problem, err = k.text(rec, k.problem, "data.problem_key", true); err != nil {
+	if msgs, ok := at(rec, k.problem).([]any); ok {
+		if p.Problem, p.System, err = chatProblem(msgs); err != nil {
+			return p, fmt.Errorf("%q: %w", k.problem, err)
+		}
+		p.Chat = true
+	} else if p.Problem, err = k.text(rec, k.problem, "data.problem_key", true); err != nil {
 		return p, err
 	}
 	if p.Answer, err = k.text(rec, k.answer, "data.answer_key", true); err != nil {
@@ -131,15 +145,7 @@ func (k recordKeys) read(line []byte) (Problem, error) {
 // required one names the keys the record has and the config key that maps
 // them.
 func (k recordKeys) text(rec map[string]any, path, configKey string, required bool) (string, error) {
-	var v any = rec
-	for _, part := range strings.Split(path, ".") {
-		m, ok := v.(map[string]any)
-		if !ok {
-			v = nil
-			break
-		}
-		v = m[part]
-	}
+	v := at(rec, path)
 	switch x := v.(type) {
 	case string:
 		if x == "" && required {
@@ -148,6 +154,12 @@ func (k recordKeys) text(rec map[string]any, path, configKey string, required bo
 		return x, nil
 	case json.Number:
 		return x.String(), nil
+	case int64, int32, int, uint64, uint32:
+		return fmt.Sprint(x), nil
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32), nil
 	case nil:
 		if !required {
 			return "", nil
@@ -161,6 +173,71 @@ func (k recordKeys) text(rec map[string]any, path, configKey string, required bo
 	default:
 		return "", fmt.Errorf("%q is a %T, want a string or a number (%s)", path, v, configKey)
 	}
+}
+
+// at is the value at a dotted path (nil when missing).
+func at(rec map[string]any, path string) any {
+	var v any = rec
+	for _, part := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[part]
+	}
+	return v
+}
+
+// chatProblem reads a chat-shaped problem, [{role, content}, ...]: an
+// optional system message, then one user message (the problem with its
+// instruction) — what verl's data preprocessing writes.
+func chatProblem(msgs []any) (problem, system string, err error) {
+	for i, m := range msgs {
+		mm, ok := m.(map[string]any)
+		role, _ := mm["role"].(string)
+		content, ok2 := mm["content"].(string)
+		if !ok || !ok2 {
+			return "", "", fmt.Errorf("message %d: want {\"role\": string, \"content\": string}", i)
+		}
+		switch {
+		case role == "system" && i == 0 && len(msgs) > 1:
+			system = content
+		case role == "user" && i == len(msgs)-1:
+			problem = content
+		default:
+			return "", "", fmt.Errorf("message %d has role %q: lanpo takes a chat of an optional system message and one user message (the problem)", i, role)
+		}
+	}
+	if problem == "" {
+		return "", "", fmt.Errorf("no user message")
+	}
+	return problem, system, nil
+}
+
+// chatData adapts the data settings to chat-shaped records: their messages
+// are the chat, so data.prompt_template is not applied and the records'
+// system message (the same in every record) is the system prompt. Plain
+// records leave d as it is; a mix, or differing system messages, is an
+// error naming the first record that differs.
+func chatData(d *DataConfig, ps []Problem) error {
+	if len(ps) == 0 || !ps[0].Chat {
+		for _, p := range ps {
+			if p.Chat {
+				return fmt.Errorf("%s: a chat record among plain ones (data.problem_key %s)", p.Where, d.keys().problem)
+			}
+		}
+		return nil
+	}
+	for _, p := range ps {
+		if !p.Chat || p.System != ps[0].System {
+			return fmt.Errorf("%s: every record must be a chat with the same system message as %s (lanpo takes one system prompt per dataset)", p.Where, ps[0].Where)
+		}
+	}
+	if d.PromptTemplate != DefaultConfig().Data.PromptTemplate || d.SystemPrompt != "" {
+		log.Warn().Msg("data.train holds chats: their messages are the prompt, data.prompt_template and data.system_prompt are not applied")
+	}
+	d.PromptTemplate, d.SystemPrompt = "{problem}", ps[0].System
+	return nil
 }
 
 // gsm8kAnswer is the final answer of a GSM8K worked solution: what

@@ -21,6 +21,9 @@ func TestDataShapes(t *testing.T) {
 			[]string{"18", "3", "70000", "540", "20", "64"}, "testdata/shapes/gsm8k.jsonl:1"},
 		{"nested.jsonl", []string{"data.problem_key=input.text", "data.answer_key=gold", "data.id_key=meta.uid"},
 			[]string{"36", "5", "-1", "13", "8.75", "8.5"}, "math_train-2"},
+		{"verl.parquet", []string{"data.problem_key=prompt", "data.answer_key=reward_model.ground_truth", "data.id_key=extra_info.index"},
+			[]string{"8+4i", "36", "5", "-1", "13"}, "0"},
+		{"plain.parquet", nil, []string{"8+4i", "36", "5", "-1", "13"}, "math_train-1"},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "shapes", c.file)
@@ -36,9 +39,21 @@ func TestDataShapes(t *testing.T) {
 			if strings.Join(answers, " ") != strings.Join(c.answers, " ") || ps[0].ID != c.id0 || ps[0].Problem == "" {
 				t.Fatalf("answers %q, first id %q", answers, ps[0].ID)
 			}
+			chat := strings.HasPrefix(c.file, "verl")
+			if ps[0].Chat != chat || (chat && !strings.HasSuffix(ps[0].Problem, `output the final answer within \boxed{}.`)) {
+				t.Fatalf("chat %v, problem %q", ps[0].Chat, ps[0].Problem)
+			}
 			runGRPO(t, cfg, "")
 			if n := len(stableMetrics(t, cfg.RunDir)); n != 1 {
 				t.Fatalf("%d metric lines", n)
+			}
+			if chat {
+				// The record's messages are the chat: the instruction once,
+				// no prompt_template around it.
+				d := cfg.Data
+				if err := chatData(&d, ps); err != nil || d.PromptTemplate != "{problem}" || d.SystemPrompt != "" {
+					t.Fatalf("chat data settings %+v, %v", d, err)
+				}
 			}
 		})
 	}

@@ -111,6 +111,9 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	if g.problems, err = ReadProblems(cfg.Data.Train, cfg.Data); err != nil {
 		return err
 	}
+	if err := chatData(&s.cfg.Data, g.problems); err != nil {
+		return err
+	}
 	if err := g.renderPrompts(); err != nil {
 		return err
 	}

@@ -77,9 +77,12 @@ type session struct {
 	// run); saveExtra write more state into each checkpoint directory (the
 	// LANPO pool).
 	resumedFrom string
-	saveExtra   []func(dir string) error
-	evaluate    Evaluator
-	pool        *pool.Pool // LANPO's, for evaluation
+	// configYAML is the config as the user gave it, resolved (the one a
+	// resume compares with), kept in every checkpoint.
+	configYAML string
+	saveExtra  []func(dir string) error
+	evaluate   Evaluator
+	pool       *pool.Pool // LANPO's, for evaluation
 	// undoDeterministic restores torch's deterministic-algorithms setting
 	// a CUDA run changed (nil: unchanged).
 	undoDeterministic func()
@@ -95,7 +98,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint, configYAML: cfg.YAML()}
 	if sess.comm == nil {
 		sess.comm = dist.Single()
 	}
@@ -393,7 +396,7 @@ func (s *session) save() error {
 	if s.lastSave == s.state.Step {
 		return nil
 	}
-	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra, s.comm, []byte(s.cfg.YAML())}, s.cfg.Checkpoint.Keep)
+	dir, err := SaveCheckpoint(s.cfg.RunDir, checkpointParts{s.m, s.tokFiles, s.opt, s.state, s.saveExtra, s.comm, []byte(s.configYAML)}, s.cfg.Checkpoint.Keep)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", s.state.Step, err)
 	}

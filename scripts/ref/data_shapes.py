@@ -44,3 +44,26 @@ with open(out + "nested.jsonl", "w") as g:
     for r, v in ints[:4] + decimals[:2]:
         g.write(json.dumps({"meta": {"uid": r["id"]}, "input": {"text": r["problem"]}, "gold": v}, ensure_ascii=False) + "\n")
 print("wrote", out)
+
+# Parquet, with pyarrow (pip install pyarrow):
+# - verl.parquet: verl's RL data as its preprocessing scripts write it — "prompt"
+#   a list<struct<role, content>> chat with the instruction inside, the gold at
+#   reward_model.ground_truth (data.answer_key reward_model.ground_truth);
+# - plain.parquet: string columns id, problem, answer.
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+rows = [json.loads(l) for l in open(f"{src}/math_train.jsonl")][:400]
+rows = [r for r in rows if len(r["problem"]) < 200][:5]
+instruction = "Let's think step by step and output the final answer within \\boxed{}."
+verl = pa.table({
+    "data_source": ["DigitalLearningGmbH/MATH-lighteval"] * len(rows),
+    "prompt": [[{"role": "user", "content": r["problem"] + " " + instruction}] for r in rows],
+    "ability": ["math"] * len(rows),
+    "reward_model": [{"style": "rule", "ground_truth": r["answer"]} for r in rows],
+    "extra_info": [{"split": "train", "index": i} for i in range(len(rows))],
+})
+pq.write_table(verl, out + "verl.parquet")
+plain = pa.table({"id": [r["id"] for r in rows], "problem": [r["problem"] for r in rows], "answer": [r["answer"] for r in rows]})
+pq.write_table(plain, out + "plain.parquet")
+print(verl.schema)
