@@ -261,6 +261,10 @@ func prepare(runDir string, seed int64, p demoPlan, arms []string, pt float64, s
 	// demo's measured comparison (docs) ran with γ alone.
 	noFloor := 0.0
 	rl.LANPO.RelevanceFloor = &noFloor
+	// The fixed centre is a set of MATH problems; the demo world's own
+	// problems are the meaningful "problems in general" here, as when its
+	// comparison was measured.
+	rl.LANPO.EmbeddingCentre = "batch"
 	if pt > 0 {
 		rl.LANPO.FeedbackRatio = pt
 	}
