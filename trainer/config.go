@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog/log"
 	"gopkg.in/yaml.v3"
 
 	"github.com/lanpo-rl/lanpo/csrc"
@@ -280,7 +281,14 @@ func LoadConfig(path string, sets []string) (Config, error) {
 			return cfg, fmt.Errorf("--set: %w", err)
 		}
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.Optim.WarmupSteps > cfg.TotalSteps {
+		log.Warn().Int("optim.warmup_steps", cfg.Optim.WarmupSteps).Int("total_steps", cfg.TotalSteps).
+			Msg("the warm-up is longer than the run: the learning rate never reaches optim.lr")
+	}
+	return cfg, nil
 }
 
 func decodeStrict(raw []byte, cfg *Config) error {
@@ -412,8 +420,6 @@ func (c *Config) Validate() error {
 		return bad("optim.lr", "must be > 0")
 	case c.Optim.WarmupSteps < 0:
 		return bad("optim.warmup_steps", "must be ≥ 0")
-	case c.Optim.WarmupSteps > c.TotalSteps:
-		return bad("optim.warmup_steps", "%d is more than total_steps %d: the learning rate would never reach optim.lr", c.Optim.WarmupSteps, c.TotalSteps)
 	case c.Checkpoint.Every < 0 || c.Checkpoint.Keep < 1:
 		return bad("checkpoint", "every must be ≥ 0 and keep ≥ 1")
 	case c.MaxBadSteps < 1:
