@@ -505,7 +505,9 @@ func TestDataParallelExactResumeAndReshard(t *testing.T) {
 // step's retrieval counts.
 func TestEmbeddingRelevanceSameOnAnyWorldSize(t *testing.T) {
 	path, _ := seededPool(t)
-	sets := []string{"lanpo.initial_pool=" + path, "lanpo.similarity=embedding", "lanpo.feedback_ratio=1", "lanpo.modes.reflection=0",
+	// The batch centre: the set scored together decides every score, the
+	// hardest case for agreeing across ranks.
+	sets := []string{"lanpo.initial_pool=" + path, "lanpo.similarity=embedding", "lanpo.embedding_centre=batch", "lanpo.feedback_ratio=1", "lanpo.modes.reflection=0",
 		"lanpo.similarity_scale=raw", "lanpo.similarity_threshold=0.3", "lanpo.relevance_floor=0", "lanpo.retrieval_candidates=2", "total_steps=1", "rollout.prompts_per_step=6", "log.rollouts=true"}
 	related := func(cfg Config) (map[int][]relatedProblem, map[string]any) {
 		rows := readRollouts(t, cfg.RunDir, 1)

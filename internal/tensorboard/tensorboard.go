@@ -9,7 +9,9 @@ package tensorboard
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"hash/crc32"
 	"math"
 	"os"
@@ -35,7 +37,17 @@ func Create(dir string, now time.Time) (*Writer, error) {
 	if host == "" {
 		host = "localhost"
 	}
-	return CreateFile(filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s.%d", now.Unix(), host, os.Getpid())), now)
+	base := filepath.Join(dir, fmt.Sprintf("events.out.tfevents.%d.%s.%d", now.Unix(), host, os.Getpid()))
+	for i := 0; ; i++ {
+		path := base
+		if i > 0 { // a second writer in the same second and process (a resume in a test)
+			path = fmt.Sprintf("%s.%d", base, i)
+		}
+		w, err := CreateFile(path, now)
+		if !errors.Is(err, fs.ErrExist) || i == 99 {
+			return w, err
+		}
+	}
 }
 
 // CreateFile is Create with the file's path given (it must not exist).

@@ -115,6 +115,22 @@ func TestReadScalars(t *testing.T) {
 	}
 }
 
+// TestCreateTwiceInOneSecond: two writers of one process in the same
+// second get two files (a resumed run in the same process).
+func TestCreateTwiceInOneSecond(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < 2; i++ {
+		w, err := Create(dir, fixtureStart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*")); len(files) != 2 {
+		t.Fatalf("files %v", files)
+	}
+}
+
 // TestRecordFraming: every record's length and payload checksums verify
 // (a reader that checks them, as TensorBoard's does, accepts the file).
 func TestRecordFraming(t *testing.T) {
