@@ -142,12 +142,8 @@ func CalibrateRelevance(o CalibrationOptions) ([]ScorerCalibration, error) {
 	var env scorerEnv
 	prefilled := 0
 	env.prefilled, env.prompts, env.maxContext = &prefilled, pool.DefaultPrompts(), o.MaxContextTokens
-	switch o.Centre {
-	case centreFixed, "":
-		env.centre = centreProblems()
-	case centreBatch:
-	default:
-		return nil, fmt.Errorf("centre %q: want %s or %s", o.Centre, centreFixed, centreBatch)
+	if env.centre, err = centreTexts(o.Centre); err != nil {
+		return nil, fmt.Errorf("centre %w", err)
 	}
 	for _, name := range o.Scorers {
 		if name != simBM25 && env.m == nil {

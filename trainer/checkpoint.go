@@ -354,13 +354,8 @@ func ResolveResume(runDir, resume string) (string, error) {
 	case "":
 		return "", nil
 	case "auto":
-		root := filepath.Join(runDir, checkpointsDir)
-		pruneTemps(root)
-		done := completeCheckpoints(root)
-		if len(done) == 0 {
-			return "", nil
-		}
-		return done[len(done)-1], nil
+		pruneTemps(filepath.Join(runDir, checkpointsDir))
+		return NewestCheckpoint(runDir), nil
 	}
 	if err := checkManifest(resume); err != nil {
 		return "", fmt.Errorf("--resume %s: not a complete checkpoint: %w", resume, err)

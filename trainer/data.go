@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -152,24 +153,13 @@ func (k recordKeys) text(rec map[string]any, path, configKey string, required bo
 			return "", fmt.Errorf("%q is empty", path)
 		}
 		return x, nil
-	case json.Number:
+	case json.Number: // every number: records are decoded with UseNumber (Parquet rows too, as JSON)
 		return x.String(), nil
-	case int64, int32, int, uint64, uint32:
-		return fmt.Sprint(x), nil
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64), nil
-	case float32:
-		return strconv.FormatFloat(float64(x), 'g', -1, 32), nil
 	case nil:
 		if !required {
 			return "", nil
 		}
-		have := make([]string, 0, len(rec))
-		for key := range rec {
-			have = append(have, key)
-		}
-		sort.Strings(have)
-		return "", fmt.Errorf("no %q in the record (keys: %s); set %s to the key that holds it (dotted for nested records)", path, strings.Join(have, ", "), configKey)
+		return "", fmt.Errorf("no %q in the record (keys: %s); set %s to the key that holds it (dotted for nested records)", path, strings.Join(slices.Sorted(maps.Keys(rec)), ", "), configKey)
 	default:
 		return "", fmt.Errorf("%q is a %T, want a string or a number (%s)", path, v, configKey)
 	}

@@ -61,8 +61,8 @@ func newFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Po
 	}
 	f.stopIDs = append(eos, tokenizer.Int64s(tk.SpecialIDs())...)
 	env := scorerEnv{m: m, tk: tk, prompts: f.prompts, maxContext: cfg.LANPO.MaxContextTokens, thinking: f.thinking, prefilled: &f.tokens.prefilled}
-	if f.cfg.EmbeddingCentre == centreFixed {
-		env.centre = centreProblems()
+	if env.centre, err = centreTexts(f.cfg.EmbeddingCentre); err != nil {
+		return nil, fmt.Errorf("config key lanpo.embedding_centre: %w", err)
 	}
 	if f.scorer, err = scorerNamed(cfg.LANPO.Similarity, env); err != nil {
 		return nil, fmt.Errorf("config key lanpo.similarity: %w", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
@@ -208,15 +209,32 @@ var centreJSONL string
 // subject, written by scripts/data/relevance_centre.py.
 var centreProblems = sync.OnceValue(func() []string {
 	var out []string
-	for i, line := range strings.Split(strings.TrimSpace(centreJSONL), "\n") {
+	err := jsonl.Lines(strings.NewReader(centreJSONL), "trainer/relevance_centre.jsonl", func(n int, line []byte) error {
 		var r struct{ Problem string }
-		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Problem == "" {
-			panic(fmt.Sprintf("trainer/relevance_centre.jsonl line %d: not a problem record (%v)", i+1, err))
+		if err := json.Unmarshal(line, &r); err != nil || r.Problem == "" {
+			return fmt.Errorf("trainer/relevance_centre.jsonl line %d: not a problem record (%v)", n, err)
 		}
 		out = append(out, r.Problem)
+		return nil
+	})
+	if err != nil {
+		panic(err) // embedded at build time: a broken file is a build defect
 	}
 	return out
 })
+
+// centreTexts are the texts the embedding scorer centres on for a
+// lanpo.embedding_centre value ("": fixed); nil (batch): the texts scored
+// together.
+func centreTexts(name string) ([]string, error) {
+	switch name {
+	case centreFixed, "":
+		return centreProblems(), nil
+	case centreBatch:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%q: want %s or %s", name, centreFixed, centreBatch)
+}
 
 // meanOf is the mean vector (float64).
 func meanOf(vs [][]float32) []float64 {

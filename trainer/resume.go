@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -113,7 +113,7 @@ func checkResume(cfg Config, ckpt string, step int, opts RunOptions) (resumeChec
 	}
 	var refused []string
 	now := time.Now().UTC().Format(time.RFC3339)
-	for _, key := range sortedKeys(before) {
+	for _, key := range slices.Sorted(maps.Keys(before)) {
 		to, ok := after[key]
 		if !ok || to == before[key] {
 			continue // a key this lanpo no longer has, or unchanged
@@ -206,13 +206,4 @@ func flattenYAML(b []byte) (map[string]string, error) {
 	}
 	walk("", doc)
 	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

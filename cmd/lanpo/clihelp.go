@@ -63,7 +63,11 @@ func tidyCLI(app *cli.App) *cli.App {
 						}
 					}
 					if len(missing) > 0 {
-						return usageError{fmt.Errorf("lanpo %s: %s required (lanpo %s --help)", name, strings.Join(missing, ", ")+map[bool]string{true: " is", false: " are"}[len(missing) == 1], name)}
+						verb := "are"
+						if len(missing) == 1 {
+							verb = "is"
+						}
+						return usageError{fmt.Errorf("lanpo %s: %s %s required (lanpo %s --help)", name, strings.Join(missing, ", "), verb, name)}
 					}
 					return action(ctx)
 				}
@@ -87,11 +91,11 @@ func tidyCLI(app *cli.App) *cli.App {
 // tidyFlag moves a "(default: …)" at the end of a flag's usage into its
 // DefaultText, which urfave then shows instead of the zero value.
 func tidyFlag(f cli.Flag) {
-	v := reflect.ValueOf(f)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+	v, ok := flagStruct(f)
+	if !ok {
 		return
 	}
-	usage, def := v.Elem().FieldByName("Usage"), v.Elem().FieldByName("DefaultText")
+	usage, def := v.FieldByName("Usage"), v.FieldByName("DefaultText")
 	if !usage.IsValid() || !def.IsValid() || def.String() != "" {
 		return
 	}
@@ -102,15 +106,25 @@ func tidyFlag(f cli.Flag) {
 	}
 }
 
+// flagStruct is the struct behind a urfave flag (*cli.StringFlag, …),
+// settable: the flag types share field names but no setters.
+func flagStruct(f cli.Flag) (reflect.Value, bool) {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	return v.Elem(), true
+}
+
 // unrequire turns off urfave's own check of a required flag (its help
 // goes to stdout) and reports whether the flag was required; the usage
 // text says "(required)".
 func unrequire(f cli.Flag) bool {
-	v := reflect.ValueOf(f)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+	v, ok := flagStruct(f)
+	if !ok {
 		return false
 	}
-	req, usage := v.Elem().FieldByName("Required"), v.Elem().FieldByName("Usage")
+	req, usage := v.FieldByName("Required"), v.FieldByName("Usage")
 	if !req.IsValid() || !req.Bool() {
 		return false
 	}

@@ -5,7 +5,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/lanpo-rl/lanpo/trainer"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -13,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // version is set at build time by the Makefile (-ldflags -X main.version=…).

@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
-	"github.com/rs/zerolog/log"
 
+	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
