@@ -25,7 +25,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "resume", Usage: "auto (the run's newest complete checkpoint) or a checkpoint directory; the config is compared with the one the checkpoint was trained with"},
 		&cli.StringSliceFlag{Name: "allow-change", Usage: "on --resume, accept a changed config KEY (or a whole section) that changes what the run computes, e.g. optim.lr (repeatable; every change is recorded in run_dir/config_changes.jsonl)"},
 		&cli.BoolFlag{Name: "set-aside-newer", Usage: "on --resume from an older checkpoint, move run_dir's newer checkpoints and metrics to run_dir/set-aside/TIME/ instead of refusing"},
-		&cli.StringFlag{Name: "device", Usage: "cpu, cuda (cuda:$LOCAL_RANK under torchrun or lanpo launch) or cuda:N; overrides the config's device"},
+		&cli.StringFlag{Name: "device", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu, cuda (cuda:$LOCAL_RANK under torchrun or lanpo launch) or cuda:N; overrides the config's device (default: the config's, auto unless set)"},
 	}
 }
 
