@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/internal/tensorboard"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
@@ -33,7 +35,7 @@ func evalCommand() *cli.Command {
 			"Prompts come from --config (data.prompt_template, data.system_prompt, the lanpo section) or the flags.\n" +
 			"Results go to --out (default RUN/eval/step-N for a checkpoint RUN/checkpoints/step-N, else\n" +
 			"runs/eval/MODEL): samples.jsonl (appended per batch) and summary.json. --resume continues a killed\n" +
-			"evaluation; the final summary is the same, byte for byte.\n" +
+			"evaluation; the final summary is the same, byte for byte. The numbers also go to TensorBoard (--tensorboard).\n" +
 			"--decontaminate FILE (repeatable or comma-separated; JSONL with \"problem\" and \"id\") drops the benchmark\n" +
 			"problems that have a twin in a training file (pool.Similarity ≥ lanpo.near_duplicate_threshold, the threshold\n" +
 			"the contamination count uses too), lists them with their twin in decontaminated.jsonl beside summary.json and\n" +
@@ -64,6 +66,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Usage: "results directory"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the evaluation in --out"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON instead of a table"},
+			&cli.BoolFlag{Name: "tensorboard", Value: true, Usage: "also write the results as TensorBoard scalars eval/BENCH/MODE/METRIC: for a checkpoint RUN/checkpoints/step-N into RUN/tensorboard at step N (beside the training curves), else into OUT/tensorboard at step 0"},
 		}...),
 		Action: runEval,
 	}
@@ -186,11 +189,19 @@ func runEval(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	tb := ""
+	if c.Bool("tensorboard") {
+		dir, step := evalTensorBoard(modelDir, out)
+		if err := writeEvalScalars(dir, step, sums); err != nil {
+			return fmt.Errorf("--tensorboard: %w", err)
+		}
+		tb = fmt.Sprintf(" (TensorBoard: %s, step %d)", dir, step)
+	}
 	if c.Bool("json") {
 		return jsonl.Encoder(c.App.Writer).Encode(sums)
 	}
 	eval.PrintTable(c.App.Writer, sums)
-	fmt.Fprintf(c.App.Writer, "results: %s\n", out)
+	fmt.Fprintf(c.App.Writer, "results: %s%s\n", out, tb)
 	return nil
 }
 
@@ -202,6 +213,41 @@ func defaultEvalDir(modelDir string) string {
 		return filepath.Join(filepath.Dir(parent), "eval", filepath.Base(clean))
 	}
 	return filepath.Join("runs", "eval", filepath.Base(clean))
+}
+
+// evalTensorBoard is where an evaluation's TensorBoard scalars go and at
+// which step: a checkpoint RUN/checkpoints/step-N's into its run's
+// tensorboard directory at step N, so they join the training curves (and
+// the in-training evaluations' eval/ tags); anything else's into
+// OUT/tensorboard at step 0.
+func evalTensorBoard(modelDir, out string) (string, int64) {
+	clean := filepath.Clean(modelDir)
+	var step int64
+	if parent := filepath.Dir(clean); filepath.Base(parent) == "checkpoints" {
+		if _, err := fmt.Sscanf(filepath.Base(clean), "step-%d", &step); err == nil {
+			return filepath.Join(filepath.Dir(parent), "tensorboard"), step
+		}
+	}
+	return filepath.Join(out, "tensorboard"), 0
+}
+
+// writeEvalScalars writes a new events file in dir holding the summaries'
+// numbers under the tags metrics.jsonl gives in-training evaluations
+// (eval/BENCH/MODE/METRIC).
+func writeEvalScalars(dir string, step int64, sums []eval.Summary) error {
+	values := map[string]float64{}
+	for k, v := range eval.Flatten(sums) {
+		values["eval/"+k] = v
+	}
+	w, err := tensorboard.Create(dir, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := w.Scalars(step, time.Now(), values); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 // loadModelAndTokenizer loads the model with --device and --dtype and its

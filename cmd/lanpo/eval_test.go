@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/internal/tensorboard"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -36,6 +37,32 @@ func TestEvalCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The summary's numbers went to OUT/tensorboard at step 0 (the model is
+	// not a checkpoint), under the tags of in-training evaluations.
+	sum, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrote []eval.Summary
+	if err := json.Unmarshal(sum, &wrote); err != nil {
+		t.Fatal(err)
+	}
+	checkEvalScalars(t, filepath.Join(out, "tensorboard"), 0, wrote)
+	// A checkpoint's results join its run's TensorBoard at its step.
+	run := t.TempDir()
+	ckpt := filepath.Join(run, "checkpoints", "step-000007")
+	if err := trainer.WriteBuiltin("tiny", ckpt, 1); err != nil {
+		t.Fatal(err)
+	}
+	got, err = runWithStdin(t, "", "--log-level", "error", "eval", "--model", ckpt, "--bench", bench, "--limit", "1",
+		"--max-new-tokens", "4", "--json")
+	if err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	if err := json.Unmarshal([]byte(got), &wrote); err != nil {
+		t.Fatal(err)
+	}
+	checkEvalScalars(t, filepath.Join(run, "tensorboard"), 7, wrote)
 	// --decontaminate: a training file holding one benchmark problem reworded
 	// and one unrelated problem drops that problem, and says so.
 	mini, err := eval.LoadBenchmark("gsm8k_mini", bench, 2)
@@ -52,7 +79,7 @@ func TestEvalCLI(t *testing.T) {
 	}
 	clean := filepath.Join(t.TempDir(), "clean")
 	got, err = runWithStdin(t, "", "--log-level", "error", "eval", "--model", model, "--bench", bench, "--limit", "2",
-		"--max-new-tokens", "8", "--out", clean, "--decontaminate", training, "--json")
+		"--max-new-tokens", "8", "--out", clean, "--decontaminate", training, "--json", "--tensorboard=false")
 	if err != nil {
 		t.Fatalf("%v: %s", err, got)
 	}
@@ -63,6 +90,9 @@ func TestEvalCLI(t *testing.T) {
 	dropped, err := jsonl.Read[eval.Contaminated](filepath.Join(clean, eval.DecontaminatedFile))
 	if err != nil || len(dropped) != 1 || dropped[0].ID != twin.ID || dropped[0].TwinID != "t-2" || dropped[0].TwinFile != training || dropped[0].Similarity < 0.9 {
 		t.Fatalf("%s: %+v (%v)", eval.DecontaminatedFile, dropped, err)
+	}
+	if _, err := os.Stat(filepath.Join(clean, "tensorboard")); !os.IsNotExist(err) {
+		t.Fatalf("--tensorboard=false wrote events (%v)", err)
 	}
 	noTok := t.TempDir()
 	for _, f := range []string{"config.json", "model.safetensors"} {
@@ -83,6 +113,30 @@ func TestEvalCLI(t *testing.T) {
 	} {
 		if out, err := runWithStdin(t, "", append([]string{"--log-level", "error"}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v (%s), want %q", c.args, err, out, c.want)
+		}
+	}
+}
+
+// checkEvalScalars: dir holds one events file whose scalars at step are the
+// summaries' numbers, tagged eval/BENCH/MODE/METRIC.
+func checkEvalScalars(t *testing.T, dir string, step int64, sums []eval.Summary) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	if len(files) != 1 {
+		t.Fatalf("%s: %d events files, want 1", dir, len(files))
+	}
+	got, err := tensorboard.ReadScalars(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := eval.Flatten(sums)
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%d scalars, want %d: %+v", len(got), len(want), got)
+	}
+	for _, s := range got {
+		v, ok := want[strings.TrimPrefix(s.Tag, "eval/")]
+		if !ok || !strings.HasPrefix(s.Tag, "eval/") || s.Step != step || s.Value != float32(v) {
+			t.Errorf("scalar %+v, want step %d and value %v", s, step, v)
 		}
 	}
 }

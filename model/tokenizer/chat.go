@@ -80,7 +80,8 @@ const qwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a h
 var qwen25System = regexp.MustCompile(`\{\{- '<\|im_start\|>system\\n((?:[^'\\]|\\.)*)<\|im_end\|>\\n' \}\}`)
 
 // chatFormatKey in tokenizer_config.json names the renderer of a tokenizer
-// that has no template (lanpo's built-in tokenizers write it).
+// that has no template (lanpo's built-in tokenizers wrote it before they
+// wrote the official template; Load still reads it).
 const chatFormatKey = "lanpo_chat_format"
 
 // SetChatFormat forces a renderer for a template lanpo does not recognise

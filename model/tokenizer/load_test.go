@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -191,6 +193,39 @@ func TestWriteByteLevel(t *testing.T) {
 	chat, err := tk.Chat([]Message{{Role: "user", Content: "1+1?"}}, ChatOptions{AddGenerationPrompt: true})
 	if err != nil || !strings.HasSuffix(chat, "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n") {
 		t.Fatalf("chat %q, %v", chat, err)
+	}
+	// Each family's template is written as chat_template, the official one
+	// byte for byte (its hash is the recognised one), so transformers
+	// renders it too; the legacy lanpo_chat_format key still loads.
+	for _, fam := range ChatFormatNames() {
+		d := t.TempDir()
+		if err := WriteByteLevel(d, nil, []string{"<|im_end|>"}, "<|im_end|>", "", fam); err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		raw, _ := os.ReadFile(filepath.Join(d, ConfigFile))
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		tpl, _ := cfg["chat_template"].(string)
+		sum := sha256.Sum256([]byte(tpl))
+		if knownTemplates[hex.EncodeToString(sum[:])] != fam {
+			t.Fatalf("%s: chat_template is not the official template (sha256 %x)", fam, sum[:8])
+		}
+		if _, ok := cfg[chatFormatKey]; ok {
+			t.Fatalf("%s: %s written beside chat_template", fam, chatFormatKey)
+		}
+		delete(cfg, "chat_template")
+		cfg[chatFormatKey] = fam
+		raw, _ = json.Marshal(cfg)
+		if err := os.WriteFile(filepath.Join(d, ConfigFile), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if tk, err := Load(d); err != nil {
+			t.Fatal(err)
+		} else if f, err := tk.ChatFormat(); err != nil || f != fam {
+			t.Fatalf("legacy %s %q: chat format %q, %v", chatFormatKey, fam, f, err)
+		}
 	}
 	if err := WriteByteLevel(dir, [][2]string{{"ab", "c"}}, nil, "", "", ""); err == nil {
 		t.Fatal("a merge of unknown tokens was accepted")

@@ -1,11 +1,30 @@
 package tokenizer
 
 import (
+	"embed"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 )
+
+// templates holds the official Jinja chat template of each family with a
+// native renderer (templates/NAME.jinja, byte for byte from the sources
+// named at knownTemplates), so a tokenizer lanpo writes carries a template
+// that transformers' apply_chat_template renders as lanpo does.
+//
+//go:embed templates/*.jinja
+var templates embed.FS
+
+// FamilyTemplate returns the official Jinja chat template of a family (one
+// of ChatFormatNames).
+func FamilyTemplate(name string) (string, error) {
+	if _, ok := chatFormats[name]; !ok {
+		return "", fmt.Errorf("chat format %q is not one of %v", name, ChatFormatNames())
+	}
+	b, err := templates.ReadFile("templates/" + name + ".jinja")
+	return string(b), err
+}
 
 // WriteByteLevel writes a minimal byte-level BPE tokenizer in Hugging Face's
 // format into dir: one token per byte (ids 0–255, in byte order), the given
@@ -13,13 +32,18 @@ import (
 // adding a token), then the special tokens. It loads here and in Hugging
 // Face's tokenizers. lanpo's built-in tiny models use it: a vocabulary of a
 // few hundred keeps their embedding and head small. chatFormat ("" for
-// none) names the chat family its conversations are rendered in; it is
-// recorded in tokenizer_config.json as lanpo_chat_format (Hugging Face
-// ignores the key), so the tokenizer and every checkpoint made from it can
-// render chats without a Jinja template.
+// none) names the chat family its conversations are rendered in; its
+// official Jinja template goes into tokenizer_config.json's chat_template,
+// so the tokenizer and every checkpoint made from it render chats the same
+// in lanpo and in transformers. (Earlier versions wrote lanpo_chat_format
+// instead; Load still reads it.)
 func WriteByteLevel(dir string, merges [][2]string, special []string, eos, pad, chatFormat string) error {
-	if _, ok := chatFormats[chatFormat]; !ok && chatFormat != "" {
-		return fmt.Errorf("chat format %q is not one of %v", chatFormat, ChatFormatNames())
+	var template string
+	if chatFormat != "" {
+		var err error
+		if template, err = FamilyTemplate(chatFormat); err != nil {
+			return err
+		}
 	}
 	vocab := map[string]int{}
 	for b := 0; b < 256; b++ {
@@ -58,8 +82,8 @@ func WriteByteLevel(dir string, merges [][2]string, special []string, eos, pad, 
 	}
 	cfg := map[string]any{"eos_token": eos, "pad_token": pad, "add_bos_token": false, "tokenizer_class": "Qwen2Tokenizer",
 		"clean_up_tokenization_spaces": false, "model_max_length": 32768}
-	if chatFormat != "" {
-		cfg[chatFormatKey] = chatFormat
+	if template != "" {
+		cfg["chat_template"] = template
 	}
 	for name, v := range map[string]any{TokenizerFile: tj, ConfigFile: cfg} {
 		b, err := json.MarshalIndent(v, "", " ")
