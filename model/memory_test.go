@@ -65,7 +65,9 @@ func TestTrainingLoopKeepsMemoryFlat(t *testing.T) {
 	runtime.GC()
 	after := rss(t)
 	t.Logf("live tensors %d → %d; RSS %d MB → %d MB (%+d KB) over 1,000 steps", live, len(ts.ExistingTensors), before>>20, after>>20, (after-before)>>10)
-	if n := len(ts.ExistingTensors); n != live {
+	// Growth is a leak; fewer is an earlier test's tensors whose
+	// finalizers ran during the loop (seen once in a full package run).
+	if n := len(ts.ExistingTensors); n > live {
 		t.Errorf("live tensors went from %d to %d", live, n)
 	}
 	if after-before > 16<<20 {
