@@ -90,7 +90,7 @@ type checkpointParts struct {
 	opt      Optimizer
 	state    TrainerState
 	extra    []func(dir string) error // more state (the LANPO pool), written before the manifest
-	comm     Comm                     // nil: one process
+	comm     dist.Comm                // nil: one process
 	config   []byte                   // the resolved config the run trains with (checkpointConfigFile; nil: none)
 }
 
@@ -220,7 +220,7 @@ func sealCheckpoint(root, tmp, final string, step, keep int) error {
 
 // agree all-gathers each rank's outcome of a phase and its value: an
 // error on any rank is an error on every rank, naming the rank.
-func agree(c Comm, err error, value string) ([]string, error) {
+func agree(c dist.Comm, err error, value string) ([]string, error) {
 	type outcome struct {
 		Err   string `json:"err,omitempty"`
 		Value string `json:"value"`
@@ -229,7 +229,7 @@ func agree(c Comm, err error, value string) ([]string, error) {
 	if err != nil {
 		o.Err = err.Error()
 	}
-	all, gerr := gatherJSON(c, o)
+	all, gerr := dist.GatherJSON(c, o)
 	if gerr != nil {
 		if err != nil {
 			return nil, fmt.Errorf("%w (and telling the other ranks failed: %v)", err, gerr)

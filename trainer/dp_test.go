@@ -156,7 +156,7 @@ func (c *memComm) Barrier() error {
 
 // onRanks runs fn as n ranks of a memGroup, each on its own locked OS
 // thread, and returns their errors.
-func onRanks(n int, fn func(c Comm) error) []error {
+func onRanks(n int, fn func(c dist.Comm) error) []error {
 	g := newMemGroup(n)
 	return inGoroutines(n, func(r int) error { return fn(&memComm{g: g, rank: r}) })
 }
@@ -165,7 +165,7 @@ func onRanks(n int, fn func(c Comm) error) []error {
 // TCP on 127.0.0.1, rank 0 serving the store), each rank a goroutine on its
 // own locked OS thread: the trainer's collectives as they run across
 // processes, in one test process.
-func onGlooRanks(t *testing.T, n int, fn func(c Comm) error) []error {
+func onGlooRanks(t *testing.T, n int, fn func(c dist.Comm) error) []error {
 	gloo, _, why := dist.Available()
 	disttest.Need(t, gloo, why)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -210,9 +210,9 @@ func TestShare(t *testing.T) {
 	for _, c := range []struct{ n, size int }{{10, 3}, {2, 4}, {0, 2}, {7, 1}, {8, 8}} {
 		next := 0
 		for r := 0; r < c.size; r++ {
-			lo, hi := share(c.n, r, c.size)
+			lo, hi := dist.Share(c.n, r, c.size)
 			if lo != next || hi < lo || hi-lo > (c.n+c.size-1)/c.size {
-				t.Fatalf("share(%d, %d, %d) = [%d, %d)", c.n, r, c.size, lo, hi)
+				t.Fatalf("dist.Share(%d, %d, %d) = [%d, %d)", c.n, r, c.size, lo, hi)
 			}
 			next = hi
 		}
@@ -235,7 +235,7 @@ type dpUpdate struct {
 
 // updateOnRank runs one update of the tiny model over this rank's share of
 // rolls (float32, no clipping, so the reduced gradients stay as they are).
-func updateOnRank(t *testing.T, c Comm, runDir string, rolls []rollout, sets ...string) (dpUpdate, error) {
+func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls []rollout, sets ...string) (dpUpdate, error) {
 	cfg := tinyConfig(t, append([]string{"run_dir=" + runDir, "dtype=float32", "optim.grad_clip=0", "algo.kl_beta=0.05"}, sets...)...)
 	s, err := openSession(cfg, "", "grpo", RunOptions{Comm: c})
 	if err != nil {
@@ -243,7 +243,7 @@ func updateOnRank(t *testing.T, c Comm, runDir string, rolls []rollout, sets ...
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
-	lo, hi := share(len(rolls), c.Rank(), c.Size())
+	lo, hi := dist.Share(len(rolls), c.Rank(), c.Size())
 	var batch []*rollout
 	for i := lo; i < hi; i++ {
 		r := rolls[i]
@@ -280,7 +280,7 @@ func updateOnRank(t *testing.T, c Comm, runDir string, rolls []rollout, sets ...
 func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 	rolls := madeUpRollouts(10, 5)
 	var one dpUpdate
-	errs := onRanks(1, func(c Comm) (err error) {
+	errs := onRanks(1, func(c dist.Comm) (err error) {
 		one, err = updateOnRank(t, c, t.TempDir(), rolls)
 		return err
 	})
@@ -314,7 +314,7 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			res := make([]dpUpdate, c.ranks)
-			update := func(mc Comm) (err error) {
+			update := func(mc dist.Comm) (err error) {
 				res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, c.sets...)
 				return err
 			}
@@ -359,7 +359,7 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 func TestZeroStateBytes(t *testing.T) {
 	rolls := madeUpRollouts(4, 9)
 	var plain dpUpdate
-	if errs := onRanks(1, func(c Comm) (err error) {
+	if errs := onRanks(1, func(c dist.Comm) (err error) {
 		plain, err = updateOnRank(t, c, t.TempDir(), rolls, "dtype=bfloat16")
 		return err
 	}); errs[0] != nil {
@@ -368,7 +368,7 @@ func TestZeroStateBytes(t *testing.T) {
 	for _, ranks := range []int{2, 4} {
 		dir := t.TempDir()
 		res := make([]dpUpdate, ranks)
-		errs := onRanks(ranks, func(mc Comm) (err error) {
+		errs := onRanks(ranks, func(mc dist.Comm) (err error) {
 			res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, "dtype=bfloat16", "dist.zero_stage=1")
 			return err
 		})
@@ -395,7 +395,7 @@ func TestZeroOnOneRankIsAdamW(t *testing.T) {
 		out  *dpUpdate
 		sets []string
 	}{{&plain, nil}, {&z1, []string{"dist.zero_stage=1"}}, {&z2, []string{"dist.zero_stage=2", "train.activation_checkpointing=true"}}} {
-		if errs := onRanks(1, func(mc Comm) (err error) {
+		if errs := onRanks(1, func(mc dist.Comm) (err error) {
 			*c.out, err = updateOnRank(t, mc, t.TempDir(), rolls, c.sets...)
 			return err
 		}); errs[0] != nil {
@@ -413,7 +413,7 @@ func TestZeroOnOneRankIsAdamW(t *testing.T) {
 // runRanks runs a whole GRPO job on n in-process ranks.
 func runRanks(t *testing.T, n int, cfg Config, resume string) {
 	t.Helper()
-	errs := onRanks(n, func(c Comm) error {
+	errs := onRanks(n, func(c dist.Comm) error {
 		return RunGRPO(context.Background(), cfg, resume, RunOptions{Comm: c})
 	})
 	for r, err := range errs {

@@ -12,6 +12,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -195,7 +196,7 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 		g.stepTokens.generated += g.lanpo.tokens.generated
 		g.lanpo.tokens.prefilled, g.lanpo.tokens.generated = 0, 0
 	}
-	tok, err := sumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated), float64(g.stepTokens.trained)})
+	tok, err := dist.SumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated), float64(g.stepTokens.trained)})
 	if err != nil {
 		return met, err
 	}
@@ -236,7 +237,7 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 	for round := 0; keptRolls/G < P && round <= cfg.Algo.MaxResample; round++ {
 		t.enter("prompts")
 		idx := g.state.Cursor.Next(len(g.problems), P-keptRolls/G)
-		lo, hi := share(len(idx), g.comm.Rank(), g.comm.Size())
+		lo, hi := dist.Share(len(idx), g.comm.Rank(), g.comm.Size())
 		ps := make([]*prompt, 0, hi-lo)
 		for i := lo; i < hi; i++ {
 			k := idx[i]
@@ -307,7 +308,7 @@ func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
 	if g.comm.Size() == 1 {
 		return mine, nil
 	}
-	return gatherOrdered(g.comm, mine, func(r rolloutStat) (int, int) { return r.Index, r.Sample })
+	return dist.GatherOrdered(g.comm, mine, func(r rolloutStat) (int, int) { return r.Index, r.Sample })
 }
 
 // rollout samples G responses to each prompt, each prompt's randomness
@@ -553,11 +554,11 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 		}
 	}
 	// Over every rank's rollouts.
-	tot, err := sumFloats(g.comm, []float64{ctx.gap, float64(ctx.tokens), float64(ctx.clipped), same.gap, float64(same.tokens), float64(same.clipped)})
+	tot, err := dist.SumFloats(g.comm, []float64{ctx.gap, float64(ctx.tokens), float64(ctx.clipped), same.gap, float64(same.tokens), float64(same.clipped)})
 	if err != nil {
 		return err
 	}
-	if same.gapMax, err = maxFloat(g.comm, same.gapMax); err != nil {
+	if same.gapMax, err = dist.MaxFloat(g.comm, same.gapMax); err != nil {
 		return err
 	}
 	if tot[1] > 0 {
@@ -605,7 +606,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	}
 	// The loss is normalized over the global batch: every rank's share.
 	tokens, seqs := normalizer(lengths, masked)
-	tot, err := sumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
+	tot, err := dist.SumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
 	if err != nil {
 		return err
 	}
@@ -682,12 +683,12 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			done += len(mb)
 		}
 		// Every rank's contributions are weighted by the global batch: sums.
-		tot, err := sumFloats(g.comm, []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)})
+		tot, err := dist.SumFloats(g.comm, []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)})
 		if err != nil {
 			return err
 		}
 		if epoch == 0 {
-			if met.LogpMismatch, err = maxFloat(g.comm, met.LogpMismatch); err != nil {
+			if met.LogpMismatch, err = dist.MaxFloat(g.comm, met.LogpMismatch); err != nil {
 				return err
 			}
 		}
@@ -719,7 +720,7 @@ func (s *session) microBatchCount(mine int) (int, error) {
 	if s.comm.Size() == 1 {
 		return mine, nil
 	}
-	m, err := maxFloat(s.comm, float64(mine))
+	m, err := dist.MaxFloat(s.comm, float64(mine))
 	return int(m), err
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/reward"
 )
@@ -93,7 +94,7 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 			for i, it := range mine {
 				w[i] = wire{it.id, it.problem, it.index}
 			}
-			all, err := gatherOrdered(g.comm, w, func(x wire) (int, int) { return x.Index, 0 })
+			all, err := dist.GatherOrdered(g.comm, w, func(x wire) (int, int) { return x.Index, 0 })
 			out := make([]abstractionItem, len(all))
 			for i, x := range all {
 				out[i] = abstractionItem{id: x.ID, problem: x.Problem, index: x.Index}
@@ -285,7 +286,7 @@ func (l *lanpoRun) write(sampled []*rollout) error {
 	all := mine
 	if l.g.comm.Size() > 1 {
 		var err error
-		if all, err = gatherOrdered(l.g.comm, mine, func(e newEntry) (int, int) { return e.Entry.Group, e.Order }); err != nil {
+		if all, err = dist.GatherOrdered(l.g.comm, mine, func(e newEntry) (int, int) { return e.Entry.Group, e.Order }); err != nil {
 			return fmt.Errorf("pool entries: %w", err)
 		}
 	}
@@ -306,11 +307,11 @@ func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
 		float64(lm.FallbackNotRelevant), float64(lm.FallbackTooLong), float64(lm.Candidates), float64(lm.Passed), lm.relevanceSum,
 		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved),
 		float64(lm.SummaryFieldsCut), float64(lm.AttemptsCut)}
-	tot, err := sumFloats(l.g.comm, loc)
+	tot, err := dist.SumFloats(l.g.comm, loc)
 	if err != nil {
 		return err
 	}
-	ctxMax, err := maxFloat(l.g.comm, float64(lm.ContextTokensMax))
+	ctxMax, err := dist.MaxFloat(l.g.comm, float64(lm.ContextTokensMax))
 	if err != nil {
 		return err
 	}

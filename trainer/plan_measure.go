@@ -171,7 +171,7 @@ type ZeroMemory struct {
 // (see ZeroMemory). A warm-up update first writes the moments' pages, so
 // they count. Every rank must call it with the same arguments: the updates
 // are collectives.
-func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c Comm) (out []ZeroMemory, err error) {
+func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c dist.Comm) (out []ZeroMemory, err error) {
 	defer tensor.Recover("bench memory --zero", &err)
 	if c == nil {
 		c = dist.Single()
@@ -194,7 +194,7 @@ func MeasureZeroMemory(cfg *model.Config, rows, seq, seed int64, c Comm) (out []
 	return out, nil
 }
 
-func measureZeroMode(cfg *model.Config, seed int64, c Comm, stage int, idsT, posT, maskT, tmask *ts.Tensor) (ZeroMemory, error) {
+func measureZeroMode(cfg *model.Config, seed int64, c dist.Comm, stage int, idsT, posT, maskT, tmask *ts.Tensor) (ZeroMemory, error) {
 	base := measuredRSS()
 	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: gotch.Float}, seed)
 	if err != nil {

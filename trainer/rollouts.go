@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 )
@@ -53,7 +54,7 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 	if g.comm.Size() > 1 {
 		// Rank 0 writes every rank's rollouts, in global order.
 		var err error
-		if rows, err = gatherOrdered(g.comm, rows, func(r rolloutLine) (int, int) { return r.Group, r.Sample }); err != nil {
+		if rows, err = dist.GatherOrdered(g.comm, rows, func(r rolloutLine) (int, int) { return r.Group, r.Sample }); err != nil {
 			return err
 		}
 		if g.comm.Rank() != 0 {

@@ -40,7 +40,7 @@ type RunOptions struct {
 	// lanpo launch or torchrun); nil: one process. Every rank runs the same
 	// loop; rank 0 writes metrics, the progress line and the shared parts
 	// of checkpoints.
-	Comm Comm
+	Comm dist.Comm
 	// NoFinalCheckpoint skips the checkpoint written when the run ends
 	// (benchmarks: a 7B model's optimizer state is tens of GB to write).
 	NoFinalCheckpoint bool
@@ -68,7 +68,7 @@ type session struct {
 	tk          *tokenizer.Tokenizer
 	opt         Optimizer
 	noFinalSave bool // RunOptions.NoFinalCheckpoint
-	comm        Comm
+	comm        dist.Comm
 	state       TrainerState
 	metrics     *metricsLog
 	prog        *progress.Bar
@@ -279,7 +279,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			break
 		}
 		// A signal on any rank stops every rank at the same step.
-		stop, err := anyRank(s.comm, ctx.Err() != nil)
+		stop, err := dist.AnyRank(s.comm, ctx.Err() != nil)
 		if err != nil {
 			return fmt.Errorf("before step %d: %w", s.state.Step+1, err)
 		}
@@ -407,7 +407,7 @@ func (s *session) save() error {
 
 // sameOnEveryRank checks that every rank has the same value of what.
 func (s *session) sameOnEveryRank(what, v string) error {
-	all, err := gatherJSON(s.comm, v)
+	all, err := dist.GatherJSON(s.comm, v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -196,7 +197,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	r.opt.ZeroGrad()
 	// Data parallel: this rank's share of the step's examples; the loss is
 	// normalized by the whole step's target count, so gradients add up.
-	lo, hi := share(len(exs), r.comm.Rank(), r.comm.Size())
+	lo, hi := dist.Share(len(exs), r.comm.Rank(), r.comm.Size())
 	mbs := r.microBatches(exs[lo:hi])
 	nmb, err := r.microBatchCount(len(mbs))
 	if err != nil {
@@ -222,7 +223,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		}
 		padded += len(mb) * longest
 	}
-	tot, err := sumFloats(r.comm, []float64{loss, float64(real), float64(padded)})
+	tot, err := dist.SumFloats(r.comm, []float64{loss, float64(real), float64(padded)})
 	if err != nil {
 		return met, err
 	}
@@ -322,7 +323,7 @@ func (r *sftRun) evalLoss() (float64, error) {
 		total += countTargets(ex)
 	}
 	var sum float64
-	lo, hi := share(len(r.eval), r.comm.Rank(), r.comm.Size())
+	lo, hi := dist.Share(len(r.eval), r.comm.Rank(), r.comm.Size())
 	err := csrc.NoGrad(func() error {
 		for mb := range slices.Chunk(r.eval[lo:hi], r.cfg.SFT.MicroBatchSize) {
 			l, err := r.nll(mb, float64(max(total, 1)), false)
@@ -336,7 +337,7 @@ func (r *sftRun) evalLoss() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tot, err := sumFloats(r.comm, []float64{sum})
+	tot, err := dist.SumFloats(r.comm, []float64{sum})
 	if err != nil {
 		return 0, err
 	}

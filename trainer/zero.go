@@ -55,7 +55,7 @@ type Optimizer interface {
 // (every rank the whole state; gradients all-reduced in buckets), or ZeRO
 // stage 1 or 2 (state sharded by rank; stage 2 shards the gradients too,
 // layer by layer when layerwise, i.e. with activation checkpointing).
-func NewOptimizer(params []model.NamedParam, h adamHyper, c Comm, zeroStage int, bucketBytes int64, layerwise bool) (Optimizer, error) {
+func NewOptimizer(params []model.NamedParam, h adamHyper, c dist.Comm, zeroStage int, bucketBytes int64, layerwise bool) (Optimizer, error) {
 	if c == nil {
 		c = dist.Single()
 	}
@@ -97,7 +97,7 @@ func tensorBytes(t *ts.Tensor) int64 { return int64(t.Numel()) * int64(t.DType()
 // ranks in buckets, then every rank takes the same step. Rank 0 saves.
 type dpAdamW struct {
 	*AdamW
-	c           Comm
+	c           dist.Comm
 	bucketBytes int64
 }
 
@@ -120,7 +120,7 @@ func (o *dpAdamW) Save(dir string) error {
 // most bucketBytes, one all-reduce each; a gradient at least that large
 // is reduced where it is. A parameter without a gradient (a rank whose
 // share was empty) takes part with zeros.
-func allReduceGrads(c Comm, params []model.NamedParam, bucketBytes int64) (err error) {
+func allReduceGrads(c dist.Comm, params []model.NamedParam, bucketBytes int64) (err error) {
 	defer tensor.Recover("gradient all-reduce", &err)
 	return csrc.NoGrad(func() error {
 		var s tensor.Scope // gradient handles (dropping one leaves the gradient alone)
@@ -214,7 +214,7 @@ type zeroAdamW struct {
 	adamHyper
 	step        int64
 	stage       int
-	c           Comm
+	c           dist.Comm
 	params      []model.NamedParam
 	sh          []zshard
 	buckets     []zbucket
@@ -235,7 +235,7 @@ type zbucket struct {
 	layer  int // decoder layer, or -1
 }
 
-func newZeroAdamW(params []model.NamedParam, h adamHyper, c Comm, stage int, bucketBytes int64, layerwise bool) (o *zeroAdamW, err error) {
+func newZeroAdamW(params []model.NamedParam, h adamHyper, c dist.Comm, stage int, bucketBytes int64, layerwise bool) (o *zeroAdamW, err error) {
 	defer tensor.Recover("ZeRO optimizer init", &err)
 	if stage != 1 && stage != 2 {
 		return nil, fmt.Errorf("dist.zero_stage %d: want 0, 1 or 2", stage)
@@ -471,7 +471,7 @@ func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	total, err := sumFloats(o.c, []float64{local})
+	total, err := dist.SumFloats(o.c, []float64{local})
 	if err != nil {
 		return 0, err
 	}

@@ -1,17 +1,15 @@
-package trainer
+package dist
 
 import (
 	"encoding/json"
 	"fmt"
 	"slices"
-
-	"github.com/lanpo-rl/lanpo/dist"
 )
 
 // Data parallelism. Every rank holds the whole model and runs the same
 // loop; a step's global batch (the prompts or SFT examples every rank
 // draws alike from the shared data cursor) is cut into contiguous shares,
-// one per rank (share). Random streams are keyed by global indices, so a
+// one per rank (Share). Random streams are keyed by global indices, so a
 // sample does not depend on the world size. What one rank cannot know
 // alone — rewards and metrics of the whole batch, the loss normalizer,
 // dynamic sampling's kept-group count, the pool's new entries — is
@@ -20,14 +18,9 @@ import (
 // issued in the same order on every rank, from the run's one torch
 // thread.
 
-// Comm is the process group: dist.Comm (c10d, Gloo or NCCL), or
-// dist.Single() for the world of one, where every collective is the
-// identity. Tensors are contiguous and on the group's device.
-type Comm = dist.Comm
-
-// share is rank's contiguous part [lo, hi) of n items cut into size
+// Share is rank's contiguous part [lo, hi) of n items cut into size
 // nearly equal parts (the first n mod size parts one longer).
-func share(n, rank, size int) (lo, hi int) {
+func Share(n, rank, size int) (lo, hi int) {
 	q, r := n/size, n%size
 	lo = rank*q + min(rank, r)
 	hi = lo + q
@@ -37,9 +30,9 @@ func share(n, rank, size int) (lo, hi int) {
 	return lo, hi
 }
 
-// gatherJSON all-gathers v from every rank, decoded into a slice indexed
+// GatherJSON all-gathers v from every rank, decoded into a slice indexed
 // by rank.
-func gatherJSON[T any](c Comm, v T) ([]T, error) {
+func GatherJSON[T any](c Comm, v T) ([]T, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -57,11 +50,11 @@ func gatherJSON[T any](c Comm, v T) ([]T, error) {
 	return out, nil
 }
 
-// gatherOrdered all-gathers every rank's items and returns them all, on
+// GatherOrdered all-gathers every rank's items and returns them all, on
 // every rank, sorted by the global key (major, minor) — e.g. group and
 // sample — so the result does not depend on which rank held what.
-func gatherOrdered[T any](c Comm, mine []T, key func(T) (int, int)) ([]T, error) {
-	parts, err := gatherJSON(c, mine)
+func GatherOrdered[T any](c Comm, mine []T, key func(T) (int, int)) ([]T, error) {
+	parts, err := GatherJSON(c, mine)
 	if err != nil {
 		return nil, err
 	}
@@ -80,14 +73,14 @@ func gatherOrdered[T any](c Comm, mine []T, key func(T) (int, int)) ([]T, error)
 	return all, nil
 }
 
-// gatherFloats all-gathers a fixed-length vector from every rank (exact
+// GatherFloats all-gathers a fixed-length vector from every rank (exact
 // bits); sums and maxima are then taken in Go in rank order, so every rank
 // gets the same bits.
-func gatherFloats(c Comm, xs []float64) ([][]float64, error) {
+func GatherFloats(c Comm, xs []float64) ([][]float64, error) {
 	if c.Size() == 1 {
 		return [][]float64{xs}, nil
 	}
-	all, err := dist.AllGatherFloat64s(c, xs)
+	all, err := AllGatherFloat64s(c, xs)
 	if err != nil {
 		return nil, err
 	}
@@ -99,9 +92,9 @@ func gatherFloats(c Comm, xs []float64) ([][]float64, error) {
 	return all, nil
 }
 
-// sumFloats returns the element-wise sum over ranks of xs.
-func sumFloats(c Comm, xs []float64) ([]float64, error) {
-	all, err := gatherFloats(c, xs)
+// SumFloats returns the element-wise sum over ranks of xs.
+func SumFloats(c Comm, xs []float64) ([]float64, error) {
+	all, err := GatherFloats(c, xs)
 	if err != nil {
 		return nil, err
 	}
@@ -114,16 +107,16 @@ func sumFloats(c Comm, xs []float64) ([]float64, error) {
 	return out, nil
 }
 
-// maxFloat returns the maximum over ranks of x.
-func maxFloat(c Comm, x float64) (float64, error) {
+// MaxFloat returns the maximum over ranks of x.
+func MaxFloat(c Comm, x float64) (float64, error) {
 	if c.Size() == 1 {
 		return x, nil
 	}
-	return dist.AllReduceMaxFloat64(c, x)
+	return AllReduceMaxFloat64(c, x)
 }
 
-// anyRank reports whether flag is true on any rank.
-func anyRank(c Comm, flag bool) (bool, error) {
+// AnyRank reports whether flag is true on any rank.
+func AnyRank(c Comm, flag bool) (bool, error) {
 	if c.Size() == 1 {
 		return flag, nil
 	}
@@ -131,6 +124,6 @@ func anyRank(c Comm, flag bool) (bool, error) {
 	if flag {
 		v = 1
 	}
-	m, err := maxFloat(c, v)
+	m, err := MaxFloat(c, v)
 	return m > 0, err
 }
