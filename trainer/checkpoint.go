@@ -16,6 +16,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/optim"
 )
 
 // A checkpoint is RUN_DIR/checkpoints/step-NNNNNN/: a Hugging Face model
@@ -49,7 +50,7 @@ type TrainerState struct {
 // model directory (weights are model.safetensors or an index with shards)
 // and the trainer's state. A checkpoint without one of them is not
 // complete, whatever its manifest says.
-var requiredFiles = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optimMetaFile}
+var requiredFiles = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optim.MetaFile}
 
 // namedFile is a file's name and contents, held in memory so checkpoints do
 // not depend on a directory that may be gone by the time they are written.
@@ -87,7 +88,7 @@ func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 type checkpointParts struct {
 	m        *model.Model
 	tokFiles []namedFile // the run's tokenizer files
-	opt      Optimizer
+	opt      optim.Optimizer
 	state    TrainerState
 	extra    []func(dir string) error // more state (the LANPO pool), written before the manifest
 	comm     dist.Comm                // nil: one process
@@ -284,7 +285,7 @@ func checkManifest(dir string) error {
 			return fmt.Errorf("%s: no %s", dir, name)
 		}
 	}
-	if err := checkOptimizerFiles(dir, man); err != nil {
+	if err := optim.CheckFiles(dir, man.Files); err != nil {
 		return err
 	}
 	_, single := man.Files["model.safetensors"]
@@ -299,31 +300,6 @@ func checkManifest(dir string) error {
 		}
 		if info.Size() != size {
 			return fmt.Errorf("%s: %d bytes, the manifest says %d", filepath.Join(dir, name), info.Size(), size)
-		}
-	}
-	return nil
-}
-
-// checkOptimizerFiles requires the optimizer's tensors: plain AdamW's one
-// file, or every shard optimizer.json lists.
-func checkOptimizerFiles(dir string, man manifest) error {
-	if _, ok := man.Files[optimTensorsFile]; ok {
-		return nil
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, optimMetaFile))
-	if err != nil {
-		return err
-	}
-	var meta adamMeta
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, optimMetaFile), err)
-	}
-	if len(meta.Files) == 0 {
-		return fmt.Errorf("%s: no %s", dir, optimTensorsFile)
-	}
-	for _, f := range meta.Files {
-		if _, ok := man.Files[f]; !ok {
-			return fmt.Errorf("%s: no %s", dir, f)
 		}
 	}
 	return nil

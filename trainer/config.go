@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/optim"
 )
 
 // Config is a run's configuration, mapped 1:1 onto the YAML keys (and onto
@@ -449,7 +450,7 @@ func (c *Config) Validate() error {
 	default:
 		return bad("algo.kl_estimator", "%q: want k1, k2 or k3", c.Algo.KLEstimator)
 	}
-	if _, err := LR(0, 1, 0, 1, 0, c.Optim.Schedule); err != nil {
+	if _, err := optim.LR(0, 1, 0, 1, 0, c.Optim.Schedule); err != nil {
 		return bad("optim.lr_schedule", "%v", err)
 	}
 	if c.DType != "" {

@@ -20,6 +20,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/pool"
 )
 
@@ -58,7 +59,7 @@ func TestCUDAExactResume(t *testing.T) {
 				runGRPO(t, split, "auto")
 				a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 				b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
-				files := []string{"model.safetensors", optimTensorsFile, optimMetaFile, stateFile}
+				files := []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile}
 				if algo == AlgoLANPO {
 					files = append(files, pool.File)
 				}
@@ -401,7 +402,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 	step(false)
 	add("gradients", plain["gradients"], allocated()-before)
 	before = allocated()
-	o, err := NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
+	o, err := optim.NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

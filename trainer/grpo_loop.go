@@ -16,6 +16,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/reward"
 )
 
@@ -617,7 +618,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	for i, r := range rolls {
 		r.weight = w[i]
 	}
-	lr, err := LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
+	lr, err := optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
 	if err != nil {
 		return err
 	}

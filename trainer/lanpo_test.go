@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/pool"
 )
 
@@ -144,7 +145,7 @@ func TestLANPOExactResume(t *testing.T) {
 	runGRPO(t, split, "auto")
 	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
-	for _, f := range []string{"model.safetensors", optimTensorsFile, stateFile, pool.File} {
+	for _, f := range []string{"model.safetensors", optim.TensorsFile, stateFile, pool.File} {
 		x, _ := os.ReadFile(filepath.Join(a, f))
 		y, _ := os.ReadFile(filepath.Join(b, f))
 		if len(x) == 0 || !bytes.Equal(x, y) {

@@ -11,6 +11,7 @@ import (
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/optim"
 )
 
 // MemoryCheck is one line of lanpo bench memory: what lanpo plan says a
@@ -113,7 +114,7 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 	// The moments are allocated zeroed, so their pages count once the
 	// first step writes them.
 	before = measuredRSS()
-	o, err := NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
+	o, err := optim.NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +205,7 @@ func measureZeroMode(cfg *model.Config, seed int64, c dist.Comm, stage int, idsT
 	for _, p := range m.Params() {
 		p.Tensor.MustRequiresGrad_(true)
 	}
-	o, err := NewOptimizer(m.Params(), adamHyper{0.9, 0.999, 1e-8, 0}, c, stage, 16<<20, true)
+	o, err := optim.NewOptimizer(m.Params(), optim.Hyper{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, c, stage, 16<<20, true)
 	if err != nil {
 		return ZeroMemory{}, err
 	}

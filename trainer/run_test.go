@@ -25,6 +25,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/internal/tensorboard"
+	"github.com/lanpo-rl/lanpo/optim"
 )
 
 func TestMain(m *testing.M) {
@@ -144,7 +145,7 @@ func TestExactResume(t *testing.T) {
 	runGRPO(t, split, "auto")
 	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
-	for _, f := range []string{"model.safetensors", optimTensorsFile, optimMetaFile, stateFile} {
+	for _, f := range []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile} {
 		x, _ := os.ReadFile(filepath.Join(a, f))
 		y, _ := os.ReadFile(filepath.Join(b, f))
 		if len(x) == 0 || !bytes.Equal(x, y) {
@@ -401,7 +402,7 @@ func TestBadLossStepsAreSkippedThenAbort(t *testing.T) {
 		if calls == 2 { // one good step resets the counter
 			return StepMetrics{}, nil
 		}
-		return StepMetrics{}, errBadLoss
+		return StepMetrics{}, optim.ErrBadLoss
 	})
 	if err == nil || !strings.Contains(err.Error(), "step 5, phase : 3 steps in a row with NaN/Inf loss") {
 		t.Fatalf("err = %v", err)
@@ -455,7 +456,7 @@ func TestResumeChainWithPruning(t *testing.T) {
 	if bytes.Equal(weights(t, a), weights(t, straight.Model)) {
 		t.Fatal("8 steps left the weights unchanged: the test compares nothing")
 	}
-	for _, f := range []string{"model.safetensors", optimTensorsFile, stateFile, "tokenizer.json", "generation_config.json"} {
+	for _, f := range []string{"model.safetensors", optim.TensorsFile, stateFile, "tokenizer.json", "generation_config.json"} {
 		x, _ := os.ReadFile(filepath.Join(a, f))
 		y, _ := os.ReadFile(filepath.Join(b, f))
 		if len(x) == 0 || !bytes.Equal(x, y) {
@@ -521,7 +522,7 @@ func TestFailedStepSavesLastGoodState(t *testing.T) {
 				}
 				if c.afterUpdate {
 					pt.enter("update")
-					if err := s.opt.(*AdamW).Update(1e-3); err != nil {
+					if err := s.opt.(*optim.AdamW).Update(1e-3); err != nil {
 						return StepMetrics{}, err
 					}
 				}

@@ -20,6 +20,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/pool"
 )
 
@@ -66,7 +67,7 @@ type session struct {
 	tokFiles    []namedFile // the tokenizer's files, written into every checkpoint
 	m           *model.Model
 	tk          *tokenizer.Tokenizer
-	opt         Optimizer
+	opt         optim.Optimizer
 	noFinalSave bool // RunOptions.NoFinalCheckpoint
 	comm        dist.Comm
 	state       TrainerState
@@ -170,7 +171,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		}
 	}
 	o := cfg.Optim
-	if s.opt, err = NewOptimizer(s.m.Params(), adamHyper{o.Beta1, o.Beta2, o.Eps, o.WeightDecay}, s.comm, cfg.Dist.ZeroStage,
+	if s.opt, err = optim.NewOptimizer(s.m.Params(), optim.Hyper{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}, s.comm, cfg.Dist.ZeroStage,
 		int64(cfg.Dist.BucketMB)<<20, cfg.Train.ActivationCheckpointing); err != nil {
 		return nil, err
 	}
@@ -292,10 +293,10 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 		t := newDevicePhaseTimer(s.m.Device.IsCuda())
 		before, updates := s.state, s.opt.Updates()
 		met, err := s.guardedStep(step, t)
-		if err != nil && !errors.Is(err, errBadLoss) {
+		if err != nil && !errors.Is(err, optim.ErrBadLoss) {
 			return s.stepFailed(err, t.phase, before, updates)
 		}
-		if errors.Is(err, errBadLoss) {
+		if errors.Is(err, optim.ErrBadLoss) {
 			s.opt.ZeroGrad()
 			s.state.BadSteps++
 			s.state.Skipped++

@@ -17,6 +17,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/optim"
 )
 
 // example is one tokenized conversation: ids and, per id, whether it is an
@@ -188,7 +189,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		tokens += countTargets(exs[i])
 	}
 	met.Tokens = tokens
-	lr, err := LR(r.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
+	lr, err := optim.LR(r.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
 	if err != nil {
 		return met, err
 	}

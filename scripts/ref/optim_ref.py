@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Reference values for lanpo's AdamW (trainer/optim.go) and LR schedule
-(trainer/schedule.go), written by PyTorch; trainer/optim_ref_test.go checks
+"""Reference values for lanpo's AdamW (optim/optim.go) and LR schedule
+(optim/schedule.go), written by PyTorch; optim/optim_ref_test.go checks
 lanpo against them.
 
 Run by hand; the output is committed, so the Go tests need neither Python
@@ -10,7 +10,7 @@ nor the network:
     ~/.cache/lanpo/ref-venv/bin/pip install torch==2.1.0 'numpy<2'
         (or the wheel file ~/.cache/lanpo/wheels/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl;
         torch 2.1 does not load with numpy 2)
-    ~/.cache/lanpo/ref-venv/bin/python scripts/ref/optim_ref.py trainer/testdata/optim_ref.json
+    ~/.cache/lanpo/ref-venv/bin/python scripts/ref/optim_ref.py optim/testdata/optim_ref.json
 
 The committed fixture was made with torch 2.1.0 (the PyPI wheel, +cu121,
 run on CPU) and numpy 1.26.4; the file records the torch version. Torch

@@ -1,4 +1,4 @@
-package trainer
+package optim
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // minRatio·peak at the last step. A cosine schedule with a single step
 // after warmup stays at peak: there is no decay to spread over one step.
 // It equals torch's LinearLR then CosineAnnealingLR joined by SequentialLR
-// (trainer/testdata/optim_ref.json).
+// (optim/testdata/optim_ref.json).
 func LR(step, total, warmup int, peak, minRatio float64, schedule string) (float64, error) {
 	if step < warmup {
 		return peak * float64(step+1) / float64(warmup), nil

@@ -1,10 +1,11 @@
-package trainer
+package optim
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -19,6 +20,12 @@ import (
 // version too). It holds torch.optim.AdamW trajectories and
 // torch.optim.lr_scheduler values; these tests replay them through lanpo.
 const optimRefFixture = "testdata/optim_ref.json"
+
+// lockThread keeps the test's torch work on one OS thread.
+func lockThread(t testing.TB) {
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+}
 
 type optimRef struct {
 	Torch string       `json:"torch"`

@@ -1,10 +1,11 @@
-package trainer
+package optim
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 
 	"github.com/sugarme/gotch"
@@ -22,7 +23,7 @@ import (
 // order). Parameters stored in 16-bit get an fp32 master copy, which is
 // what the update and the checkpoint use.
 type AdamW struct {
-	adamHyper
+	Hyper
 	Step int64 // updates done
 
 	params []model.NamedParam
@@ -33,7 +34,7 @@ type AdamW struct {
 // NewAdamW sets every parameter to require grad and allocates the state.
 func NewAdamW(params []model.NamedParam, beta1, beta2, eps, weightDecay float64) (o *AdamW, err error) {
 	defer tensor.Recover("optimizer init", &err)
-	o = &AdamW{adamHyper: adamHyper{beta1, beta2, eps, weightDecay}, params: params}
+	o = &AdamW{Hyper: Hyper{beta1, beta2, eps, weightDecay}, params: params}
 	for _, p := range params {
 		p.Tensor.MustSetRequiresGrad(true, false).MustDrop()
 		master := p.Tensor
@@ -113,8 +114,8 @@ func sumSquares(s *tensor.Scope, g *ts.Tensor) *ts.Tensor {
 	return s.Keep(g64.MustSquare(false)).MustSum(gotch.Double, false)
 }
 
-// adamHyper are AdamW's hyper-parameters.
-type adamHyper struct {
+// Hyper are AdamW's hyper-parameters.
+type Hyper struct {
 	Beta1, Beta2, Eps, WeightDecay float64
 }
 
@@ -122,7 +123,7 @@ type adamHyper struct {
 // w's dtype and shape, g converted first), at learning rate lr and update
 // number t: the one AdamW formula, shared by the plain and the sharded
 // optimizer, so a shard's update is bit for bit the whole tensor's.
-func (h adamHyper) step(s *tensor.Scope, w, m, v, g *ts.Tensor, lr float64, t int64) {
+func (h Hyper) step(s *tensor.Scope, w, m, v, g *ts.Tensor, lr float64, t int64) {
 	bc1 := 1 - math.Pow(h.Beta1, float64(t))
 	bc2 := 1 - math.Pow(h.Beta2, float64(t))
 	if g.DType() != w.DType() {
@@ -186,16 +187,42 @@ type adamMeta struct {
 	Step                           int64
 	Params                         []string
 	// ZeRO checkpoints: the stage and world size that wrote them and their
-	// per-rank files (zeroShardFile); absent for plain AdamW's single file.
+	// per-rank files (ShardFile); absent for plain AdamW's single file.
 	ZeroStage int      `json:",omitempty"`
 	World     int      `json:",omitempty"`
 	Files     []string `json:",omitempty"`
 }
 
 const (
-	optimTensorsFile = "optimizer.safetensors"
-	optimMetaFile    = "optimizer.json"
+	TensorsFile = "optimizer.safetensors"
+	MetaFile    = "optimizer.json"
 )
+
+// CheckFiles requires the state's tensor files among listed (the names
+// and sizes a checkpoint's manifest lists for dir): plain AdamW's one
+// file, or every shard optimizer.json names.
+func CheckFiles(dir string, listed map[string]int64) error {
+	if _, ok := listed[TensorsFile]; ok {
+		return nil
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	if err != nil {
+		return err
+	}
+	var meta adamMeta
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, MetaFile), err)
+	}
+	if len(meta.Files) == 0 {
+		return fmt.Errorf("%s: no %s", dir, TensorsFile)
+	}
+	for _, f := range meta.Files {
+		if _, ok := listed[f]; !ok {
+			return fmt.Errorf("%s: no %s", dir, f)
+		}
+	}
+	return nil
+}
 
 // Save writes the state into dir: moments and fp32 masters as
 // safetensors (exact bytes), hyper-parameters and step as JSON.
@@ -228,7 +255,7 @@ func (o *AdamW) Save(dir string) error {
 			}
 		}
 	}
-	if err := model.WriteSafetensors(filepath.Join(dir, optimTensorsFile), srcs, nil); err != nil {
+	if err := model.WriteSafetensors(filepath.Join(dir, TensorsFile), srcs, nil); err != nil {
 		return err
 	}
 	return writeOptimMeta(dir, meta)
@@ -240,7 +267,7 @@ func writeOptimMeta(dir string, meta adamMeta) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileSync(filepath.Join(dir, optimMetaFile), append(js, '\n'))
+	return fsutil.WriteFileSync(filepath.Join(dir, MetaFile), append(js, '\n'))
 }
 
 // Load restores the state from a checkpoint of plain AdamW or of ZeRO at
@@ -273,7 +300,7 @@ func (o *AdamW) Load(dir string) (err error) {
 
 // Apply ends an accumulation of gradients with one optimizer step: it
 // clips the gradients to global norm maxNorm (0: no clipping), refuses the
-// step with errBadLoss when the loss or the norm is NaN/Inf (the weights
+// step with ErrBadLoss when the loss or the norm is NaN/Inf (the weights
 // and moments stay as they were), else updates with learning rate lr. It
 // returns the norm before clipping. GRPO and SFT call only this, so a
 // sharded optimizer changes one place.
@@ -282,12 +309,12 @@ func (o *AdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 		return norm, err
 	}
 	if !finite(loss, norm) {
-		return norm, errBadLoss
+		return norm, ErrBadLoss
 	}
 	return norm, o.Update(lr)
 }
 
-var errBadLoss = errors.New("loss or gradient is NaN/Inf")
+var ErrBadLoss = errors.New("loss or gradient is NaN/Inf")
 
 // finite reports whether every value is a finite number.
 func finite(xs ...float64) bool {

@@ -1,4 +1,4 @@
-package trainer
+package optim
 
 import (
 	"encoding/json"
@@ -25,7 +25,7 @@ type Optimizer interface {
 	ZeroGrad()
 	// Apply reduces the accumulated gradients over the ranks (summed: each
 	// rank's loss is normalized by the global count), clips them to global
-	// norm maxNorm (0: no clipping), refuses the step with errBadLoss when
+	// norm maxNorm (0: no clipping), refuses the step with ErrBadLoss when
 	// loss or norm is NaN/Inf (weights and state unchanged), else updates
 	// at learning rate lr and leaves every rank with the same weights. It
 	// returns the global norm before clipping.
@@ -55,7 +55,7 @@ type Optimizer interface {
 // (every rank the whole state; gradients all-reduced in buckets), or ZeRO
 // stage 1 or 2 (state sharded by rank; stage 2 shards the gradients too,
 // layer by layer when layerwise, i.e. with activation checkpointing).
-func NewOptimizer(params []model.NamedParam, h adamHyper, c dist.Comm, zeroStage int, bucketBytes int64, layerwise bool) (Optimizer, error) {
+func NewOptimizer(params []model.NamedParam, h Hyper, c dist.Comm, zeroStage int, bucketBytes int64, layerwise bool) (Optimizer, error) {
 	if c == nil {
 		c = dist.Single()
 	}
@@ -211,7 +211,7 @@ func layerOf(name string) int {
 // the whole model at once; the other parameters (embeddings, final norm,
 // head) are reduced at Apply.
 type zeroAdamW struct {
-	adamHyper
+	Hyper
 	step        int64
 	stage       int
 	c           dist.Comm
@@ -221,6 +221,16 @@ type zeroAdamW struct {
 	layerBucket map[int]int
 	layerwise   bool
 	bucketBytes int64
+}
+
+// ShardedGrad is this rank's reduced gradient of parameter i and the
+// offset of its chunk in the flattened parameter, under ZeRO-2 (ok false
+// otherwise: the gradient is the parameter's own .grad).
+func (o *zeroAdamW) ShardedGrad(i int) (grad *ts.Tensor, lo int64, ok bool) {
+	if o.stage != 2 {
+		return nil, 0, false
+	}
+	return o.sh[i].grad, o.sh[i].lo, true
 }
 
 type zshard struct {
@@ -235,12 +245,12 @@ type zbucket struct {
 	layer  int // decoder layer, or -1
 }
 
-func newZeroAdamW(params []model.NamedParam, h adamHyper, c dist.Comm, stage int, bucketBytes int64, layerwise bool) (o *zeroAdamW, err error) {
+func newZeroAdamW(params []model.NamedParam, h Hyper, c dist.Comm, stage int, bucketBytes int64, layerwise bool) (o *zeroAdamW, err error) {
 	defer tensor.Recover("ZeRO optimizer init", &err)
 	if stage != 1 && stage != 2 {
 		return nil, fmt.Errorf("dist.zero_stage %d: want 0, 1 or 2", stage)
 	}
-	o = &zeroAdamW{adamHyper: h, stage: stage, c: c, params: params, layerBucket: map[int]int{}, layerwise: layerwise && stage == 2, bucketBytes: bucketBytes}
+	o = &zeroAdamW{Hyper: h, stage: stage, c: c, params: params, layerBucket: map[int]int{}, layerwise: layerwise && stage == 2, bucketBytes: bucketBytes}
 	W, r := int64(c.Size()), int64(c.Rank())
 	err = csrc.NoGrad(func() error {
 		for _, p := range params {
@@ -477,7 +487,7 @@ func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 	}
 	norm = math.Sqrt(total[0])
 	if !finite(loss, norm) {
-		return norm, errBadLoss
+		return norm, ErrBadLoss
 	}
 	o.step++
 	err = csrc.NoGrad(func() (err error) {
@@ -507,7 +517,7 @@ func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 }
 
 func (o *zeroAdamW) step_(s *tensor.Scope, z zshard, g *ts.Tensor, lr float64) {
-	o.adamHyper.step(s, z.master, z.m, z.v, g, lr, o.step)
+	o.Hyper.step(s, z.master, z.m, z.v, g, lr, o.step)
 }
 
 // gatherParams all-gathers every bucket's updated chunks into the
@@ -560,7 +570,7 @@ func (o *zeroAdamW) gatherParams() (err error) {
 // loads into either optimizer at any world size: optimState reads any
 // element range of a parameter's state from whichever files hold it.
 
-func zeroShardFile(rank, world int) string {
+func ShardFile(rank, world int) string {
 	return fmt.Sprintf("optimizer-rank-%05d-of-%05d.safetensors", rank, world)
 }
 
@@ -593,7 +603,7 @@ func (o *zeroAdamW) Save(dir string) error {
 			}
 		}
 	}
-	if err := model.WriteSafetensors(filepath.Join(dir, zeroShardFile(o.c.Rank(), W)), srcs, nil); err != nil {
+	if err := model.WriteSafetensors(filepath.Join(dir, ShardFile(o.c.Rank(), W)), srcs, nil); err != nil {
 		return err
 	}
 	if o.c.Rank() != 0 {
@@ -604,7 +614,7 @@ func (o *zeroAdamW) Save(dir string) error {
 		meta.Params = append(meta.Params, p.Name)
 	}
 	for r := 0; r < W; r++ {
-		meta.Files = append(meta.Files, zeroShardFile(r, W))
+		meta.Files = append(meta.Files, ShardFile(r, W))
 	}
 	return writeOptimMeta(dir, meta)
 }
@@ -647,28 +657,28 @@ type optimState struct {
 }
 
 func openOptimState(dir string, params []model.NamedParam) (*optimState, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, optimMetaFile))
+	raw, err := os.ReadFile(filepath.Join(dir, MetaFile))
 	if err != nil {
 		return nil, err
 	}
 	st := &optimState{dir: dir}
 	if err := json.Unmarshal(raw, &st.meta); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, optimMetaFile), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, MetaFile), err)
 	}
 	if len(st.meta.Params) != len(params) {
-		return nil, fmt.Errorf("%s: %d parameters, the model has %d", filepath.Join(dir, optimMetaFile), len(st.meta.Params), len(params))
+		return nil, fmt.Errorf("%s: %d parameters, the model has %d", filepath.Join(dir, MetaFile), len(st.meta.Params), len(params))
 	}
 	for i, p := range params {
 		if st.meta.Params[i] != p.Name {
-			return nil, fmt.Errorf("%s: parameter %d is %q, the model's is %q", optimMetaFile, i, st.meta.Params[i], p.Name)
+			return nil, fmt.Errorf("%s: parameter %d is %q, the model's is %q", MetaFile, i, st.meta.Params[i], p.Name)
 		}
 	}
-	names := []string{optimTensorsFile}
+	names := []string{TensorsFile}
 	if st.meta.ZeroStage > 0 {
 		st.sharded = true
 		names = st.meta.Files
 		if len(names) != st.meta.World || st.meta.World < 1 {
-			return nil, fmt.Errorf("%s: %d shard files for world size %d", filepath.Join(dir, optimMetaFile), len(names), st.meta.World)
+			return nil, fmt.Errorf("%s: %d shard files for world size %d", filepath.Join(dir, MetaFile), len(names), st.meta.World)
 		}
 	}
 	for _, n := range names {
@@ -695,7 +705,7 @@ func (st *optimState) read(kind, name string, n, lo, hi int64) (out []byte, dt m
 	if !st.sharded {
 		b, info, err := st.files[0].Bytes(key)
 		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", optimTensorsFile, err)
+			return nil, "", fmt.Errorf("%s: %w", TensorsFile, err)
 		}
 		es := info.DType.Size()
 		return b[lo*es : hi*es], info.DType, nil
