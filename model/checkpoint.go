@@ -130,3 +130,15 @@ func (c *Checkpointed) Backward(onLayer func(layer int) error) (err error) {
 	grad.MustDrop()
 	return err
 }
+
+// Backward runs autograd from a scalar loss, errors instead of panics; with
+// activation checkpointing (ckpt non-nil) it continues through the layers,
+// calling layerDone (may be nil) as each layer's gradients are complete.
+func Backward(l *ts.Tensor, ckpt *Checkpointed, layerDone func(int) error) (err error) {
+	defer tensor.Recover("backward", &err)
+	l.MustBackward()
+	if ckpt != nil {
+		return ckpt.Backward(layerDone)
+	}
+	return nil
+}

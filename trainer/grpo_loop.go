@@ -666,7 +666,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 				s.Close()
 				return err
 			}
-			if err := backward(l, ckpt, g.opt.LayerDone); err != nil {
+			if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
 				s.Close()
 				return where(err)
 			}
@@ -698,18 +698,6 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// backward runs autograd from a scalar loss, errors instead of panics; with
-// activation checkpointing (ckpt non-nil) it continues through the layers,
-// calling layerDone (may be nil) as each layer's gradients are complete.
-func backward(l *ts.Tensor, ckpt *model.Checkpointed, layerDone func(int) error) (err error) {
-	defer tensor.Recover("backward", &err)
-	l.MustBackward()
-	if ckpt != nil {
-		return ckpt.Backward(layerDone)
 	}
 	return nil
 }

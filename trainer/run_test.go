@@ -29,9 +29,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(measureMemoryVar) == "1" {
-		os.Exit(measureMemoryChild())
-	}
 	zerolog.SetGlobalLevel(zerolog.WarnLevel) // the runs log every checkpoint
 	// A CUDA run turns torch's deterministic algorithms on, under which
 	// cuBLAS needs CUBLAS_WORKSPACE_CONFIG; torch reads it once, at the

@@ -16,6 +16,7 @@ import (
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/optim"
 )
@@ -309,7 +310,7 @@ func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
 	weighted := s.Keep(lp.MustMul(tensor.FromSlice(&s, w, shape, dev), false))
 	loss := s.Keep(s.Keep(weighted.MustSum(gotch.Double, false)).MustNeg(false))
 	if grad {
-		if err := backward(loss, ckpt, r.opt.LayerDone); err != nil {
+		if err := model.Backward(loss, ckpt, r.opt.LayerDone); err != nil {
 			return 0, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/plan"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -162,14 +163,14 @@ checkpoint:
 		r.PhaseShare[k] = s / r.StepS
 	}
 	promptLen := int64(64) // chat template, system prompt and a short problem, bounded above
-	plan, err := trainer.Plan(cfg, trainer.PlanOptions{GPUs: 1, DTypeBytes: int64(dt.Size()), SeqLen: promptLen + int64(r.NewTokens),
+	est, err := plan.Plan(cfg, plan.Options{GPUs: 1, DTypeBytes: int64(dt.Size()), SeqLen: promptLen + int64(r.NewTokens),
 		MicroTokens: int64(c.Int("micro-tokens")), Checkpointing: c.Bool("activation-checkpointing"), SDPA: dev.IsCuda(),
 		RolloutRows: int64(r.Rows), RolloutGroup: int64(c.Int("samples")), RolloutPrompt: promptLen,
 		RolloutTokens: promptLen + int64(r.NewTokens), LogProbChunk: csrc.DefaultLogProbChunk(dev.IsCuda()), MasterForWeight: dt.Size() < 4})
 	if err != nil {
 		return err
 	}
-	r.PlanPeakMB = float64(max(plan.Rollout, plan.Update)) / (1 << 20)
+	r.PlanPeakMB = float64(max(est.Rollout, est.Update)) / (1 << 20)
 	if r.PlanPeakMB > 0 {
 		r.PeakOverPlan = r.PeakMB / r.PlanPeakMB
 	}

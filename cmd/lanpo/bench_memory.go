@@ -9,9 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/plan"
 
 	"github.com/lanpo-rl/lanpo/model"
-	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 func benchMemoryCommand() *cli.Command {
@@ -52,7 +52,7 @@ func benchMemoryCommand() *cli.Command {
 			if c.Bool("zero") {
 				return benchZeroMemory(c, cfg)
 			}
-			checks, err := trainer.MeasureMemory(cfg, c.Int64("rows"), c.Int64("seq"), c.Int64("seed"))
+			checks, err := plan.MeasureMemory(cfg, c.Int64("rows"), c.Int64("seq"), c.Int64("seed"))
 			if err != nil {
 				return err
 			}
@@ -92,7 +92,7 @@ func benchZeroMemory(c *cli.Context, cfg *model.Config) error {
 		return err
 	}
 	defer comm.Close()
-	mine, err := trainer.MeasureZeroMemory(cfg, c.Int64("rows"), c.Int64("seq"), c.Int64("seed"), comm)
+	mine, err := plan.MeasureZeroMemory(cfg, c.Int64("rows"), c.Int64("seq"), c.Int64("seed"), comm)
 	if err != nil {
 		return err
 	}
@@ -101,9 +101,9 @@ func benchZeroMemory(c *cli.Context, cfg *model.Config) error {
 	if err != nil || comm.Rank() != 0 {
 		return err
 	}
-	var lines []trainer.ZeroMemory
+	var lines []plan.ZeroMemory
 	for _, r := range all {
-		var l []trainer.ZeroMemory
+		var l []plan.ZeroMemory
 		if err := json.Unmarshal(r, &l); err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func benchZeroMemory(c *cli.Context, cfg *model.Config) error {
 	fmt.Fprintf(w, "memory --zero: %.1f M parameters (%d layers), float32 on CPU, micro-batch %d × %d tokens, checkpointed, %d ranks\n",
 		float64(cfg.ParamCount())/1e6, cfg.NumHiddenLayers, c.Int64("rows"), c.Int64("seq"), env.World)
 	fmt.Fprintf(w, "  %-4s %-20s %12s %8s %16s %8s\n", "rank", "mode", "state MiB", "×plain", "update peak MiB", "×plain")
-	plain := map[int]trainer.ZeroMemory{}
+	plain := map[int]plan.ZeroMemory{}
 	for _, l := range lines {
 		if l.Mode == lines[0].Mode {
 			plain[l.Rank] = l

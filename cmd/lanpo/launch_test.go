@@ -3,11 +3,12 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"github.com/lanpo-rl/lanpo/internal/disttest"
-	"github.com/lanpo-rl/lanpo/trainer"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lanpo-rl/lanpo/internal/disttest"
+	"github.com/lanpo-rl/lanpo/plan"
 
 	"github.com/urfave/cli/v2"
 
@@ -87,7 +88,7 @@ func TestBenchMemoryZero(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	var r struct{ Ranks []trainer.ZeroMemory }
+	var r struct{ Ranks []plan.ZeroMemory }
 	line := strings.TrimPrefix(strings.TrimSpace(out), "[rank 0] ")
 	if err := json.Unmarshal([]byte(line), &r); err != nil || len(r.Ranks) != 6 {
 		t.Fatalf("%q: %v", out, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
-	"github.com/lanpo-rl/lanpo/trainer"
+	"github.com/lanpo-rl/lanpo/plan"
 )
 
 func planCommand() *cli.Command {
@@ -63,11 +63,11 @@ func planCommand() *cli.Command {
 			if rt == 0 {
 				rt = c.Int64("seq-len")
 			}
-			o := trainer.PlanOptions{GPUs: c.Int("gpus"), Zero: c.Int("zero"), DTypeBytes: int64(dt.Size()), SeqLen: c.Int64("seq-len"),
+			o := plan.Options{GPUs: c.Int("gpus"), Zero: c.Int("zero"), DTypeBytes: int64(dt.Size()), SeqLen: c.Int64("seq-len"),
 				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"),
 				KLBeta: c.Float64("kl-beta"), RefOffload: c.Bool("ref-offload"), RolloutRows: c.Int64("rollout-rows"), RolloutGroup: c.Int64("samples"), RolloutPrompt: c.Int64("prompt-len"), RolloutTokens: rt,
 				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4}
-			r, err := trainer.Plan(cfg, o)
+			r, err := plan.Plan(cfg, o)
 			if err != nil {
 				return usageError{err}
 			}

@@ -1,4 +1,4 @@
-package trainer
+package plan
 
 import (
 	"fmt"
@@ -24,8 +24,8 @@ import (
 // per-layer backward); otherwise the full gradients exist at the end of
 // backward. Parameter sharding (ZeRO-3/FSDP) is not implemented.
 
-// PlanOptions describe the run.
-type PlanOptions struct {
+// Options describe the run.
+type Options struct {
 	GPUs            int
 	Zero            int     // 0, 1, 2
 	DTypeBytes      int64   // parameters and activations (2: bf16)
@@ -45,20 +45,20 @@ type PlanOptions struct {
 	MasterForWeight bool    // fp32 masters (true for 16-bit parameters)
 }
 
-// PlanLine is one component's bytes per GPU and when it is held: always,
+// Line is one component's bytes per GPU and when it is held: always,
 // during rollout, or during the update (the rollout's KV cache is freed
 // before the update's activations exist).
-type PlanLine struct {
+type Line struct {
 	Name  string `json:"name"`
 	Bytes int64  `json:"bytes"`
 	Phase string `json:"phase"` // always, rollout, update
 	Note  string `json:"note"`
 }
 
-// PlanResult is the table and its verdict.
-type PlanResult struct {
+// Result is the table and its verdict.
+type Result struct {
 	Params      int64      `json:"params"`
-	Lines       []PlanLine `json:"lines"`
+	Lines       []Line `json:"lines"`
 	Rollout     int64      `json:"rollout_peak"` // always + rollout
 	Update      int64      `json:"update_peak"`  // always + update
 	Total       int64      `json:"peak"`         // the larger, plus headroom
@@ -70,17 +70,17 @@ type PlanResult struct {
 const gib = 1 << 30
 
 // Plan computes the per-GPU memory of a run of cfg.
-func Plan(cfg *model.Config, o PlanOptions) (PlanResult, error) {
+func Plan(cfg *model.Config, o Options) (Result, error) {
 	switch {
 	case o.GPUs < 1:
-		return PlanResult{}, fmt.Errorf("--gpus must be ≥ 1")
+		return Result{}, fmt.Errorf("--gpus must be ≥ 1")
 	case o.Zero < 0 || o.Zero > 2:
-		return PlanResult{}, fmt.Errorf("--zero %d: lanpo has ZeRO stages 0, 1 and 2 (parameter sharding, stage 3, is not implemented)", o.Zero)
+		return Result{}, fmt.Errorf("--zero %d: lanpo has ZeRO stages 0, 1 and 2 (parameter sharding, stage 3, is not implemented)", o.Zero)
 	case o.SeqLen < 1 || o.MicroTokens < 1:
-		return PlanResult{}, fmt.Errorf("--seq-len and --micro-tokens must be ≥ 1")
+		return Result{}, fmt.Errorf("--seq-len and --micro-tokens must be ≥ 1")
 	}
 	p := cfg.ParamCount()
-	r := PlanResult{Params: p}
+	r := Result{Params: p}
 	n := int64(o.GPUs)
 	shard := func(x int64, from int) (int64, string) {
 		if o.Zero >= from && o.GPUs > 1 {
@@ -89,7 +89,7 @@ func Plan(cfg *model.Config, o PlanOptions) (PlanResult, error) {
 		return x, "full on every GPU"
 	}
 	phase := "always"
-	add := func(name string, b int64, note string) { r.Lines = append(r.Lines, PlanLine{name, b, phase, note}) }
+	add := func(name string, b int64, note string) { r.Lines = append(r.Lines, Line{name, b, phase, note}) }
 
 	add("weights", p*o.DTypeBytes, fmt.Sprintf("%.2f B parameters × %d bytes", float64(p)/1e9, o.DTypeBytes))
 	switch {
@@ -202,7 +202,7 @@ func Plan(cfg *model.Config, o PlanOptions) (PlanResult, error) {
 }
 
 // suggestions name the settings that would lower the update's peak.
-func suggestions(over int64, o PlanOptions) []string {
+func suggestions(over int64, o Options) []string {
 	var s []string
 	s = append(s, fmt.Sprintf("the update is over by %.1f GiB", float64(over)/gib))
 	if o.KLBeta > 0 && !o.RefOffload {
@@ -219,7 +219,7 @@ func suggestions(over int64, o PlanOptions) []string {
 }
 
 // String renders the plan as a table.
-func (r PlanResult) String() string {
+func (r Result) String() string {
 	var b strings.Builder
 	for _, l := range r.Lines {
 		fmt.Fprintf(&b, "  %-26s %9.2f GiB  %-7s %s\n", l.Name, float64(l.Bytes)/gib, l.Phase, l.Note)

@@ -1,4 +1,4 @@
-package trainer
+package plan
 
 import (
 	"fmt"
@@ -47,7 +47,7 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 	defer tensor.Recover("bench memory", &err)
 	csrc.MeasureHostMemory()
 	planFor := func(ckpt bool) (map[string]int64, error) {
-		r, err := Plan(cfg, PlanOptions{GPUs: 1, DTypeBytes: 4, SeqLen: seq, MicroTokens: rows * seq, Checkpointing: ckpt,
+		r, err := Plan(cfg, Options{GPUs: 1, DTypeBytes: 4, SeqLen: seq, MicroTokens: rows * seq, Checkpointing: ckpt,
 			LogProbChunk: csrc.DefaultLogProbChunk(false)})
 		if err != nil {
 			return nil, err
@@ -93,7 +93,7 @@ func MeasureMemory(cfg *model.Config, rows, seq int64, seed int64) (checks []Mem
 			return err
 		}
 		loss := s.Keep(lp.MustMean(gotch.Float, false))
-		return backward(loss, c, nil)
+		return model.Backward(loss, c, nil)
 	}
 
 	// A forward without grad first starts the thread pools and kernels'
@@ -219,7 +219,7 @@ func measureZeroMode(cfg *model.Config, seed int64, c dist.Comm, stage int, idsT
 			return err
 		}
 		loss := s.Keep(lp.MustMean(gotch.Float, false))
-		if err := backward(loss, ck, o.LayerDone); err != nil {
+		if err := model.Backward(loss, ck, o.LayerDone); err != nil {
 			return err
 		}
 		_, err = o.Apply(1e-6, 0, 0)

@@ -1,4 +1,4 @@
-package trainer
+package plan
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 )
 
-func planLines(r PlanResult) map[string]int64 {
+func planLines(r Result) map[string]int64 {
 	out := map[string]int64{}
 	for _, l := range r.Lines {
 		out[l.Name] = l.Bytes
@@ -44,9 +44,9 @@ func TestPlanParamCounts(t *testing.T) {
 func TestPlanArithmetic(t *testing.T) {
 	cfg := model.MemoryBenchShape()
 	p := cfg.ParamCount()
-	base := PlanOptions{GPUs: 4, Zero: 1, DTypeBytes: 2, SeqLen: 1024, MicroTokens: 4096, KLBeta: 0.05, RolloutRows: 16,
+	base := Options{GPUs: 4, Zero: 1, DTypeBytes: 2, SeqLen: 1024, MicroTokens: 4096, KLBeta: 0.05, RolloutRows: 16,
 		RolloutTokens: 1024, LogProbChunk: 1024, MasterForWeight: true}
-	plan := func(edit func(*PlanOptions)) map[string]int64 {
+	plan := func(edit func(*Options)) map[string]int64 {
 		o := base
 		if edit != nil {
 			edit(&o)
@@ -77,26 +77,26 @@ func TestPlanArithmetic(t *testing.T) {
 	if a := l["activations (micro-batch)"]; a != 4096*(perTok*9+probs) {
 		t.Errorf("activations %d, by hand %d", a, 4096*(perTok*9+probs))
 	}
-	if l := plan(func(o *PlanOptions) { o.SDPA = true }); l["activations (micro-batch)"] != 4096*(perTok-probs)*9 {
+	if l := plan(func(o *Options) { o.SDPA = true }); l["activations (micro-batch)"] != 4096*(perTok-probs)*9 {
 		t.Errorf("SDPA keeps no probabilities: %d", l["activations (micro-batch)"])
 	}
-	if l := plan(func(o *PlanOptions) { o.KLBeta = 0 }); l["reference model"] != 0 {
+	if l := plan(func(o *Options) { o.KLBeta = 0 }); l["reference model"] != 0 {
 		t.Errorf("kl_beta 0 keeps a reference of %d bytes", l["reference model"])
 	}
-	if l := plan(func(o *PlanOptions) { o.Zero = 2 }); l["gradients"] != 2*p {
+	if l := plan(func(o *Options) { o.Zero = 2 }); l["gradients"] != 2*p {
 		t.Errorf("ZeRO-2 without checkpointing cannot free gradient shards early: %d", l["gradients"])
 	}
-	l2 := plan(func(o *PlanOptions) { o.Zero, o.Checkpointing = 2, true })
+	l2 := plan(func(o *Options) { o.Zero, o.Checkpointing = 2, true })
 	if l2["gradients"] != (2*p+3)/4 {
 		t.Errorf("ZeRO-2 with checkpointing: gradients %d, want a quarter of %d", l2["gradients"], 2*p)
 	}
 	if a := l2["activations (micro-batch)"]; a != 4096*512*2*9+4096*(2*perTok+probs) {
 		t.Errorf("checkpointed activations %d, by hand %d", a, 4096*512*2*9+4096*(2*perTok+probs))
 	}
-	if l := plan(func(o *PlanOptions) { o.Zero = 0 }); l["Adam moments (fp32 m, v)"] != 8*p {
+	if l := plan(func(o *Options) { o.Zero = 0 }); l["Adam moments (fp32 m, v)"] != 8*p {
 		t.Errorf("ZeRO-0 shards nothing: %d", l["Adam moments (fp32 m, v)"])
 	}
-	if _, err := Plan(cfg, PlanOptions{GPUs: 1, Zero: 3, SeqLen: 1, MicroTokens: 1}); err == nil || !strings.Contains(err.Error(), "stage 3, is not implemented") {
+	if _, err := Plan(cfg, Options{GPUs: 1, Zero: 3, SeqLen: 1, MicroTokens: 1}); err == nil || !strings.Contains(err.Error(), "stage 3, is not implemented") {
 		t.Errorf("zero 3: %v", err)
 	}
 }
@@ -106,19 +106,19 @@ func TestPlanArithmetic(t *testing.T) {
 // ZeRO-2 with checkpointing at β = 0 does; Qwen2.5-7B fits with ZeRO-1 and
 // checkpointing but not without checkpointing.
 func TestPlanLargeModels(t *testing.T) {
-	o := PlanOptions{GPUs: 8, Zero: 1, DTypeBytes: 2, SeqLen: 4096, MicroTokens: 16384, KLBeta: 0.001, SDPA: true, RolloutRows: 64,
+	o := Options{GPUs: 8, Zero: 1, DTypeBytes: 2, SeqLen: 4096, MicroTokens: 16384, KLBeta: 0.001, SDPA: true, RolloutRows: 64,
 		RolloutTokens: 4096, LogProbChunk: 4096, GPUMem: 80 << 30, Headroom: 0.08, MasterForWeight: true}
 	cases := []struct {
 		model string
-		edit  func(*PlanOptions)
+		edit  func(*Options)
 		fits  bool
 		note  string
 	}{
 		{"qwen3-14b", nil, false, "kl_beta 0"},
-		{"qwen3-14b", func(o *PlanOptions) { o.Checkpointing = true }, false, "ZeRO-2 with activation checkpointing"},
-		{"qwen3-14b", func(o *PlanOptions) { o.Checkpointing, o.Zero, o.KLBeta = true, 2, 0 }, true, ""},
+		{"qwen3-14b", func(o *Options) { o.Checkpointing = true }, false, "ZeRO-2 with activation checkpointing"},
+		{"qwen3-14b", func(o *Options) { o.Checkpointing, o.Zero, o.KLBeta = true, 2, 0 }, true, ""},
 		{"qwen2.5-7b", nil, false, "the update is over by"},
-		{"qwen2.5-7b", func(o *PlanOptions) { o.Checkpointing = true }, true, ""},
+		{"qwen2.5-7b", func(o *Options) { o.Checkpointing = true }, true, ""},
 	}
 	for _, c := range cases {
 		oc := o
@@ -177,6 +177,13 @@ func TestPlanMatchesMeasuredMemory(t *testing.T) {
 }
 
 const measureMemoryVar = "LANPO_TEST_MEASURE_MEMORY"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(measureMemoryVar) == "1" {
+		os.Exit(measureMemoryChild())
+	}
+	os.Exit(m.Run())
+}
 
 // measureMemoryChild is TestPlanMatchesMeasuredMemory's child: it measures
 // and prints the checks as JSON on stdout.
