@@ -57,14 +57,14 @@ type Line struct {
 
 // Result is the table and its verdict.
 type Result struct {
-	Params      int64      `json:"params"`
-	Lines       []Line `json:"lines"`
-	Rollout     int64      `json:"rollout_peak"` // always + rollout
-	Update      int64      `json:"update_peak"`  // always + update
-	Total       int64      `json:"peak"`         // the larger, plus headroom
-	Fits        bool       `json:"fits"`
-	RowsThatFit int64      `json:"rollout_rows_that_fit"` // rollout rows whose KV cache fits next to the persistent state
-	Notes       []string   `json:"notes"`
+	Params      int64    `json:"params"`
+	Lines       []Line   `json:"lines"`
+	Rollout     int64    `json:"rollout_peak"` // always + rollout
+	Update      int64    `json:"update_peak"`  // always + update
+	Total       int64    `json:"peak"`         // the larger, plus headroom
+	Fits        bool     `json:"fits"`
+	RowsThatFit int64    `json:"rollout_rows_that_fit"` // rollout rows whose KV cache fits next to the persistent state
+	Notes       []string `json:"notes"`
 }
 
 const gib = 1 << 30
