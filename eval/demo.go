@@ -16,6 +16,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -157,12 +158,12 @@ type demoRun struct {
 
 // prepare writes the demo's data under runDir and returns the SFT and RL
 // configurations.
-func prepare(runDir string, seed int64, p demoPlan, arms []string, pt float64, sftFrom string) (demoRun, error) {
+func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64, sftFrom string) (demoRun, error) {
 	dataDir := filepath.Join(runDir, "data")
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return demoRun{}, err
 	}
-	d := demoRun{split: split(seed, p), arms: map[string]trainer.Config{}}
+	d := demoRun{split: split(runSeed, p), arms: map[string]trainer.Config{}}
 	promptsPath := filepath.Join(dataDir, "prompts.yaml")
 	if err := os.WriteFile(promptsPath, []byte(demoPrompts), 0o644); err != nil {
 		return d, err
@@ -170,19 +171,19 @@ func prepare(runDir string, seed int64, p demoPlan, arms []string, pt float64, s
 
 	base := trainer.DefaultConfig()
 	base.Model = "builtin:small"
-	base.Seed = uint64(seed)
+	base.Seed = uint64(runSeed)
 	base.Data.SystemPrompt = demoSystem
 	base.Data.PromptTemplate = "{problem}"
 	base.Checkpoint = trainer.CheckpointConfig{Every: 0, Keep: 1}
 	base.LANPO.Prompts = promptsPath
 
 	// SFT data: answers in two forms, and the world's skill examples.
-	b, err := trainer.NewSeedBuilder(base, nil)
+	b, err := seed.NewBuilder(base, nil)
 	if err != nil {
 		return d, err
 	}
-	pick := rand.New(rand.NewSource(seed + 2000)) // its own stream: the problems do not depend on the mix
-	var chats []trainer.SeedExample
+	pick := rand.New(rand.NewSource(runSeed + 2000)) // its own stream: the problems do not depend on the mix
+	var chats []seed.Example
 	for _, it := range d.split.sftAnswers {
 		answer := it.Brief
 		if pick.Float64() < p.workedFrac {
@@ -190,8 +191,8 @@ func prepare(runDir string, seed int64, p demoPlan, arms []string, pt float64, s
 		}
 		chats = append(chats, b.Answer(it.ID, it.Problem, answer))
 	}
-	chats = append(chats, worldSeed(b, d.split.sft, seed+3000, p.skillExamples)...)
-	rng := rand.New(rand.NewSource(seed + 4000))
+	chats = append(chats, worldSeed(b, d.split.sft, runSeed+3000, p.skillExamples)...)
+	rng := rand.New(rand.NewSource(runSeed + 4000))
 	rng.Shuffle(len(chats), func(i, j int) { chats[i], chats[j] = chats[j], chats[i] })
 	for _, f := range []struct {
 		name string
@@ -199,7 +200,7 @@ func prepare(runDir string, seed int64, p demoPlan, arms []string, pt float64, s
 	}{{"sft.jsonl", chats}, {"rl.jsonl", d.split.rl}, {"heldout.jsonl", d.split.heldOut}} {
 		var err error
 		switch rows := f.rows.(type) {
-		case []trainer.SeedExample:
+		case []seed.Example:
 			err = jsonl.WriteFile(filepath.Join(dataDir, f.name), rows)
 		case []Item:
 			err = jsonl.WriteFile(filepath.Join(dataDir, f.name), rows)

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/progress"
@@ -108,7 +109,7 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	}
 	cfg := o.Config
 	cfg.Rollout.MaxNewTokens = o.Sampling.MaxNewTokens
-	fb, err := trainer.NewFeedback(m, tk, cfg, o.Pool)
+	fb, err := feedback.NewBuilder(m, tk, cfg.FeedbackSettings(), o.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +368,7 @@ type SampleLine struct {
 type evaluator struct {
 	m  *model.Model
 	tk *tokenizer.Tokenizer
-	fb *trainer.Feedback
+	fb *feedback.Builder
 	o  Options
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/lanpo-rl/lanpo/pool"
-	"github.com/lanpo-rl/lanpo/trainer"
+	"github.com/lanpo-rl/lanpo/seed"
 )
 
 // The math world as a teacher: it knows its problems and the column method,
@@ -14,7 +14,7 @@ import (
 // attempts (worked or brief, right or with a carry slip), summaries of them,
 // reflections that check an attempt in columns, and plans condensed from
 // related problems — for the demo's SFT stage, through the same builders
-// lanpo seed uses (trainer.SeedBuilder), so the prompts are the trainer's.
+// lanpo seed uses (seed.Builder), so the prompts are the trainer's.
 
 // demoPrompts are short LANPO prompts for the demo's byte-level model
 // (lanpo.prompts): the default ones are several hundred bytes, which the
@@ -109,15 +109,15 @@ func (it Item) plan() string {
 // attempt, a reflection on one (right and wrong attempts shown equally
 // often), and a plan condensed from another problem of its kind with a
 // solve that uses it.
-func worldSeed(b *trainer.SeedBuilder, items []Item, seed int64, n int) []trainer.SeedExample {
-	rng := rand.New(rand.NewSource(seed))
+func worldSeed(b *seed.Builder, items []Item, rngSeed int64, n int) []seed.Example {
+	rng := rand.New(rand.NewSource(rngSeed))
 	byKind := map[string][]Item{}
 	for _, it := range items {
 		op, _, _ := it.method()
 		k := fmt.Sprint(it.Level, op)
 		byKind[k] = append(byKind[k], it)
 	}
-	var out []trainer.SeedExample
+	var out []seed.Example
 	reflections := 0
 	share := float64(n) / float64(max(len(items), 1))
 	for _, it := range items {

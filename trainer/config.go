@@ -15,8 +15,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // Config is a run's configuration, mapped 1:1 onto the YAML keys (and onto
@@ -41,7 +43,7 @@ type Config struct {
 	SFT        SFTConfig        `yaml:"sft"`
 	Optim      OptimConfig      `yaml:"optim"`
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
-	LANPO      LANPOConfig      `yaml:"lanpo"`
+	LANPO      feedback.Config  `yaml:"lanpo"`
 	Log        LogConfig        `yaml:"log"`
 	Eval       EvalConfig       `yaml:"eval"`
 	Dist       DistConfig       `yaml:"dist"`
@@ -240,7 +242,7 @@ func DefaultConfig() Config {
 		SFT:        SFTConfig{MaxLen: 2048, MicroBatchSize: 4, GradAccum: 1},
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
 		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
-		LANPO:      defaultLANPO(),
+		LANPO:      feedback.Default(),
 		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
 		Dist:       DistConfig{Timeout: "5m", BucketMB: 16},
 	}
@@ -436,7 +438,7 @@ func (c *Config) Validate() error {
 	case "", AlgoGRPO:
 		c.Algo.Name = AlgoGRPO
 	case AlgoLANPO:
-		if err := c.LANPO.validate(c.Rollout.MaxNewTokens); err != nil {
+		if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
 			return err
 		}
 	default:
@@ -484,4 +486,17 @@ const (
 func (c Config) YAML() string {
 	b, _ := yaml.Marshal(c)
 	return string(b)
+}
+
+// PromptFormat is how the config turns a problem into the chat the policy
+// solves.
+func (c Config) PromptFormat() rl.PromptFormat {
+	return rl.PromptFormat{SystemPrompt: c.Data.SystemPrompt, PromptTemplate: c.Data.PromptTemplate, EnableThinking: c.Rollout.EnableThinking}
+}
+
+// FeedbackSettings are what LANPO's feedback builder takes from the config
+// (training, lanpo eval, lanpo seed).
+func (c Config) FeedbackSettings() feedback.Settings {
+	return feedback.Settings{LANPO: c.LANPO, Format: c.PromptFormat(), MaxNewTokens: c.Rollout.MaxNewTokens,
+		Generate: c.Rollout.GenerateOptions(), Seed: c.Seed}
 }

@@ -199,7 +199,7 @@ func TestCUDAGreedyMatchesCPU(t *testing.T) {
 	}
 	var reqs []model.Request
 	for _, p := range problems[:min(len(problems), 12)] {
-		ids, err := solveIDs(tk, cfg.Data, cfg.Rollout.EnableThinking, p.Problem)
+		ids, err := cfg.PromptFormat().SolveIDs(tk, p.Problem)
 		if err != nil {
 			t.Fatal(err)
 		}

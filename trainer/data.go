@@ -13,21 +13,11 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
-// Problem is one line of a math dataset: {"id","problem","answer"} (other
-// fields are ignored).
-type Problem struct {
-	ID      string `json:"id"`
-	Problem string `json:"problem"`
-	Answer  string `json:"answer"`
-	Where   string `json:"-"` // file:line it was read from
-	// A record whose problem is a chat (verl's "prompt": [{role, content}],
-	// the instruction already inside): Problem is its last user message,
-	// System its system message, if any; Chat says so (chatData).
-	Chat   bool   `json:"-"`
-	System string `json:"-"`
-}
+// Problem is a training problem (rl.Problem).
+type Problem = rl.Problem
 
 // LoadProblems reads a JSONL dataset of {"id","problem","answer"} records
 // (ReadProblems with the default keys).

@@ -21,6 +21,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // onRanks runs fn as n in-process ranks (disttest.MemComm), each on its
@@ -333,9 +334,9 @@ func TestEmbeddingRelevanceSameOnAnyWorldSize(t *testing.T) {
 	// hardest case for agreeing across ranks.
 	sets := []string{"lanpo.initial_pool=" + path, "lanpo.similarity=embedding", "lanpo.embedding_centre=batch", "lanpo.feedback_ratio=1", "lanpo.modes.reflection=0",
 		"lanpo.similarity_scale=raw", "lanpo.similarity_threshold=0.3", "lanpo.relevance_floor=0", "lanpo.retrieval_candidates=2", "total_steps=1", "rollout.prompts_per_step=6", "log.rollouts=true"}
-	related := func(cfg Config) (map[int][]relatedProblem, map[string]any) {
+	related := func(cfg Config) (map[int][]rl.Related, map[string]any) {
 		rows := readRollouts(t, cfg.RunDir, 1)
-		out := map[int][]relatedProblem{}
+		out := map[int][]rl.Related{}
 		for _, r := range rows {
 			if r.Sample == 0 {
 				out[r.Group] = r.Related

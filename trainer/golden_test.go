@@ -122,7 +122,7 @@ func runGolden(t *testing.T, sft *Config, cfg Config) golden {
 	}
 	g.Steps = goldenRows(t, cfg.RunDir)
 	lockThread(t)
-	m, err := model.Load(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(cfg.TotalSteps)), cfg.loadOptions())
+	m, err := model.Load(filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(cfg.TotalSteps)), cfg.LoadOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

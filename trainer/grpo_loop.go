@@ -13,11 +13,14 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/optim"
+	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // GRPO as lanpo runs it, one step:
@@ -41,49 +44,19 @@ import (
 // whole batch (no mini-batches), π_old is the sampler's record instead of
 // a second forward pass, and the loss aggregation is configurable.
 
-// prompt is what one problem of a step is sampled from.
-type prompt struct {
-	problem  int     // index into the run's problems
-	index    int     // global index in the step (round·P + i): keys its random draws and sample streams
-	ids      []int64 // what the sampler sees
-	trainIDs []int64 // what the update conditions on: ids, or the bare prompt (lanpo.train_prompt: original)
-	mode     string  // scratch, reflection or abstraction
-	feedback bool    // drawn feedback-aware (LANPO)
-	context  int     // tokens the context added
-	shown    string  // reflection: the final answer of the attempt shown
-	// related: abstraction's candidates and their relevance (logged)
-	related []relatedProblem
-}
-
-// relatedProblem is one retrieval candidate of an abstraction prompt, as
-// the rollout log shows it: which problem, its relevance on
-// lanpo.similarity_scale and on the scorer's own scale, and whether it
-// passed the filter (γ and lanpo.relevance_floor).
-type relatedProblem struct {
-	ProblemID string  `json:"problem_id"`
-	Relevance float64 `json:"relevance"`
-	Raw       float64 `json:"relevance_raw"`
-	Passed    bool    `json:"passed"`
-}
-
-// rollout is one sampled response and what the update needs of it.
+// rollout is one sampled response and what the update needs of it; the
+// embedded rl.Rollout is what an explorer sees of it.
 type rollout struct {
-	problem   int // index into the run's problems
-	prompt    *prompt
-	sample    int       // index within its group
+	rl.Rollout
 	promptIDs []int64   // the prompt the update conditions on
 	ids       []int64   // generated ids
 	oldLogp   []float64 // the sampler's record (float32) or the trainer's
 	// behaviorLogp are the sampler's log-probs when oldLogp was recomputed
 	// by the trainer — on another prompt than the sampler saw
-	// (lanpo.train_prompt: original) or on the same one
+	// (rl.Prompt.TrainIDs ≠ IDs) or on the same one
 	// (algo.recompute_old_logp) — and the loss is importance-weighted.
 	behaviorLogp []float64
-	text         string
-	reward       float64
-	correct      bool
 	adv          float64
-	truncated    bool
 	refLogp      []float64
 	tis          []float32 // truncated importance weight of each token (nil: 1)
 	weight       float64   // loss weight of each of its tokens (TokenWeights)
@@ -96,7 +69,7 @@ type grpoRun struct {
 	problems   []Problem
 	prompts    [][]int64 // each problem's prompt ids
 	eos        []int64
-	lanpo      *lanpoRun // nil for GRPO
+	explorer   Explorer // LANPO's feedback; nil for GRPO
 	stepTokens struct{ prefilled, generated, trained int }
 }
 
@@ -123,7 +96,7 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		return err
 	}
 	if cfg.Algo.KLBeta > 0 {
-		o := cfg.loadOptions()
+		o := cfg.LoadOptions()
 		if cfg.Algo.RefDevice != "" {
 			o.Device, _ = ParseDevice(cfg.Algo.RefDevice) // parsed at load
 			o.DType = s.m.DType
@@ -136,12 +109,17 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		}
 		defer g.ref.Close()
 	}
+	var evalPool *pool.Pool
 	if cfg.Algo.Name == AlgoLANPO {
-		if g.lanpo, err = newLANPO(g); err != nil {
+		ex, err := feedback.NewExplorer(s.m, s.tk, s.cfg.FeedbackSettings(), feedback.Run{Problems: g.problems,
+			SamplesPerPrompt: cfg.Rollout.SamplesPerPrompt, Comm: s.comm, ResumedFrom: s.resumedFrom})
+		if err != nil {
 			return err
 		}
+		g.explorer, evalPool = ex, ex.Pool()
+		s.saveExtra = append(s.saveExtra, ex.Save)
 	}
-	return s.loop(ctx, g.step)
+	return s.loop(ctx, g.step, evalPool)
 }
 
 // renderPrompts tokenizes every problem's prompt once and checks that the
@@ -151,7 +129,7 @@ func (g *grpoRun) renderPrompts() error {
 	maxPos := g.m.Config.MaxPositionEmbeddings
 	g.prompts = make([][]int64, len(g.problems))
 	for i, p := range g.problems {
-		ids, err := solveIDs(g.tk, g.cfg.Data, g.cfg.Rollout.EnableThinking, p.Problem)
+		ids, err := g.cfg.PromptFormat().SolveIDs(g.tk, p.Problem)
 		if err != nil {
 			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
 		}
@@ -185,17 +163,17 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	} else if err := g.train(t, kept, &met); err != nil {
 		return met, err
 	}
-	if g.lanpo != nil {
-		t.enter("pool")
-		if err := g.lanpo.write(sampled); err != nil {
+	if g.explorer != nil {
+		seen := make([]*rl.Rollout, len(sampled))
+		for i, r := range sampled {
+			seen[i] = &r.Rollout
+		}
+		if met.Explorer, err = g.explorer.Observe(g.state.Step, seen, t); err != nil {
 			return met, err
 		}
-		if err := g.lanpo.finish(&met, stats); err != nil {
-			return met, err
-		}
-		g.stepTokens.prefilled += g.lanpo.tokens.prefilled
-		g.stepTokens.generated += g.lanpo.tokens.generated
-		g.lanpo.tokens.prefilled, g.lanpo.tokens.generated = 0, 0
+		pre, gen := g.explorer.Tokens()
+		g.stepTokens.prefilled += pre
+		g.stepTokens.generated += gen
 	}
 	tok, err := dist.SumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated), float64(g.stepTokens.trained)})
 	if err != nil {
@@ -209,19 +187,23 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 // update's prompt when the sampler saw another, reference log-probs) and
 // runs the update.
 func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error {
-	if g.cfg.Algo.RecomputeOldLogp || (g.lanpo != nil && g.lanpo.cfg.TrainPrompt == trainOriginal) {
-		t.enter("old_logprobs")
+	other, err := dist.AnyRank(g.comm, trainedOnOtherPrompts(kept))
+	if err != nil {
+		return err
+	}
+	if g.cfg.Algo.RecomputeOldLogp || other {
+		t.Enter("old_logprobs")
 		if err := g.recomputeOld(kept, met); err != nil {
 			return err
 		}
 	}
 	if g.ref != nil {
-		t.enter("ref_logprobs")
+		t.Enter("ref_logprobs")
 		if err := g.refLogprobs(kept); err != nil {
 			return err
 		}
 	}
-	t.enter("update")
+	t.Enter("update")
 	return g.update(kept, met)
 }
 
@@ -236,25 +218,25 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 	P, G := cfg.Rollout.PromptsPerStep, cfg.Rollout.SamplesPerPrompt
 	keptRolls := 0 // on every rank
 	for round := 0; keptRolls/G < P && round <= cfg.Algo.MaxResample; round++ {
-		t.enter("prompts")
+		t.Enter("prompts")
 		idx := g.state.Cursor.Next(len(g.problems), P-keptRolls/G)
 		lo, hi := dist.Share(len(idx), g.comm.Rank(), g.comm.Size())
-		ps := make([]*prompt, 0, hi-lo)
+		ps := make([]*rl.Prompt, 0, hi-lo)
 		for i := lo; i < hi; i++ {
 			k := idx[i]
-			ps = append(ps, &prompt{problem: k, index: round*P + i, ids: g.prompts[k], trainIDs: g.prompts[k], mode: modeScratch})
+			ps = append(ps, &rl.Prompt{Problem: k, Index: round*P + i, IDs: g.prompts[k], TrainIDs: g.prompts[k], Mode: rl.ModeScratch})
 		}
-		if g.lanpo != nil {
-			if err := g.lanpo.addContext(t, ps); err != nil {
+		if g.explorer != nil {
+			if err := g.explorer.AddContext(g.state.Step, ps, t); err != nil {
 				return nil, nil, nil, err
 			}
 		}
-		t.enter("rollout")
+		t.Enter("rollout")
 		batch, err := g.rollout(ps)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		t.enter("reward")
+		t.Enter("reward")
 		g.score(batch)
 		sampled = append(sampled, batch...)
 		k := g.filterGroups(batch, round == cfg.Algo.MaxResample)
@@ -274,7 +256,7 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 }
 
 // rolloutStat is what every rank learns of every rollout of the step: what
-// the metrics and LANPO's accounting need.
+// the metrics need.
 type rolloutStat struct {
 	Index   int     `json:"i"` // the prompt's global index in the step
 	Sample  int     `json:"s"`
@@ -283,9 +265,6 @@ type rolloutStat struct {
 	Trunc   bool    `json:"t,omitempty"`
 	Len     int     `json:"n"`
 	Kept    bool    `json:"k,omitempty"`
-	Mode    string  `json:"m,omitempty"`
-	Shown   bool    `json:"sh,omitempty"` // reflection on an attempt with a final answer
-	Copied  bool    `json:"cp,omitempty"` // … and the redo's answer equals it
 }
 
 // exchangeStats all-gathers the round's rollout statistics (kept: this
@@ -297,14 +276,8 @@ func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
 	}
 	mine := make([]rolloutStat, len(batch))
 	for i, r := range batch {
-		mine[i] = rolloutStat{Index: r.prompt.index, Sample: r.sample, Reward: r.reward, Correct: r.correct, Trunc: r.truncated,
-			Len: len(r.ids), Kept: isKept[r], Mode: r.prompt.mode}
-		if r.prompt.mode == modeReflection && r.prompt.shown != "" {
-			mine[i].Shown = true
-			if got, ok := reward.ExtractResponse(r.text, r.truncated); ok && reward.Equivalent(r.prompt.shown, got, reward.Options{}) {
-				mine[i].Copied = true
-			}
-		}
+		mine[i] = rolloutStat{Index: r.Prompt.Index, Sample: r.Sample, Reward: r.Reward, Correct: r.Correct, Trunc: r.Truncated,
+			Len: len(r.ids), Kept: isKept[r]}
 	}
 	if g.comm.Size() == 1 {
 		return mine, nil
@@ -314,18 +287,18 @@ func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
 
 // rollout samples G responses to each prompt, each prompt's randomness
 // keyed by its index in the step.
-func (g *grpoRun) rollout(ps []*prompt) ([]*rollout, error) {
+func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 	cfg := g.cfg
 	reqs := make([]model.Request, len(ps))
 	streams := make([]int, len(ps))
 	problems := make([]int, len(ps))
 	for i, p := range ps {
-		reqs[i] = model.Request{PromptIDs: p.ids, Samples: cfg.Rollout.SamplesPerPrompt}
-		streams[i], problems[i] = p.index, p.problem
-		g.stepTokens.prefilled += len(p.ids) // once per prompt: the engine shares the prefix across the group
+		reqs[i] = model.Request{PromptIDs: p.IDs, Samples: cfg.Rollout.SamplesPerPrompt}
+		streams[i], problems[i] = p.Index, p.Problem
+		g.stepTokens.prefilled += len(p.IDs) // once per prompt: the engine shares the prefix across the group
 	}
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
-		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: stepSeed(cfg.Seed, g.state.Step)}
+		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: rl.StepSeed(cfg.Seed, g.state.Step)}
 	var res []model.Sample
 	err := csrc.NoGrad(func() (err error) {
 		res, err = g.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
@@ -337,8 +310,8 @@ func (g *grpoRun) rollout(ps []*prompt) ([]*rollout, error) {
 	batch := make([]*rollout, len(res))
 	for i, r := range res {
 		p := ps[r.Prompt]
-		batch[i] = &rollout{problem: p.problem, prompt: p, sample: r.Index, promptIDs: p.ids, ids: r.IDs, oldLogp: widen(r.Logprobs),
-			truncated: r.FinishReason == "length", text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}
+		batch[i] = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: r.Index, Tokens: len(r.IDs), Truncated: r.FinishReason == "length",
+			Text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}, promptIDs: p.IDs, ids: r.IDs, oldLogp: widen(r.Logprobs)}
 		g.stepTokens.generated += len(r.IDs)
 	}
 	return batch, nil
@@ -363,17 +336,17 @@ func (g *grpoRun) problemIDs(idx []int) string {
 func (g *grpoRun) score(batch []*rollout) {
 	pairs := make([]reward.Pair, len(batch))
 	for i, r := range batch {
-		pairs[i] = reward.Pair{Response: r.text, Gold: g.problems[r.problem].Answer, Truncated: r.truncated}
+		pairs[i] = reward.Pair{Response: r.Text, Gold: g.problems[r.Prompt.Problem].Answer, Truncated: r.Truncated}
 	}
 	verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
 	for i, r := range batch {
-		r.correct = verdicts[i].Correct
-		r.reward = 0
-		if r.correct {
-			r.reward = 1
+		r.Correct = verdicts[i].Correct
+		r.Reward = 0
+		if r.Correct {
+			r.Reward = 1
 		}
-		if w := g.cfg.Algo.FormatReward; w > 0 && reward.HasBoxedAnswer(r.text, r.truncated) {
-			r.reward += w
+		if w := g.cfg.Algo.FormatReward; w > 0 && reward.HasBoxedAnswer(r.Text, r.Truncated) {
+			r.Reward += w
 		}
 	}
 }
@@ -403,7 +376,7 @@ func (g *grpoRun) filterGroups(batch []*rollout, lastRound bool) []*rollout {
 func groupRewards(grp []*rollout) []float64 {
 	rs := make([]float64, len(grp))
 	for i, r := range grp {
-		rs[i] = r.reward
+		rs[i] = r.Reward
 	}
 	return rs
 }
@@ -508,18 +481,18 @@ func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, 
 // product over the prefix, and biased by the truncation, which bounds the
 // variance that rare tokens would otherwise add.
 //
-// Rollouts sampled from a context prompt and trained as answers to the
-// bare problem (lanpo.train_prompt: original) need it always: μ saw the
-// context, π_old is on the bare prompt (cap lanpo.tis_cap; metrics
-// context_logp_gap, tis_clipped_frac). With
+// Rollouts sampled from a context prompt and trained as answers to another
+// (rl.Prompt.TrainIDs ≠ IDs: lanpo.train_prompt original) need it always:
+// μ saw the context, π_old is on the bare prompt (cap: the prompt's
+// TISCap, lanpo.tis_cap; metrics context_logp_gap, tis_clipped_frac). With
 // algo.recompute_old_logp every other rollout gets it too, μ and π_old on
 // the same prompt differing only by the sampler's numerics (cap
 // algo.tis_cap; metrics sampler_logp_gap_mean/max, sampler_tis_clipped_frac).
 func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 	var todo []*rollout
 	for _, r := range rolls {
-		if g.cfg.Algo.RecomputeOldLogp || !slices.Equal(r.prompt.trainIDs, r.prompt.ids) {
-			r.behaviorLogp, r.promptIDs = r.oldLogp, r.prompt.trainIDs
+		if g.cfg.Algo.RecomputeOldLogp || otherPrompt(r) {
+			r.behaviorLogp, r.promptIDs = r.oldLogp, r.Prompt.TrainIDs
 			todo = append(todo, r)
 		}
 	}
@@ -533,8 +506,8 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 	var ctx, same tally
 	for _, r := range todo {
 		c, tl := g.cfg.Algo.TISCap, &same
-		if !slices.Equal(r.prompt.trainIDs, r.prompt.ids) {
-			c, tl = g.lanpo.cfg.TISCap, &ctx
+		if otherPrompt(r) {
+			c, tl = r.Prompt.TISCap, &ctx
 		}
 		r.tis = make([]float32, len(r.ids))
 		for k := range r.ids {
@@ -563,12 +536,27 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 		return err
 	}
 	if tot[1] > 0 {
-		g.lanpo.met.ContextLogpGap, g.lanpo.met.TISClipped = tot[0]/tot[1], tot[2]/tot[1]
+		met.ContextLogpGap, met.ContextTISClip = tot[0]/tot[1], tot[2]/tot[1]
 	}
 	if tot[4] > 0 {
 		met.SamplerGapMean, met.SamplerGapMax, met.TISClipped = tot[3]/tot[4], same.gapMax, tot[5]/tot[4]
 	}
 	return nil
+}
+
+// otherPrompt reports whether r is trained as an answer to another prompt
+// than it was sampled from.
+func otherPrompt(r *rollout) bool { return !slices.Equal(r.Prompt.TrainIDs, r.Prompt.IDs) }
+
+// trainedOnOtherPrompts reports whether any rollout of rolls is trained on
+// another prompt than it was sampled from.
+func trainedOnOtherPrompts(rolls []*rollout) bool {
+	for _, r := range rolls {
+		if otherPrompt(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // microBatches splits the step's rollouts into the micro-batches every
@@ -603,7 +591,7 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	masked := make([]bool, len(rolls))
 	for i, r := range rolls {
 		lengths[i] = len(r.ids)
-		masked[i] = cfg.Algo.OverlongMask && r.truncated
+		masked[i] = cfg.Algo.OverlongMask && r.Truncated
 	}
 	// The loss is normalized over the global batch: every rank's share.
 	tokens, seqs := normalizer(lengths, masked)
@@ -718,14 +706,6 @@ func (s *session) microBatchCount(mine int) (int, error) {
 // (then the returned Checkpointed finishes the backward).
 func (g *grpoRun) logProbsForUpdate(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
 	return g.m.TokenLogProbsMaybeCheckpointed(g.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
-}
-
-// stepSeed derives a step's sampling seed from the run seed (splitmix64).
-func stepSeed(seed uint64, step int) uint64 {
-	z := seed + uint64(step+1)*0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
 }
 
 func allEqual(x []float64) bool {

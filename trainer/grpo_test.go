@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 func lockThread(t testing.TB) {
@@ -206,9 +207,9 @@ func scoringRun(t *testing.T, sets ...string) *grpoRun {
 // group makes G rollouts of problem p with the given responses.
 func group(p int, texts ...string) []*rollout {
 	var out []*rollout
-	pr := &prompt{problem: p, index: p, mode: modeScratch}
+	pr := &rl.Prompt{Problem: p, Index: p, Mode: rl.ModeScratch}
 	for i, x := range texts {
-		out = append(out, &rollout{problem: p, prompt: pr, sample: i, text: x, ids: make([]int64, len(x))})
+		out = append(out, &rollout{Rollout: rl.Rollout{Prompt: pr, Sample: i, Text: x}, ids: make([]int64, len(x))})
 	}
 	return out
 }
@@ -231,8 +232,8 @@ func TestScoreAndFilter(t *testing.T) {
 		g.score(b)
 		want := []float64{1.5, 1.5, 1.5, 1.5, 1.5, 0.5, 1, 0.5, 0, 0, 0, 0.5}
 		for i, r := range b {
-			if r.reward != want[i] {
-				t.Fatalf("rollout %d (%q): reward %v, want %v", i, r.text, r.reward, want[i])
+			if r.Reward != want[i] {
+				t.Fatalf("rollout %d (%q): reward %v, want %v", i, r.Text, r.Reward, want[i])
 			}
 		}
 	})
@@ -254,7 +255,7 @@ func TestScoreAndFilter(t *testing.T) {
 			kept := g.filterGroups(b, c.lastRound)
 			var problems []int
 			for i := 0; i < len(kept); i += 4 {
-				problems = append(problems, kept[i].problem)
+				problems = append(problems, kept[i].Prompt.Problem)
 			}
 			if fmt.Sprint(problems) != fmt.Sprint(c.kept) {
 				t.Fatalf("kept problems %v, want %v", problems, c.kept)

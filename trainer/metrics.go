@@ -62,8 +62,17 @@ type StepMetrics struct {
 	GenTokens     int `json:"tokens_generated,omitempty"`
 	TrainedTokens int `json:"tokens_trained,omitempty"`
 
-	// LANPO's metrics, flattened into the line (nil for GRPO).
-	*LANPOMetrics
+	// Rollouts trained as answers to another prompt than they were sampled
+	// from (lanpo.train_prompt: original): the mean log μ(y|x,c) − log
+	// π_old(y|x) per token, and the share of tokens whose importance weight
+	// hit the prompt's cap (lanpo.tis_cap).
+	ContextLogpGap float64 `json:"context_logp_gap,omitempty"`
+	ContextTISClip float64 `json:"tis_clipped_frac,omitempty"`
+
+	// Explorer holds the exploration plug-in's metrics (LANPO's:
+	// feedback.Metrics), a struct whose JSON object's keys are appended to
+	// the line (nil for GRPO).
+	Explorer any `json:"-"`
 
 	// Eval holds benchmark results of this step (eval.every), written as
 	// eval/NAME keys of the line.
@@ -135,6 +144,11 @@ func (l *metricsLog) write(m StepMetrics) error {
 	if err != nil {
 		return err
 	}
+	if m.Explorer != nil {
+		if b, err = appendObject(b, m.Explorer); err != nil {
+			return fmt.Errorf("explorer metrics: %w", err)
+		}
+	}
 	var line map[string]any
 	if len(m.Eval) > 0 || l.tb != nil {
 		if err := json.Unmarshal(b, &line); err != nil {
@@ -158,6 +172,25 @@ func (l *metricsLog) write(m StepMetrics) error {
 		}
 	}
 	return l.f.Sync()
+}
+
+// appendObject appends v's JSON object's members to the JSON object obj.
+func appendObject(obj []byte, v any) ([]byte, error) {
+	x, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if string(x) == "null" {
+		return obj, nil
+	}
+	if len(x) < 2 || x[0] != '{' {
+		return nil, fmt.Errorf("%T is not a JSON object", v)
+	}
+	if len(x) == 2 { // {}
+		return obj, nil
+	}
+	out := append(obj[:len(obj)-1:len(obj)-1], ',')
+	return append(out, x[1:]...), nil
 }
 
 func (l *metricsLog) Close() error {
@@ -191,7 +224,7 @@ func newDevicePhaseTimer(cuda bool) *phaseTimer {
 }
 
 // enter ends the current phase and starts another.
-func (p *phaseTimer) enter(phase string) {
+func (p *phaseTimer) Enter(phase string) {
 	if p.cuda {
 		_ = csrc.Synchronize() // sync: phase boundary; an error surfaces at the next op
 	}
@@ -203,7 +236,7 @@ func (p *phaseTimer) enter(phase string) {
 }
 
 func (p *phaseTimer) total() float64 {
-	p.enter("")
+	p.Enter("")
 	var t float64
 	for _, s := range p.secs {
 		t += s

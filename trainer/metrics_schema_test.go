@@ -8,12 +8,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lanpo-rl/lanpo/feedback"
 )
 
 // TestMetricsSchema: docs/metrics.md documents every key a metrics line
-// can hold — StepMetrics' and LANPOMetrics' JSON names, every phase the
-// code times (seconds.*) — and nothing that does not exist; reward_mean
-// and reward_std are written when 0.
+// can hold — StepMetrics' and LANPO's explorer's (feedback.Metrics) JSON
+// names, every phase the code times (seconds.*, here and in feedback/) —
+// and nothing that does not exist; reward_mean and reward_std are written
+// when 0.
 func TestMetricsSchema(t *testing.T) {
 	doc, err := os.ReadFile("../docs/metrics.md")
 	if err != nil {
@@ -39,7 +42,10 @@ func TestMetricsSchema(t *testing.T) {
 		}
 	}
 	fields(reflect.TypeOf(StepMetrics{}))
+	fields(reflect.TypeOf(feedback.Metrics{}))
 	files, _ := filepath.Glob("*.go")
+	more, _ := filepath.Glob("../feedback/*.go")
+	files = append(files, more...)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -48,7 +54,7 @@ func TestMetricsSchema(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range regexp.MustCompile(`\.enter\("([a-z_]+)"\)`).FindAllStringSubmatch(string(src), -1) {
+		for _, m := range regexp.MustCompile(`\.Enter\("([a-z_]+)"\)`).FindAllStringSubmatch(string(src), -1) {
 			want["seconds."+m[1]] = true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // rolloutLine is one line of RUN_DIR/rollouts/step-NNNNNN.jsonl (log.rollouts):
@@ -25,7 +26,7 @@ type rolloutLine struct {
 	Truncated bool    `json:"truncated"`
 	// Related are an abstraction prompt's retrieval candidates (on the
 	// group's first sample only).
-	Related []relatedProblem `json:"related,omitempty"`
+	Related []rl.Related `json:"related,omitempty"`
 }
 
 // logRollouts writes the step's rollouts (every sampled one) to
@@ -38,17 +39,17 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 	}
 	step := g.state.Step + 1
 	rows := make([]rolloutLine, len(sampled))
-	prompts := map[*prompt]string{}
+	prompts := map[*rl.Prompt]string{}
 	for i, r := range sampled {
-		text, ok := prompts[r.prompt]
+		text, ok := prompts[r.Prompt]
 		if !ok {
-			text = g.tk.Decode(tokenizer.Ints(r.prompt.ids), false)
-			prompts[r.prompt] = text
+			text = g.tk.Decode(tokenizer.Ints(r.Prompt.IDs), false)
+			prompts[r.Prompt] = text
 		}
-		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.problem].ID, Group: r.prompt.index, Sample: r.sample, Mode: r.prompt.mode,
-			Prompt: text, Response: r.text, Reward: r.reward, Correct: r.correct, Truncated: r.truncated}
-		if r.sample == 0 {
-			rows[i].Related = r.prompt.related
+		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.Prompt.Problem].ID, Group: r.Prompt.Index, Sample: r.Sample, Mode: r.Prompt.Mode,
+			Prompt: text, Response: r.Text, Reward: r.Reward, Correct: r.Correct, Truncated: r.Truncated}
+		if r.Sample == 0 {
+			rows[i].Related = r.Prompt.Related
 		}
 	}
 	if g.comm.Size() > 1 {

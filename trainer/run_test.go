@@ -305,7 +305,7 @@ func TestOverlongMask(t *testing.T) {
 	rolls := madeUpRollouts(12, 4)
 	var finished []rollout
 	for i := range rolls {
-		if rolls[i].truncated = i%3 == 1; !rolls[i].truncated {
+		if rolls[i].Truncated = i%3 == 1; !rolls[i].Truncated {
 			finished = append(finished, rolls[i])
 		}
 	}
@@ -400,7 +400,7 @@ func TestBadLossStepsAreSkippedThenAbort(t *testing.T) {
 			return StepMetrics{}, nil
 		}
 		return StepMetrics{}, optim.ErrBadLoss
-	})
+	}, nil)
 	if err == nil || !strings.Contains(err.Error(), "step 5, phase : 3 steps in a row with NaN/Inf loss") {
 		t.Fatalf("err = %v", err)
 	}
@@ -511,20 +511,20 @@ func TestFailedStepSavesLastGoodState(t *testing.T) {
 			defer s.Close()
 			var cursorAfter2 Cursor
 			err = s.loop(context.Background(), func(pt *phaseTimer) (StepMetrics, error) {
-				pt.enter("rollout")
+				pt.Enter("rollout")
 				s.state.Cursor.Next(100, 4)
 				if s.state.Step < 2 {
 					cursorAfter2 = s.state.Cursor
 					return StepMetrics{}, nil
 				}
 				if c.afterUpdate {
-					pt.enter("update")
+					pt.Enter("update")
 					if err := s.opt.(*optim.AdamW).Update(1e-3); err != nil {
 						return StepMetrics{}, err
 					}
 				}
 				return StepMetrics{}, errors.New("boom")
-			})
+			}, nil)
 			if err == nil || !strings.Contains(err.Error(), "step 3, phase ") || !strings.Contains(err.Error(), "boom") {
 				t.Fatalf("err = %v", err)
 			}

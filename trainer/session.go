@@ -83,7 +83,6 @@ type session struct {
 	configYAML string
 	saveExtra  []func(dir string) error
 	evaluate   Evaluator
-	pool       *pool.Pool // LANPO's, for evaluation
 	// undoDeterministic restores torch's deterministic-algorithms setting
 	// a CUDA run changed (nil: unchanged).
 	undoDeterministic func()
@@ -153,7 +152,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	if ckpt != "" {
 		from, tokDir = ckpt, ckpt
 	}
-	if s.m, err = model.Load(from, cfg.loadOptions()); err != nil {
+	if s.m, err = model.Load(from, cfg.LoadOptions()); err != nil {
 		return nil, err
 	}
 	log.Info().Str("device", devName(s.m.Device)).Str("dtype", csrc.DTypeName(s.m.DType)).
@@ -268,8 +267,9 @@ func (s *session) Close() {
 }
 
 // loop runs steps until total_steps (or stop_after_steps more, or a
-// signal), with checkpoints; step does the algorithm's work.
-func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics, error)) error {
+// signal), with checkpoints; step does the algorithm's work; evaluation
+// may read evalPool (LANPO's pool; nil: none).
+func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics, error), evalPool *pool.Pool) error {
 	cfg := s.cfg
 	ran := 0
 	started := time.Now()
@@ -318,7 +318,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 		}
 		if s.evaluate != nil && cfg.Eval.Every > 0 && s.state.Step%cfg.Eval.Every == 0 {
 			start := time.Now()
-			res, err := s.evaluate(s.state.Step, s.m, s.tk, s.pool)
+			res, err := s.evaluate(s.state.Step, s.m, s.tk, evalPool)
 			if err != nil {
 				return fmt.Errorf("evaluation after step %d: %w", s.state.Step, err)
 			}
@@ -420,9 +420,9 @@ func (s *session) sameOnEveryRank(what, v string) error {
 	return nil
 }
 
-// loadOptions are the model options the config asks for (checked by
+// LoadOptions are the model options the config asks for (checked by
 // Validate and by checkDevice at the start of a run).
-func (c Config) loadOptions() model.LoadOptions {
+func (c Config) LoadOptions() model.LoadOptions {
 	var o model.LoadOptions
 	if c.DType != "" {
 		o.DType, _ = csrc.ParseDType(c.DType)

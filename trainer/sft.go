@@ -53,7 +53,7 @@ func RunSFT(ctx context.Context, cfg Config, resume string, opts RunOptions) err
 			return err
 		}
 	}
-	return s.loop(ctx, r.step)
+	return s.loop(ctx, r.step, nil)
 }
 
 // loadChats reads {"messages": [...]} lines and tokenizes them.
@@ -180,7 +180,7 @@ func encodeChat(tk *tokenizer.Tokenizer, msgs []tokenizer.Message, maxLen int, l
 func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	cfg := r.cfg
 	var met StepMetrics
-	t.enter("data")
+	t.Enter("data")
 	n := cfg.SFT.MicroBatchSize * cfg.SFT.GradAccum
 	idx := r.state.Cursor.Next(len(r.train), n)
 	exs := make([]example, n)
@@ -195,7 +195,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		return met, err
 	}
 	met.LR = lr
-	t.enter("update")
+	t.Enter("update")
 	r.opt.ZeroGrad()
 	// Data parallel: this rank's share of the step's examples; the loss is
 	// normalized by the whole step's target count, so gradients add up.
@@ -235,7 +235,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		return met, err
 	}
 	if len(r.eval) > 0 && cfg.SFT.EvalEvery > 0 && (r.state.Step+1)%cfg.SFT.EvalEvery == 0 {
-		t.enter("eval")
+		t.Enter("eval")
 		if met.EvalLoss, err = r.evalLoss(); err != nil {
 			return met, err
 		}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
-	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 func benchRelevanceCommand() *cli.Command {
@@ -30,7 +30,7 @@ func benchRelevanceCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "the policy's Hugging Face directory (not needed for bm25 alone)"},
 			&cli.StringFlag{Name: "data", Usage: "JSONL problems with a subject field", Required: true},
 			&cli.StringFlag{Name: "scorers", Value: "policy,embedding,bm25", Usage: "comma-separated"},
-			&cli.StringFlag{Name: "draw", Value: trainer.DrawRetrieval, Usage: "retrieval (as training draws candidates) or random"},
+			&cli.StringFlag{Name: "draw", Value: feedback.DrawRetrieval, Usage: "retrieval (as training draws candidates) or random"},
 			&cli.IntFlag{Name: "pairs", Value: 100, Usage: "query problems (--draw retrieval) or pairs of each kind (random)"},
 			&cli.IntFlag{Name: "candidates", Value: 8, Usage: "BM25 candidates per query, as lanpo.retrieval_candidates (--draw retrieval)"},
 			&cli.Float64Flag{Name: "gamma", Value: 0.9, Usage: "quantile γ of the combined filter, as lanpo.similarity_threshold"},
@@ -43,7 +43,7 @@ func benchRelevanceCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		},
 		Action: func(c *cli.Context) error {
-			problems, err := jsonl.Read[trainer.CalibrationProblem](c.String("data"))
+			problems, err := jsonl.Read[feedback.CalibrationProblem](c.String("data"))
 			if err != nil {
 				return err
 			}
@@ -67,7 +67,7 @@ func benchRelevanceCommand() *cli.Command {
 				}
 				named = append(named, [2]string{strings.TrimSpace(ids[0]), strings.TrimSpace(ids[1])})
 			}
-			res, err := trainer.CalibrateRelevance(trainer.CalibrationOptions{Model: c.String("model"), DType: c.String("dtype"), Scorers: scorers,
+			res, err := feedback.CalibrateRelevance(feedback.CalibrationOptions{Model: c.String("model"), DType: c.String("dtype"), Scorers: scorers,
 				Problems: problems, Draw: c.String("draw"), Candidates: c.Int("candidates"), Pairs: c.Int("pairs"), Seed: c.Int64("seed"),
 				MaxContextTokens: c.Int("max-context-tokens"), Thresholds: gammas, Gamma: c.Float64("gamma"), Centre: c.String("centre"), Named: named})
 			if err != nil {

@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -31,7 +35,18 @@ func benchSummariesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			by, one, err := trainer.BenchSummariesFromPool(cfg, c.String("pool"), c.Int("attempts"))
+			runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
+			defer runtime.UnlockOSThread()
+			m, err := model.Load(cfg.Model, cfg.LoadOptions())
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			tk, err := tokenizer.Load(cfg.Model)
+			if err != nil {
+				return err
+			}
+			by, one, err := feedback.BenchSummariesFromPool(m, tk, cfg.FeedbackSettings(), c.String("pool"), c.Int("attempts"))
 			if err != nil {
 				return err
 			}
@@ -42,7 +57,7 @@ func benchSummariesCommand() *cli.Command {
 			fmt.Fprintf(w, "%d attempts, summary_field_tokens %d\n", len(one.Summaries), cfg.LANPO.SummaryFieldTokens)
 			for _, r := range []struct {
 				name string
-				b    trainer.SummaryBench
+				b    feedback.SummaryBench
 			}{{"by field (baseline)", by}, {"one pass", one}} {
 				fmt.Fprintf(w, "%-20s %7.1f s  prefilled %6d  generated %5d\n", r.name, r.b.Seconds, r.b.Prefilled, r.b.Generated)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
+	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -92,7 +93,7 @@ func runSeed(c *cli.Context) error {
 			return usageError{fmt.Errorf("config key chat_format: %w", err)}
 		}
 	}
-	o := trainer.SeedOptions{Config: cfg, Problems: problems, Out: c.String("out"), N: c.Int("n"), Mix: mix, K: c.Int("k"),
+	o := seed.Options{Config: cfg, Problems: problems, Out: c.String("out"), N: c.Int("n"), Mix: mix, K: c.Int("k"),
 		Batch: c.Int("batch-size"), Resume: c.Bool("resume"), StopAfterBatches: c.Int("stop-after-batches")}
 	if isTerminal(os.Stderr) {
 		o.Progress = os.Stderr
@@ -109,7 +110,7 @@ func runSeed(c *cli.Context) error {
 		defer f.Close()
 		o.Rejected = f
 	}
-	stats, err := trainer.Seed(m, tk, o)
+	stats, err := seed.Run(m, tk, o)
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func runSeed(c *cli.Context) error {
 		return err
 	}
 	w := c.App.ErrWriter
-	for _, k := range trainer.SeedSkills {
+	for _, k := range seed.Skills {
 		st := stats[k]
 		fmt.Fprintf(w, "seed %-9s kept %4d of %4d tried (target %d)", k, st.Kept, st.Tried, st.Target)
 		for _, why := range sortedKeys(st.Rejected) {

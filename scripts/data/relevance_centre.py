@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes trainer/relevance_centre.jsonl: the fixed set of problems whose mean
+"""Writes feedback/relevance_centre.jsonl: the fixed set of problems whose mean
 embedding the embedding relevance scorer subtracts (docs/lanpo.md, "An
 absolute floor"). Eight short MATH-train problems per subject, drawn with a
 fixed seed, so "centred" means "relative to math problems in general" in any
@@ -29,7 +29,7 @@ def main(path):
         rows = sorted(by_subject[subject], key=lambda r: r["id"])
         for r in rng.sample(rows, PER_SUBJECT):
             out.append({"id": r["id"], "subject": subject, "problem": r["problem"]})
-    with open("trainer/relevance_centre.jsonl", "w") as f:
+    with open("feedback/relevance_centre.jsonl", "w") as f:
         for r in out:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     print(f"{len(out)} problems, {len(by_subject)} subjects")

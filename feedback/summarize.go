@@ -1,8 +1,7 @@
-package trainer
+package feedback
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 // lessons (principles, pitfalls), after the flow of thought when the
 // prompts ask for it (pool.Prompts.FlowHeader). A field the model leaves
 // empty stays empty (counted by the caller).
-func (f *feedback) summarize(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
+func (f *Builder) summarize(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
 	users := f.summaryRequests(problems, attempts, correct)
 	headers := f.prompts.SummaryHeaders()
 	prefixes := make([]string, len(attempts))
@@ -56,7 +55,7 @@ func (f *feedback) summarize(problems, attempts []string, correct []bool, indexe
 }
 
 // summaryRequests are the summarization prompts' user messages.
-func (f *feedback) summaryRequests(problems, attempts []string, correct []bool) []string {
+func (f *Builder) summaryRequests(problems, attempts []string, correct []bool) []string {
 	users := make([]string, len(attempts))
 	for i := range attempts {
 		users[i] = f.prompts.SummarizeRequest(problems[i], f.modelText(attempts[i]), correct[i])
@@ -66,7 +65,7 @@ func (f *feedback) summaryRequests(problems, attempts []string, correct []bool) 
 
 // summaryOf is the summary whose fields, in the order of headers, the
 // model wrote (each cleaned; fields not reached stay empty).
-func (f *feedback) summaryOf(fields, headers []string) pool.Summary {
+func (f *Builder) summaryOf(fields, headers []string) pool.Summary {
 	var fl [3]string // flow, principles, pitfalls
 	for k, text := range fields {
 		fl[3-len(headers)+k] = f.cleanField(text, headers, k)
@@ -89,7 +88,7 @@ func others(headers []string, k int) []string {
 // ends it where the model began another field in its own words, or began
 // this one again (its own header, exactly, after some text: a real run's
 // principles ran on into "Principles: 3. …").
-func (f *feedback) cleanField(s string, headers []string, k int) string {
+func (f *Builder) cleanField(s string, headers []string, k int) string {
 	s, n := f.tk.StripAddedTokens(s)
 	f.met.SpecialRemoved += n
 	whole := strings.TrimSpace(s)
@@ -108,7 +107,7 @@ func (f *feedback) cleanField(s string, headers []string, k int) string {
 // how lanpo wrote summaries before the one-pass decode. It is kept as the
 // baseline of lanpo bench summaries and as the definition the one-pass
 // summary is tested against.
-func (f *feedback) summarizeByField(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
+func (f *Builder) summarizeByField(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
 	users := f.summaryRequests(problems, attempts, correct)
 	prefixes := make([]string, len(attempts))
 	headers := f.prompts.SummaryHeaders()
@@ -146,13 +145,11 @@ type SummaryBench struct {
 	Summaries            []pool.Summary
 }
 
-// BenchSummariesFromPool loads cfg's model and the first n entries of the
-// pool file (attempts, outcomes and their problems' texts) and runs
-// BenchSummaries on them.
-func BenchSummariesFromPool(cfg Config, poolPath string, n int) (byField, onePass SummaryBench, err error) {
-	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
-	defer runtime.UnlockOSThread()
-	p, err := pool.Load(poolPath, cfg.LANPO.PoolConfig())
+// BenchSummariesFromPool runs BenchSummaries on the first n entries of
+// the pool file (attempts, outcomes and their problems' texts), on the
+// caller's locked thread.
+func BenchSummariesFromPool(m *model.Model, tk *tokenizer.Tokenizer, s Settings, poolPath string, n int) (byField, onePass SummaryBench, err error) {
+	p, err := pool.Load(poolPath, s.LANPO.PoolConfig())
 	if err != nil {
 		return byField, onePass, err
 	}
@@ -169,23 +166,14 @@ func BenchSummariesFromPool(cfg Config, poolPath string, n int) (byField, onePas
 	if len(attempts) == 0 {
 		return byField, onePass, fmt.Errorf("%s: no entries", poolPath)
 	}
-	m, err := model.Load(cfg.Model, cfg.loadOptions())
-	if err != nil {
-		return byField, onePass, err
-	}
-	defer m.Close()
-	tk, err := tokenizer.Load(cfg.Model)
-	if err != nil {
-		return byField, onePass, err
-	}
-	return BenchSummaries(m, tk, cfg, problems, attempts, correct)
+	return BenchSummaries(m, tk, s, problems, attempts, correct)
 }
 
 // BenchSummaries writes the summaries of the given attempts twice with
-// cfg's lanpo section: field by field (the baseline, first) and in one
+// s's lanpo section: field by field (the baseline, first) and in one
 // decode (what training does), on the caller's thread.
-func BenchSummaries(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, problems, attempts []string, correct []bool) (byField, onePass SummaryBench, err error) {
-	f, err := newFeedback(m, tk, cfg, nil)
+func BenchSummaries(m *model.Model, tk *tokenizer.Tokenizer, s Settings, problems, attempts []string, correct []bool) (byField, onePass SummaryBench, err error) {
+	f, err := NewBuilder(m, tk, s, nil)
 	if err != nil {
 		return byField, onePass, err
 	}

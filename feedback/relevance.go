@@ -1,10 +1,9 @@
-package trainer
+package feedback
 
 import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"strings"
 	"sync"
@@ -102,7 +101,7 @@ func (s *policyScorer) score(pairs []relevancePair) ([]float64, error) {
 	for i, p := range pairs {
 		q, _ := clipText(e.tk, p.query, half)
 		c, _ := clipText(e.tk, p.candidate, half)
-		ids, err := e.tk.ChatIDs(auxChat(e.prompts, e.prompts.RelevanceRequest(q, c)), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: e.thinking})
+		ids, err := e.tk.ChatIDs(AuxChat(e.prompts, e.prompts.RelevanceRequest(q, c)), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: e.thinking})
 		if err != nil {
 			return nil, err
 		}
@@ -209,10 +208,10 @@ var centreJSONL string
 // subject, written by scripts/data/relevance_centre.py.
 var centreProblems = sync.OnceValue(func() []string {
 	var out []string
-	err := jsonl.Lines(strings.NewReader(centreJSONL), "trainer/relevance_centre.jsonl", func(n int, line []byte) error {
+	err := jsonl.Lines(strings.NewReader(centreJSONL), "feedback/relevance_centre.jsonl", func(n int, line []byte) error {
 		var r struct{ Problem string }
 		if err := json.Unmarshal(line, &r); err != nil || r.Problem == "" {
-			return fmt.Errorf("trainer/relevance_centre.jsonl line %d: not a problem record (%v)", n, err)
+			return fmt.Errorf("feedback/relevance_centre.jsonl line %d: not a problem record (%v)", n, err)
 		}
 		out = append(out, r.Problem)
 		return nil
@@ -273,13 +272,4 @@ func cosine(a, b []float64) float64 {
 		return 0
 	}
 	return ab / math.Sqrt(aa*bb)
-}
-
-// drawKey keys a random stream by (step, prompt index, purpose): LANPO's
-// draws never depend on what else ran, so resume and, later, data
-// parallelism (where each rank sees a share of the prompts) reproduce them.
-func drawKey(step, index int, purpose string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(purpose))
-	return stepSeed(h.Sum64()^uint64(index)<<20, step)
 }

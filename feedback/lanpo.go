@@ -1,4 +1,4 @@
-package trainer
+package feedback
 
 import (
 	"fmt"
@@ -8,13 +8,18 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // LANPO (Language-And-Numerical Policy Optimization) as lanpo runs it. The
-// update is GRPO's; LANPO changes what the model sees while exploring.
-// This file owns the experience pool's use in the trainer:
+// update is GRPO's; LANPO changes what the model sees while exploring. The
+// GRPO loop calls it through its Explorer interface (trainer/explorer.go);
+// this file is LANPO's side of that seam and owns the experience pool's use
+// in training:
 //
 //  1. prompts: each prompt is feedback-aware with probability p_t
 //     (lanpo.feedback_ratio), drawn from (seed, step, prompt index). A
@@ -28,7 +33,7 @@ import (
 //     solve prompt carries.
 //     With no material the prompt is from scratch (counted as a fallback).
 //     All G samples of a prompt share it.
-//  2. rollout, reward, advantages, update: GRPO's (grpo_loop.go). With
+//  2. rollout, reward, advantages, update: GRPO's (package trainer). With
 //     lanpo.train_prompt: original, feedback-guided samples are trained as
 //     answers to the bare problem with truncated importance weights.
 //  3. pool: after the update, up to lanpo.summaries_per_group rollouts of
@@ -41,30 +46,30 @@ import (
 // docs/lanpo.md says why), FIFO eviction, and summaries written after the
 // update by the updated policy.
 
-// Prompt modes.
-const (
-	modeScratch     = "scratch"
-	modeReflection  = "reflection"
-	modeAbstraction = "abstraction"
-)
-
-// lanpoRun is LANPO's part of a training run: the feedback builder (with
-// the pool) and the per-step draws, pool writes and metrics.
-type lanpoRun struct {
-	*feedback
-	g *grpoRun
+// Explorer is LANPO's side of a training run: the feedback builder with
+// the run's pool, the per-step draws, the pool writes and the metrics.
+type Explorer struct {
+	*Builder // its step is the step being run (0-based)
+	run      Run
 }
 
-// newLANPO sets up the pool (from the resumed checkpoint, lanpo.initial_pool
-// or empty) and the feedback builder, and registers the pool with the
-// checkpoints.
-func newLANPO(g *grpoRun) (*lanpoRun, error) {
-	cfg := g.cfg.LANPO
+// Run is what the explorer knows of the training run besides Settings.
+type Run struct {
+	Problems         []rl.Problem // rl.Prompt.Problem indexes them
+	SamplesPerPrompt int          // G: rollouts of a group are consecutive
+	Comm             dist.Comm
+	ResumedFrom      string // the checkpoint the run resumed from ("": none)
+}
+
+// NewExplorer sets up the pool (from the resumed checkpoint,
+// lanpo.initial_pool or empty) and the feedback builder for a run.
+func NewExplorer(m *model.Model, tk *tokenizer.Tokenizer, s Settings, run Run) (*Explorer, error) {
+	cfg := s.LANPO
 	var p *pool.Pool
 	var err error
-	switch from := g.resumedFrom; {
-	case from != "":
-		if p, err = pool.Load(filepath.Join(from, pool.File), cfg.PoolConfig()); err != nil {
+	switch {
+	case run.ResumedFrom != "":
+		if p, err = pool.Load(filepath.Join(run.ResumedFrom, pool.File), cfg.PoolConfig()); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	case cfg.InitialPool != "":
@@ -76,15 +81,15 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 			return nil, err
 		}
 	}
-	f, err := newFeedback(g.m, g.tk, g.cfg, p)
+	f, err := NewBuilder(m, tk, s, p)
 	if err != nil {
 		return nil, err
 	}
 	f.gold = map[string]string{}
-	for _, pr := range g.problems {
+	for _, pr := range run.Problems {
 		f.gold[pr.ID] = pr.Answer
 	}
-	if g.comm.Size() > 1 {
+	if comm := run.Comm; comm.Size() > 1 {
 		f.allItems = func(mine []abstractionItem) ([]abstractionItem, error) {
 			type wire struct {
 				ID, Problem string
@@ -94,7 +99,7 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 			for i, it := range mine {
 				w[i] = wire{it.id, it.problem, it.index}
 			}
-			all, err := dist.GatherOrdered(g.comm, w, func(x wire) (int, int) { return x.Index, 0 })
+			all, err := dist.GatherOrdered(comm, w, func(x wire) (int, int) { return x.Index, 0 })
 			out := make([]abstractionItem, len(all))
 			for i, x := range all {
 				out[i] = abstractionItem{id: x.ID, problem: x.Problem, index: x.Index}
@@ -102,45 +107,56 @@ func newLANPO(g *grpoRun) (*lanpoRun, error) {
 			return out, err
 		}
 	}
-	g.saveExtra, g.session.pool = append(g.saveExtra, p.Save), p
 	log.Info().Int("problems", p.Problems()).Int("entries", p.Entries()).Str("similarity", cfg.Similarity).
 		Float64("p_t", cfg.FeedbackRatio).Msg("LANPO pool ready")
-	return &lanpoRun{feedback: f, g: g}, nil
+	return &Explorer{Builder: f, run: run}, nil
+}
+
+// Save writes the pool into a checkpoint directory.
+func (l *Explorer) Save(dir string) error { return l.pool.Save(dir) }
+
+// Tokens returns the tokens LANPO's auxiliary work prefilled and generated
+// since the last call.
+func (l *Explorer) Tokens() (prefilled, generated int) {
+	prefilled, generated = l.tokens.prefilled, l.tokens.generated
+	l.tokens.prefilled, l.tokens.generated = 0, 0
+	return prefilled, generated
 }
 
 // draw is a uniform number in [0, 1) from (run seed, step, prompt index,
 // purpose).
-func (l *lanpoRun) draw(index int, purpose string) float64 {
-	return rand.New(rand.NewPCG(l.g.cfg.Seed, drawKey(l.g.state.Step, index, purpose))).Float64()
+func (l *Explorer) draw(index int, purpose string) float64 {
+	return rand.New(rand.NewPCG(l.seed, rl.DrawKey(l.step, index, purpose))).Float64()
 }
 
-// addContext decides, for each prompt of a round, whether it is
-// feedback-aware and in which mode, and builds its context.
-func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
-	l.step = l.g.state.Step
+// AddContext decides, for each prompt of a round of step (this rank's
+// share), whether it is feedback-aware and in which mode, and builds its
+// context. Every rank calls it each round.
+func (l *Explorer) AddContext(step int, ps []*rl.Prompt, ph rl.Phases) error {
+	l.step = step
 	pt := l.cfg.feedbackRatio(l.step)
 	l.met.PT = pt
-	var abstraction []*prompt
+	var abstraction []*rl.Prompt
 	for _, p := range ps {
 		l.met.Prompts++
-		if l.draw(p.index, "feedback") >= pt {
+		if l.draw(p.Index, "feedback") >= pt {
 			continue
 		}
-		p.feedback = true
+		p.Feedback = true
 		l.met.FeedbackAware++
-		id := l.g.problems[p.problem].ID
+		id := l.run.Problems[p.Problem].ID
 		canReflect := *l.cfg.Modes.Reflection > 0 && l.hasAttempt(id)
 		others := l.pool.Problems()
 		if l.pool.Has(id) {
 			others--
 		}
 		canAbstract := *l.cfg.Modes.Abstraction > 0 && others > 0
-		switch l.pickMode(p.index, canReflect, canAbstract) {
-		case modeReflection:
+		switch l.pickMode(p.Index, canReflect, canAbstract) {
+		case rl.ModeReflection:
 			if err := l.reflect(p); err != nil {
 				return err
 			}
-		case modeAbstraction:
+		case rl.ModeAbstraction:
 			abstraction = append(abstraction, p)
 		default:
 			l.met.Fallback++
@@ -151,26 +167,26 @@ func (l *lanpoRun) addContext(t *phaseTimer, ps []*prompt) error {
 	}
 	items := make([]abstractionItem, len(abstraction))
 	for i, p := range abstraction {
-		pr := l.g.problems[p.problem]
-		items[i] = abstractionItem{id: pr.ID, problem: pr.Problem, index: p.index}
+		pr := l.run.Problems[p.Problem]
+		items[i] = abstractionItem{id: pr.ID, problem: pr.Problem, index: p.Index}
 	}
-	res, err := l.abstraction(t, items)
+	res, err := l.abstraction(ph, items)
 	if err != nil {
 		return err
 	}
 	for i, p := range abstraction {
 		for _, c := range res[i].candidates {
-			p.related = append(p.related, relatedProblem{ProblemID: c.ProblemID, Relevance: c.Relevance, Raw: c.Raw, Passed: c.Passed})
+			p.Related = append(p.Related, rl.Related{ProblemID: c.ProblemID, Relevance: c.Relevance, Raw: c.Raw, Passed: c.Passed})
 		}
 		if res[i].ids != nil {
-			l.use(p, res[i].ids, modeAbstraction)
+			l.use(p, res[i].ids, rl.ModeAbstraction)
 		}
 	}
 	return nil
 }
 
 // pickMode draws a mode among the available ones by their weights.
-func (l *lanpoRun) pickMode(index int, canReflect, canAbstract bool) string {
+func (l *Explorer) pickMode(index int, canReflect, canAbstract bool) string {
 	var wr, wa float64
 	if canReflect {
 		wr = *l.cfg.Modes.Reflection
@@ -179,15 +195,15 @@ func (l *lanpoRun) pickMode(index int, canReflect, canAbstract bool) string {
 		wa = *l.cfg.Modes.Abstraction
 	}
 	if wr+wa == 0 {
-		return modeScratch
+		return rl.ModeScratch
 	}
 	if l.draw(index, "mode")*(wr+wa) < wr {
-		return modeReflection
+		return rl.ModeReflection
 	}
-	return modeAbstraction
+	return rl.ModeAbstraction
 }
 
-func (l *lanpoRun) hasAttempt(id string) bool {
+func (l *Explorer) hasAttempt(id string) bool {
 	if l.cfg.ReflectOn == reflectFailed {
 		_, ok := l.pool.FailedAttempt(id, 0)
 		return ok
@@ -197,9 +213,9 @@ func (l *lanpoRun) hasAttempt(id string) bool {
 
 // reflect gives p an earlier attempt at its problem to critique and redo.
 // The attempt is a pool.Attempt (no outcome), chosen by a seeded draw.
-func (l *lanpoRun) reflect(p *prompt) error {
-	pr := l.g.problems[p.problem]
-	u := l.draw(p.index, "attempt")
+func (l *Explorer) reflect(p *rl.Prompt) error {
+	pr := l.run.Problems[p.Problem]
+	u := l.draw(p.Index, "attempt")
 	a, _ := l.pool.AttemptFor(pr.ID, u)
 	if l.cfg.ReflectOn == reflectFailed {
 		a, _ = l.pool.FailedAttempt(pr.ID, u)
@@ -209,26 +225,30 @@ func (l *lanpoRun) reflect(p *prompt) error {
 	if err != nil || !ok {
 		return err
 	}
-	l.use(p, ids, modeReflection)
-	p.shown = shown
+	l.use(p, ids, rl.ModeReflection)
+	p.Shown = shown
 	return nil
 }
 
-// use makes ids (a prompt with context) p's prompt.
-func (l *lanpoRun) use(p *prompt, ids []int64, mode string) {
-	p.context = len(ids) - len(p.ids)
-	p.ids, p.mode = ids, mode
+// use makes ids (a prompt with context) p's prompt. With train_prompt
+// sampled the update conditions on it too; with original on the bare
+// prompt, weighted by importance ratios capped at lanpo.tis_cap.
+func (l *Explorer) use(p *rl.Prompt, ids []int64, mode string) {
+	p.Context = len(ids) - len(p.IDs)
+	p.IDs, p.Mode = ids, mode
 	if l.cfg.TrainPrompt == trainSampled {
-		p.trainIDs = ids
+		p.TrainIDs = ids
+	} else {
+		p.TISCap = l.cfg.TISCap
 	}
 	switch mode {
-	case modeReflection:
+	case rl.ModeReflection:
 		l.met.Reflection++
-	case modeAbstraction:
+	case rl.ModeAbstraction:
 		l.met.Abstraction++
 	}
-	l.met.contextSum += p.context
-	l.met.ContextTokensMax = max(l.met.ContextTokensMax, p.context)
+	l.met.contextSum += p.Context
+	l.met.ContextTokensMax = max(l.met.ContextTokensMax, p.Context)
 }
 
 // write stores up to lanpo.summaries_per_group rollouts of every sampled
@@ -239,8 +259,8 @@ func (l *lanpoRun) use(p *prompt, ids []int64, mode string) {
 // The problem's gold answer is stripped from the principles and pitfalls
 // as they enter the pool, so lessons never carry it, whoever reads the
 // pool (lanpo eval does not know the training answers).
-func (l *lanpoRun) write(sampled []*rollout) error {
-	G := l.g.cfg.Rollout.SamplesPerPrompt
+func (l *Explorer) write(sampled []*rl.Rollout) error {
+	G := l.run.SamplesPerPrompt
 	k := min(l.cfg.SummariesPerGroup, G)
 	// newEntry is one stored rollout, sent to every rank.
 	type newEntry struct {
@@ -248,11 +268,11 @@ func (l *lanpoRun) write(sampled []*rollout) error {
 		Order   int        `json:"order"` // position in its group's draw
 		Entry   pool.Entry `json:"entry"`
 	}
-	var chosen []*rollout
+	var chosen []*rl.Rollout
 	var order []int
 	for start := 0; start+G <= len(sampled) && k > 0; start += G {
 		grp := sampled[start : start+G]
-		rng := rand.New(rand.NewPCG(l.g.cfg.Seed, drawKey(l.g.state.Step, grp[0].prompt.index, "store")))
+		rng := rand.New(rand.NewPCG(l.seed, rl.DrawKey(l.step, grp[0].Prompt.Index, "store")))
 		for j, i := range rng.Perm(G)[:k] {
 			chosen = append(chosen, grp[i])
 			order = append(order, j)
@@ -263,66 +283,55 @@ func (l *lanpoRun) write(sampled []*rollout) error {
 		problems, attempts := make([]string, len(chosen)), make([]string, len(chosen))
 		correct, indexes := make([]bool, len(chosen)), make([]int, len(chosen))
 		for i, r := range chosen {
-			problems[i], attempts[i], correct[i] = l.g.problems[r.problem].Problem, r.text, r.correct
-			indexes[i] = r.prompt.index*G + r.sample
+			problems[i], attempts[i], correct[i] = l.run.Problems[r.Prompt.Problem].Problem, r.Text, r.Correct
+			indexes[i] = r.Prompt.Index*G + r.Sample
 		}
-		l.step = l.g.state.Step
 		sums, err := l.summarize(problems, attempts, correct, indexes)
 		if err != nil {
 			return fmt.Errorf("summaries: %w", err)
 		}
 		for i, r := range chosen {
-			pr := l.g.problems[r.problem]
-			text, _ := l.tk.StripAddedTokens(r.text)
+			pr := l.run.Problems[r.Prompt.Problem]
+			text, _ := l.tk.StripAddedTokens(r.Text)
 			sum := sums[i]
 			sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Problem, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Problem, pr.Answer)
-			mine = append(mine, newEntry{Problem: r.problem, Order: order[i], Entry: pool.Entry{ProblemID: pr.ID, Step: l.g.state.Step + 1,
-				Attempt: text, Summary: sum, Correct: r.correct, Reward: r.reward, Truncated: r.truncated, ResponseTokens: len(r.ids),
-				Group: r.prompt.index, Sample: r.sample}})
+			mine = append(mine, newEntry{Problem: r.Prompt.Problem, Order: order[i], Entry: pool.Entry{ProblemID: pr.ID, Step: l.step + 1,
+				Attempt: text, Summary: sum, Correct: r.Correct, Reward: r.Reward, Truncated: r.Truncated, ResponseTokens: r.Tokens,
+				Group: r.Prompt.Index, Sample: r.Sample}})
 		}
 	}
 	// Every rank adds every rank's entries in global group order, so the
 	// pool is the same on every rank and for any world size.
 	all := mine
-	if l.g.comm.Size() > 1 {
+	if l.run.Comm.Size() > 1 {
 		var err error
-		if all, err = dist.GatherOrdered(l.g.comm, mine, func(e newEntry) (int, int) { return e.Entry.Group, e.Order }); err != nil {
+		if all, err = dist.GatherOrdered(l.run.Comm, mine, func(e newEntry) (int, int) { return e.Entry.Group, e.Order }); err != nil {
 			return fmt.Errorf("pool entries: %w", err)
 		}
 	}
 	for _, ne := range all {
 		l.met.SummaryEmptyFields += ne.Entry.Summary.Empty()
-		l.met.PoolEvicted += l.pool.Add(l.g.problems[ne.Problem].Problem, ne.Entry)
+		l.met.PoolEvicted += l.pool.Add(l.run.Problems[ne.Problem].Problem, ne.Entry)
 		l.met.PoolAdded++
 	}
 	return nil
 }
 
-// finish completes the step's metrics (global over the ranks: stats are
-// every rank's rollouts, and the counters each rank kept of its own
-// prompts are summed) and resets the counters.
-func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
-	lm := l.met
-	loc := []float64{float64(lm.Prompts), float64(lm.FeedbackAware), float64(lm.Reflection), float64(lm.Abstraction), float64(lm.Fallback),
-		float64(lm.FallbackNotRelevant), float64(lm.FallbackTooLong), float64(lm.Candidates), float64(lm.Passed), lm.relevanceSum,
-		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved),
-		float64(lm.SummaryFieldsCut), float64(lm.AttemptsCut)}
-	tot, err := dist.SumFloats(l.g.comm, loc)
-	if err != nil {
-		return err
+// Observe sees every rollout this rank sampled in step, after the update:
+// it stores some in the pool (write) and returns the step's metrics, global
+// over the ranks (the counters each rank kept of its own prompts and
+// rollouts are summed), and resets the counters.
+func (l *Explorer) Observe(step int, sampled []*rl.Rollout, ph rl.Phases) (any, error) {
+	l.step = step
+	ph.Enter("pool")
+	if err := l.write(sampled); err != nil {
+		return nil, err
 	}
-	ctxMax, err := dist.MaxFloat(l.g.comm, float64(lm.ContextTokensMax))
-	if err != nil {
-		return err
-	}
-	lm.Prompts, lm.FeedbackAware, lm.Reflection, lm.Abstraction, lm.Fallback = int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), int(tot[4])
-	lm.FallbackNotRelevant, lm.FallbackTooLong, lm.Candidates, lm.Passed = int(tot[5]), int(tot[6]), int(tot[7]), int(tot[8])
-	lm.relevanceSum, lm.rawRelevanceSum, lm.contextSum, lm.ContextTruncated, lm.SpecialRemoved = tot[9], tot[10], int(tot[11]), int(tot[12]), int(tot[13])
-	lm.SummaryFieldsCut, lm.AttemptsCut = int(tot[14]), int(tot[15])
-	lm.ContextTokensMax = int(ctxMax)
-	var fb, fbRight, sc, scRight, refl, copied float64
-	for _, r := range stats {
-		if r.Mode == modeScratch {
+	// Accuracy by prompt kind, and how often a redo copied the answer of
+	// the attempt it was shown.
+	var fb, fbRight, sc, scRight, refl, copied int
+	for _, r := range sampled {
+		if r.Prompt.Mode == rl.ModeScratch {
 			sc++
 			if r.Correct {
 				scRight++
@@ -333,21 +342,40 @@ func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
 		if r.Correct {
 			fbRight++
 		}
-		if r.Shown {
+		if r.Prompt.Mode == rl.ModeReflection && r.Prompt.Shown != "" {
 			refl++
-			if r.Copied {
+			if got, ok := reward.ExtractResponse(r.Text, r.Truncated); ok && reward.Equivalent(r.Prompt.Shown, got, reward.Options{}) {
 				copied++
 			}
 		}
 	}
-	if fb > 0 {
-		lm.AccuracyFeedback = fbRight / fb
+	lm := l.met
+	loc := []float64{float64(lm.Prompts), float64(lm.FeedbackAware), float64(lm.Reflection), float64(lm.Abstraction), float64(lm.Fallback),
+		float64(lm.FallbackNotRelevant), float64(lm.FallbackTooLong), float64(lm.Candidates), float64(lm.Passed), lm.relevanceSum,
+		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved),
+		float64(lm.SummaryFieldsCut), float64(lm.AttemptsCut), float64(fb), float64(fbRight), float64(sc), float64(scRight), float64(refl), float64(copied)}
+	tot, err := dist.SumFloats(l.run.Comm, loc)
+	if err != nil {
+		return nil, err
 	}
-	if sc > 0 {
-		lm.AccuracyScratch = scRight / sc
+	ctxMax, err := dist.MaxFloat(l.run.Comm, float64(lm.ContextTokensMax))
+	if err != nil {
+		return nil, err
 	}
-	if refl > 0 {
-		lm.ReflectionCopied = copied / refl
+	lm.Prompts, lm.FeedbackAware, lm.Reflection, lm.Abstraction, lm.Fallback = int(tot[0]), int(tot[1]), int(tot[2]), int(tot[3]), int(tot[4])
+	lm.FallbackNotRelevant, lm.FallbackTooLong, lm.Candidates, lm.Passed = int(tot[5]), int(tot[6]), int(tot[7]), int(tot[8])
+	lm.relevanceSum, lm.rawRelevanceSum, lm.contextSum, lm.ContextTruncated, lm.SpecialRemoved = tot[9], tot[10], int(tot[11]), int(tot[12]), int(tot[13])
+	lm.SummaryFieldsCut, lm.AttemptsCut = int(tot[14]), int(tot[15])
+	lm.ContextTokensMax = int(ctxMax)
+	fbN, fbRightN, scN, scRightN, reflN, copiedN := tot[16], tot[17], tot[18], tot[19], tot[20], tot[21]
+	if fbN > 0 {
+		lm.AccuracyFeedback = fbRightN / fbN
+	}
+	if scN > 0 {
+		lm.AccuracyScratch = scRightN / scN
+	}
+	if reflN > 0 {
+		lm.ReflectionCopied = copiedN / reflN
 	}
 	if n := lm.Reflection + lm.Abstraction; n > 0 {
 		lm.ContextTokensMean = float64(lm.contextSum) / float64(n)
@@ -357,13 +385,12 @@ func (l *lanpoRun) finish(m *StepMetrics, stats []rolloutStat) error {
 		lm.RawRelevanceMean = lm.rawRelevanceSum / float64(lm.Candidates)
 	}
 	lm.PoolProblems, lm.PoolEntries, lm.PoolBytes = l.pool.Problems(), l.pool.Entries(), l.pool.Bytes()
-	m.LANPOMetrics = &lm
-	l.met = LANPOMetrics{}
-	return nil
+	l.met = Metrics{}
+	return &lm, nil
 }
 
-// LANPOMetrics are a LANPO step's lines in metrics.jsonl.
-type LANPOMetrics struct {
+// Metrics are a LANPO step's keys in metrics.jsonl (docs/metrics.md).
+type Metrics struct {
 	PT                  float64 `json:"lanpo_p_t"`
 	Prompts             int     `json:"lanpo_prompts"`
 	FeedbackAware       int     `json:"lanpo_feedback_aware"` // drawn feedback-aware
@@ -391,9 +418,6 @@ type LANPOMetrics struct {
 	ContextTokensMax    int     `json:"context_tokens_max"`
 	ContextTruncated    int     `json:"context_truncated"` // plans, lessons and summarizer inputs cut to lanpo.max_context_tokens
 	SpecialRemoved      int     `json:"special_tokens_removed"`
-	// train_prompt: original
-	ContextLogpGap float64 `json:"context_logp_gap,omitempty"` // mean log π(y|x,c) − log π(y|x) per token
-	TISClipped     float64 `json:"tis_clipped_frac,omitempty"` // tokens whose importance weight hit tis_cap
 
 	contextSum      int
 	relevanceSum    float64

@@ -1,4 +1,4 @@
-package trainer
+package seed
 
 import (
 	"bytes"
@@ -8,55 +8,46 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
-	"github.com/lanpo-rl/lanpo/model"
-	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/internal/trainertest"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
-// seedConfig is the tiny LANPO config with small budgets for seeding.
-func seedConfig(t *testing.T) Config {
-	t.Helper()
-	// The tiny tokenizer is byte-level: 64 tokens are about 60 characters.
-	return lanpoConfig(t, "lanpo.summary_field_tokens=64", "lanpo.similarity_threshold=0", "rollout.max_new_tokens=16")
+func TestMain(m *testing.M) {
+	code := m.Run()
+	trainertest.Cleanup()
+	os.Exit(code)
 }
 
-func loadWarm(t *testing.T) (*model.Model, *tokenizer.Tokenizer) {
+// seedConfig is the tiny LANPO config with small budgets for seeding.
+func seedConfig(t *testing.T) trainer.Config {
 	t.Helper()
-	lockThread(t)
-	dir := warmTiny(t)
-	m, err := model.Load(dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	tk, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, tk
+	// The tiny tokenizer is byte-level: 64 tokens are about 60 characters.
+	return trainertest.LANPOConfig(t, "lanpo.summary_field_tokens=64", "lanpo.similarity_threshold=0", "rollout.max_new_tokens=16")
 }
 
 // TestSeedFilters: each filter on hand-made cases.
 func TestSeedFilters(t *testing.T) {
-	m, tk := loadWarm(t)
+	m, tk := trainertest.LoadWarm(t)
 	cfg := seedConfig(t)
 	p, _ := pool.New(cfg.LANPO.PoolConfig())
-	f, err := newFeedback(m, tk, cfg, p)
+	f, err := feedback.NewBuilder(m, tk, cfg.FeedbackSettings(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := NewSeedBuilder(cfg, tk)
-	st := &seedState{Stats: map[string]*SeedStats{}}
-	for _, k := range SeedSkills {
-		st.Stats[k] = &SeedStats{Target: 100}
+	b, _ := NewBuilder(cfg, tk)
+	st := &state{Stats: map[string]*Stats{}}
+	for _, k := range Skills {
+		st.Stats[k] = &Stats{Target: 100}
 	}
 	var rejected bytes.Buffer
-	s := &seeder{f: f, b: b, o: SeedOptions{Config: cfg, Rejected: &rejected}, st: st}
-	pr := Problem{ID: "p", Problem: "What is 5 - 2?", Answer: "3"}
-	var out []SeedExample
+	s := &seeder{m: m, tk: tk, f: f, b: b, o: Options{Config: cfg, Rejected: &rejected}, st: st}
+	pr := trainer.Problem{ID: "p", Problem: "What is 5 - 2?", Answer: "3"}
+	var out []Example
 
-	s.keepAnswers([]Problem{pr}, []attempt{{problem: 0, text: `\boxed{4}`}, {problem: 0, text: `\boxed{3}`, correct: true}}, &out)
+	s.keepAnswers([]trainer.Problem{pr}, []attempt{{problem: 0, text: `\boxed{4}`}, {problem: 0, text: `\boxed{3}`, correct: true}}, &out)
 	if len(out) != 1 || st.Stats[SkillAnswer].Rejected["wrong answer"] != 1 || !strings.Contains(out[0].Messages[len(out[0].Messages)-1].Content, `\boxed{3}`) {
 		t.Fatalf("answers: kept %v, stats %+v", out, st.Stats[SkillAnswer])
 	}
@@ -99,8 +90,8 @@ func TestSeedFilters(t *testing.T) {
 	}
 }
 
-func seedOptions(t *testing.T, out string, problems []Problem) SeedOptions {
-	return SeedOptions{Config: seedConfig(t), Problems: problems, Out: out, N: 40, K: 4, Batch: 4,
+func seedOptions(t *testing.T, out string, problems []trainer.Problem) Options {
+	return Options{Config: seedConfig(t), Problems: problems, Out: out, N: 40, K: 4, Batch: 4,
 		Mix: map[string]float64{SkillAnswer: 1, SkillSummarize: 1, SkillReflect: 1, SkillAbstract: 1}}
 }
 
@@ -109,26 +100,26 @@ func seedOptions(t *testing.T, out string, problems []Problem) SeedOptions {
 // a run stopped after one batch and resumed writes the same file, byte for
 // byte.
 func TestSeedEndToEndAndResume(t *testing.T) {
-	m, tk := loadWarm(t)
-	problems, err := LoadProblems(lanpoData, false)
+	m, tk := trainertest.LoadWarm(t)
+	problems, err := trainer.LoadProblems(trainertest.LANPOData, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	full := filepath.Join(t.TempDir(), "seed.jsonl")
-	stats, err := Seed(m, tk, seedOptions(t, full, problems))
+	stats, err := Run(m, tk, seedOptions(t, full, problems))
 	if err != nil {
 		t.Fatal(err)
 	}
-	exs, err := jsonl.Read[SeedExample](full)
+	exs, err := jsonl.Read[Example](full)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kept, tried := 0, 0
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		kept += stats[k].Kept
 		tried += stats[k].Tried
 	}
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		t.Logf("%s: %+v", k, *stats[k])
 	}
 	if len(exs) != kept || stats[SkillAnswer].Kept == 0 || tried == kept {
@@ -138,14 +129,14 @@ func TestSeedEndToEndAndResume(t *testing.T) {
 	part := filepath.Join(t.TempDir(), "seed.jsonl")
 	o := seedOptions(t, part, problems)
 	o.StopAfterBatches = 1
-	if _, err := Seed(m, tk, o); err != nil {
+	if _, err := Run(m, tk, o); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Seed(m, tk, seedOptions(t, part, problems)); err == nil || !strings.Contains(err.Error(), "--resume") {
+	if _, err := Run(m, tk, seedOptions(t, part, problems)); err == nil || !strings.Contains(err.Error(), "--resume") {
 		t.Fatalf("a second start without --resume: %v", err)
 	}
 	o.StopAfterBatches, o.Resume = 0, true
-	if _, err := Seed(m, tk, o); err != nil {
+	if _, err := Run(m, tk, o); err != nil {
 		t.Fatal(err)
 	}
 	for _, suffix := range []string{"", ".state.json", ".pool.jsonl"} {
@@ -157,12 +148,12 @@ func TestSeedEndToEndAndResume(t *testing.T) {
 	}
 
 	// The file is SFT data as it is.
-	cfg, err := LoadConfig("../configs/tiny-sft.yaml", []string{"run_dir=" + filepath.Join(t.TempDir(), "sft"), "data.train=" + full,
-		"data.eval=", "model=" + warmTiny(t), "total_steps=2", "sft.max_len=512"})
+	cfg, err := trainer.LoadConfig(trainertest.Path("configs/tiny-sft.yaml"), []string{"run_dir=" + filepath.Join(t.TempDir(), "sft"), "data.train=" + full,
+		"data.eval=", "model=" + trainertest.WarmTiny(t), "total_steps=2", "sft.max_len=512"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := RunSFT(context.Background(), cfg, "", RunOptions{}); err != nil {
+	if err := trainer.RunSFT(context.Background(), cfg, "", trainer.RunOptions{}); err != nil {
 		t.Fatalf("lanpo sft on the seed file: %v", err)
 	}
 }
@@ -171,8 +162,8 @@ func TestSeedEndToEndAndResume(t *testing.T) {
 // of any candidate — kept or rejected — contains one: the builders never
 // receive a gold answer, only the verifier does.
 func TestSeedNeverShowsGold(t *testing.T) {
-	m, tk := loadWarm(t)
-	problems, _ := LoadProblems(lanpoData, false)
+	m, tk := trainertest.LoadWarm(t)
+	problems, _ := trainer.LoadProblems(trainertest.LANPOData, false)
 	for i := range problems {
 		problems[i].Answer = "GOLD" + strings.Repeat("Q", i+1) + "X"
 	}
@@ -180,7 +171,7 @@ func TestSeedNeverShowsGold(t *testing.T) {
 	var rejected bytes.Buffer
 	o := seedOptions(t, out, problems)
 	o.Rejected = &rejected
-	if _, err := Seed(m, tk, o); err != nil {
+	if _, err := Run(m, tk, o); err != nil {
 		t.Fatal(err)
 	}
 	kept, _ := os.ReadFile(out)

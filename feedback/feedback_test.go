@@ -1,4 +1,4 @@
-package trainer
+package feedback
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ import (
 //     prompt still leaves the generation budget.
 func TestReflectionShowsTheWholeAttempt(t *testing.T) {
 	m, tk := loadWarm(t)
-	cfg := lanpoConfig(t, "rollout.max_new_tokens=300", "lanpo.max_context_tokens=32", "lanpo.max_attempt_tokens=0")
+	cfg := TinySettings(t, "rollout.max_new_tokens=300", "lanpo.max_context_tokens=32", "lanpo.max_attempt_tokens=0")
 	if cfg.LANPO.MaxAttemptTokens != 300 {
 		t.Fatalf("lanpo.max_attempt_tokens defaults to %d, want rollout.max_new_tokens", cfg.LANPO.MaxAttemptTokens)
 	}
@@ -34,7 +34,7 @@ func TestReflectionShowsTheWholeAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	F, err := NewFeedback(m, tk, cfg, p)
+	F, err := NewBuilder(m, tk, cfg, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestReflectionShowsTheWholeAttempt(t *testing.T) {
 	// A model context that leaves 64 tokens for the attempt beside the
 	// rest of the prompt and 300 to generate: the attempt shrinks, the
 	// prompt still fits.
-	empty, err := solveIDs(tk, cfg.Data, cfg.Rollout.EnableThinking, pool.WithContext(problem, pool.DefaultPrompts().ReflectionContext(pool.Attempt{})))
+	empty, err := cfg.Format.SolveIDs(tk, pool.WithContext(problem, pool.DefaultPrompts().ReflectionContext(pool.Attempt{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestReflectionShowsTheWholeAttempt(t *testing.T) {
 // field in the model's own words ends there (counted).
 func TestSummaryFieldsStopAtTheNextHeader(t *testing.T) {
 	m, tk := loadWarm(t)
-	f, err := newFeedback(m, tk, lanpoConfig(t), nil)
+	f, err := NewBuilder(m, tk, TinySettings(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +132,9 @@ func TestSummaryFieldsStopAtTheNextHeader(t *testing.T) {
 // prompts ask for it, first.
 func TestSummaryInOnePass(t *testing.T) {
 	m, tk := loadWarm(t)
-	cfg := lanpoConfig(t, "lanpo.aux_temperature=1", "lanpo.summary_field_tokens=6")
+	cfg := TinySettings(t, "lanpo.aux_temperature=1", "lanpo.summary_field_tokens=6")
 	for _, flow := range []string{"", "Flow of thought:"} {
-		f, err := newFeedback(m, tk, cfg, nil)
+		f, err := NewBuilder(m, tk, cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestSummaryInOnePass(t *testing.T) {
 		problems, attempts := []string{"What is 2+3?", "What is 7-4?"}, []string{"2+3 = 5. \\boxed{5}", "7-4 is 2. \\boxed{2}"}
 		want := 0
 		for i := range problems {
-			ids, err := tk.ChatIDs(auxChat(f.prompts, f.prompts.SummarizeRequest(problems[i], attempts[i], i == 0)), tokenizer.ChatOptions{AddGenerationPrompt: true})
+			ids, err := tk.ChatIDs(AuxChat(f.prompts, f.prompts.SummarizeRequest(problems[i], attempts[i], i == 0)), tokenizer.ChatOptions{AddGenerationPrompt: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +200,7 @@ func TestSummaryOnePassMatchesFieldByField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := lanpoConfig(t, "lanpo.aux_temperature=0", "lanpo.summary_field_tokens=8")
+	cfg := TinySettings(t, "lanpo.aux_temperature=0", "lanpo.summary_field_tokens=8")
 	problems := []string{"What is 2+3?", "What is 7-4?", "Add 10 and 5."}
 	attempts := []string{"2+3 = 5. \\boxed{5}", "7-4 is 2. \\boxed{2}", "10 + 5 = 15, so \\boxed{15}."}
 	correct := []bool{true, false, true}
@@ -210,7 +210,7 @@ func TestSummaryOnePassMatchesFieldByField(t *testing.T) {
 		tk   *tokenizer.Tokenizer
 	}{{"random", randM, randTk}, {"warm", warmM, warmTk}} {
 		for _, flow := range []string{"", "Flow of thought:"} {
-			f, err := newFeedback(c.m, c.tk, cfg, nil)
+			f, err := NewBuilder(c.m, c.tk, cfg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,8 +241,9 @@ func TestSummaryOnePassMatchesFieldByField(t *testing.T) {
 // summaries both ways (greedy) and counts the baseline's repeated prefills.
 func TestBenchSummaries(t *testing.T) {
 	path, _ := seededPool(t)
-	cfg := lanpoConfig(t, "lanpo.aux_temperature=0", "lanpo.summary_field_tokens=8")
-	by, one, err := BenchSummariesFromPool(cfg, path, 5)
+	cfg := TinySettings(t, "lanpo.aux_temperature=0", "lanpo.summary_field_tokens=8")
+	m, tk := loadWarm(t)
+	by, one, err := BenchSummariesFromPool(m, tk, cfg, path, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestBenchSummaries(t *testing.T) {
 	if by.Prefilled <= one.Prefilled || one.Seconds <= 0 {
 		t.Fatalf("by field prefilled %d, one pass %d (%.3f s)", by.Prefilled, one.Prefilled, one.Seconds)
 	}
-	if _, _, err := BenchSummariesFromPool(cfg, filepath.Join(t.TempDir(), "none.jsonl"), 5); err == nil {
+	if _, _, err := BenchSummariesFromPool(m, tk, cfg, filepath.Join(t.TempDir(), "none.jsonl"), 5); err == nil {
 		t.Fatal("a missing pool file was accepted")
 	}
 }
@@ -265,12 +266,12 @@ func TestRelevanceFloor(t *testing.T) {
 	path, problems := seededPool(t)
 	decide := func(floor string) (pass, fail int) {
 		t.Helper()
-		cfg := lanpoConfig(t, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor="+floor)
+		cfg := TinySettings(t, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor="+floor)
 		p, err := pool.Load(path, cfg.LANPO.PoolConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := newFeedback(m, tk, cfg, p)
+		f, err := NewBuilder(m, tk, cfg, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +279,7 @@ func TestRelevanceFloor(t *testing.T) {
 		for i, pr := range problems {
 			items = append(items, abstractionItem{id: pr.ID, problem: pr.Problem, index: i})
 		}
-		res, err := f.abstraction(newPhaseTimer(), items)
+		res, err := f.abstraction(noPhases{}, items)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +315,7 @@ func TestRelevanceFloor(t *testing.T) {
 // each alone can reject.
 func TestRelevanceFilterBoundaries(t *testing.T) {
 	floor := 0.5
-	f := &feedback{cfg: LANPOConfig{SimilarityThreshold: 0.9, RelevanceFloor: &floor}}
+	f := &Builder{cfg: Config{SimilarityThreshold: 0.9, RelevanceFloor: &floor}}
 	for _, c := range []struct {
 		scaled, raw float64
 		want        bool
@@ -370,11 +371,13 @@ func TestEmbeddingCentre(t *testing.T) {
 		t.Fatalf("the fixed centre prefilled no more than the batch centre (%d vs %d tokens)", before, prefilled-before)
 	}
 
-	cfg := lanpoConfig(t)
+	cfg := TinySettings(t)
 	if cfg.LANPO.EmbeddingCentre != centreFixed {
 		t.Fatalf("default lanpo.embedding_centre %q", cfg.LANPO.EmbeddingCentre)
 	}
-	if _, err := LoadConfig("../configs/tiny-lanpo.yaml", []string{"lanpo.embedding_centre=pool"}); err == nil || !strings.Contains(err.Error(), "lanpo.embedding_centre") {
+	bad := cfg.LANPO
+	bad.EmbeddingCentre = "pool"
+	if err := bad.Validate(64); err == nil || !strings.Contains(err.Error(), "lanpo.embedding_centre") {
 		t.Fatalf("a bad embedding_centre: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package trainer
+package feedback
 
 import (
 	"fmt"
@@ -11,29 +11,30 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
-// feedback builds LANPO's prompts from an experience pool: reflection on
+// Builder builds LANPO's prompts from an experience pool: reflection on
 // an earlier attempt, abstraction (retrieval, the relevance filter, a plan
 // the model condenses from related problems' lessons), and the model's
-// structured summaries of its attempts. A training run (lanpo.go) and
-// lanpo eval's retrieval and self-correct modes (Feedback) share it, so
-// evaluation asks exactly what training asked.
-type feedback struct {
-	m        *model.Model
-	tk       *tokenizer.Tokenizer
-	cfg      LANPOConfig
-	data     DataConfig
-	thinking *bool // rollout.enable_thinking
-	maxNew   int   // rollout.max_new_tokens: a prompt must leave room for it
-	pool     *pool.Pool
-	prompts  pool.Prompts
-	scorer   relevanceScorer
-	stopIDs  []int64 // end auxiliary text: the model's stop ids and every special token
-	seed     uint64
-	genOpt   model.GenerateOptions // rollout's memory caps
-	step     int                   // keys the random streams of auxiliary generation (the training step; 0 in eval)
-	gold     map[string]string     // training problems' answers, stripped from lessons (nil: none known)
+// structured summaries of its attempts. A training run (Explorer), lanpo
+// eval's retrieval and self-correct modes and lanpo seed share it, so
+// evaluation and seeding ask exactly what training asks. Not safe for
+// concurrent use; torch work runs on the caller's thread.
+type Builder struct {
+	m       *model.Model
+	tk      *tokenizer.Tokenizer
+	cfg     Config
+	format  rl.PromptFormat
+	maxNew  int // rollout.max_new_tokens: a prompt must leave room for it
+	pool    *pool.Pool
+	prompts pool.Prompts
+	scorer  relevanceScorer
+	stopIDs []int64 // end auxiliary text: the model's stop ids and every special token
+	seed    uint64
+	genOpt  model.GenerateOptions // rollout's memory caps
+	step    int                   // keys the random streams of auxiliary generation (the training step; 0 in eval)
+	gold    map[string]string     // training problems' answers, stripped from lessons (nil: none known)
 	// allItems, when set (data parallelism), gathers every rank's
 	// abstraction items in global prompt order. Relevance is scored over
 	// that global set on every rank, so a pair's score — which depends on
@@ -41,17 +42,30 @@ type feedback struct {
 	// batches) — is the same for any number of ranks. Every rank must call
 	// abstraction each round, with or without items of its own.
 	allItems func([]abstractionItem) ([]abstractionItem, error)
-	met      LANPOMetrics // counters since the last reset
+	met      Metrics // counters since the last reset
 	tokens   struct{ prefilled, generated int }
 }
 
-func newFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Pool) (*feedback, error) {
-	f := &feedback{m: m, tk: tk, cfg: cfg.LANPO, data: cfg.Data, thinking: cfg.Rollout.EnableThinking, maxNew: cfg.Rollout.MaxNewTokens,
-		pool: p, prompts: pool.DefaultPrompts(), seed: cfg.Seed, genOpt: cfg.Rollout.GenerateOptions()}
-	f.cfg.resolve(cfg.Rollout.MaxNewTokens)
+// Settings are what the builder takes from a run's config: the lanpo
+// section, how a problem becomes the solve prompt, and the rollout's
+// budget, memory caps and seed.
+type Settings struct {
+	LANPO        Config
+	Format       rl.PromptFormat
+	MaxNewTokens int // rollout.max_new_tokens
+	Generate     model.GenerateOptions
+	Seed         uint64
+}
+
+// NewBuilder prepares prompts for m; p may be nil when only reflection is
+// wanted.
+func NewBuilder(m *model.Model, tk *tokenizer.Tokenizer, s Settings, p *pool.Pool) (*Builder, error) {
+	f := &Builder{m: m, tk: tk, cfg: s.LANPO, format: s.Format, maxNew: s.MaxNewTokens,
+		pool: p, prompts: pool.DefaultPrompts(), seed: s.Seed, genOpt: s.Generate}
+	f.cfg.resolve(s.MaxNewTokens)
 	var err error
-	if cfg.LANPO.Prompts != "" {
-		if f.prompts, err = pool.LoadPrompts(cfg.LANPO.Prompts); err != nil {
+	if f.cfg.Prompts != "" {
+		if f.prompts, err = pool.LoadPrompts(f.cfg.Prompts); err != nil {
 			return nil, fmt.Errorf("config key lanpo.prompts: %w", err)
 		}
 	}
@@ -60,34 +74,26 @@ func newFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Po
 		return nil, err
 	}
 	f.stopIDs = append(eos, tokenizer.Int64s(tk.SpecialIDs())...)
-	env := scorerEnv{m: m, tk: tk, prompts: f.prompts, maxContext: cfg.LANPO.MaxContextTokens, thinking: f.thinking, prefilled: &f.tokens.prefilled}
+	env := scorerEnv{m: m, tk: tk, prompts: f.prompts, maxContext: f.cfg.MaxContextTokens, thinking: f.format.EnableThinking, prefilled: &f.tokens.prefilled}
 	if env.centre, err = centreTexts(f.cfg.EmbeddingCentre); err != nil {
 		return nil, fmt.Errorf("config key lanpo.embedding_centre: %w", err)
 	}
-	if f.scorer, err = scorerNamed(cfg.LANPO.Similarity, env); err != nil {
+	if f.scorer, err = scorerNamed(f.cfg.Similarity, env); err != nil {
 		return nil, fmt.Errorf("config key lanpo.similarity: %w", err)
 	}
 	return f, nil
 }
 
-// solveIDs renders a problem text (the problem, or the problem with a
-// context block) as the chat the policy solves, with the assistant header.
-func solveIDs(tk *tokenizer.Tokenizer, data DataConfig, thinking *bool, problem string) ([]int64, error) {
-	var msgs []tokenizer.Message
-	if data.SystemPrompt != "" {
-		msgs = append(msgs, tokenizer.Message{Role: "system", Content: data.SystemPrompt})
-	}
-	user := strings.ReplaceAll(data.PromptTemplate, "{problem}", problem)
-	msgs = append(msgs, tokenizer.Message{Role: "user", Content: user})
-	ids, err := tk.ChatIDs(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: thinking})
-	return tokenizer.Int64s(ids), err
-}
+// noPhases times nothing (outside a training step).
+type noPhases struct{}
+
+func (noPhases) Enter(string) {}
 
 // withContext renders problem + context as a solve prompt; ok is false
 // (a fallback, counted) when it would not fit the model's context with the
 // generation budget.
-func (f *feedback) withContext(problem, context string) (ids []int64, ok bool, err error) {
-	if ids, err = solveIDs(f.tk, f.data, f.thinking, pool.WithContext(problem, context)); err != nil {
+func (f *Builder) withContext(problem, context string) (ids []int64, ok bool, err error) {
+	if ids, err = f.format.SolveIDs(f.tk, pool.WithContext(problem, context)); err != nil {
 		return nil, false, err
 	}
 	if mp := f.m.Config.MaxPositionEmbeddings; mp > 0 && int64(len(ids)+f.maxNew) > mp {
@@ -100,7 +106,7 @@ func (f *feedback) withContext(problem, context string) (ids []int64, ok bool, e
 // reflection renders the problem with an earlier attempt to critique and
 // redo, and returns what it shows of the attempt (attemptText). The
 // attempt comes in as a pool.Attempt — text only, no outcome.
-func (f *feedback) reflection(problem string, a pool.Attempt) (ids []int64, shown string, ok bool, err error) {
+func (f *Builder) reflection(problem string, a pool.Attempt) (ids []int64, shown string, ok bool, err error) {
 	if shown, ok, err = f.attemptText(problem, a.Text); err != nil || !ok {
 		return nil, "", false, err
 	}
@@ -122,12 +128,12 @@ const minAttemptTokens = 32
 // beyond that its beginning and its end around a marker (the setup and the
 // final answer both matter to a critique). ok is false when the context
 // leaves less than minAttemptTokens.
-func (f *feedback) attemptText(problem, attempt string) (text string, ok bool, err error) {
+func (f *Builder) attemptText(problem, attempt string) (text string, ok bool, err error) {
 	text, n := f.tk.StripAddedTokens(attempt)
 	f.met.SpecialRemoved += n
 	budget := f.cfg.MaxAttemptTokens
 	if mp := int(f.m.Config.MaxPositionEmbeddings); mp > 0 {
-		empty, err := solveIDs(f.tk, f.data, f.thinking, pool.WithContext(problem, f.prompts.ReflectionContext(pool.Attempt{})))
+		empty, err := f.format.SolveIDs(f.tk, pool.WithContext(problem, f.prompts.ReflectionContext(pool.Attempt{})))
 		if err != nil {
 			return "", false, err
 		}
@@ -176,20 +182,20 @@ type scoredCandidate struct {
 // absolute meaning of "related": the quantile scale alone compares
 // retrieval's best candidates with random pairs, so something passes for
 // almost every problem, related or not.
-func (f *feedback) passes(scaled, raw float64) bool {
+func (f *Builder) passes(scaled, raw float64) bool {
 	return scaled >= f.cfg.SimilarityThreshold && raw >= *f.cfg.RelevanceFloor
 }
 
 // abstraction retrieves other problems for each item, keeps those whose
 // relevance passes γ, has the model condense their lessons into a plan and
 // renders the problem with it (fallbacks counted).
-func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []abstractionResult, err error) {
-	t.enter("relevance")
+func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abstractionResult, err error) {
+	ph.Enter("relevance")
 	cands, raws, rel, err := f.candidateRelevance(items)
 	if err != nil {
 		return nil, err
 	}
-	t.enter("condense")
+	ph.Enter("condense")
 	res = make([]abstractionResult, len(items))
 	var requests, prefixes []string
 	var waiting, indexes []int
@@ -265,7 +271,7 @@ func (f *feedback) abstraction(t *phaseTimer, items []abstractionItem) (res []ab
 // candidateRelevance retrieves each item's candidates and scores them: the
 // items of this call, or with allItems the global set of every rank's
 // items (the scores of this call's items are returned).
-func (f *feedback) candidateRelevance(items []abstractionItem) (cands [][]pool.Candidate, raws, scaled [][]float64, err error) {
+func (f *Builder) candidateRelevance(items []abstractionItem) (cands [][]pool.Candidate, raws, scaled [][]float64, err error) {
 	scored, mine := items, make([]int, len(items)) // mine[i]: items[i]'s place in scored
 	for i := range mine {
 		mine[i] = i
@@ -308,7 +314,7 @@ func (f *feedback) candidateRelevance(items []abstractionItem) (cands [][]pool.C
 // pairs of pool problems (reference pairs drawn from the seed and step, and
 // scored by the same scorer at the same time, since the policy changes).
 // It returns the scorer's raw values and the values on the scale.
-func (f *feedback) relevance(pairs []relevancePair) (raw, scaled []float64, err error) {
+func (f *Builder) relevance(pairs []relevancePair) (raw, scaled []float64, err error) {
 	if len(pairs) == 0 {
 		return nil, nil, nil
 	}
@@ -326,12 +332,12 @@ func (f *feedback) relevance(pairs []relevancePair) (raw, scaled []float64, err 
 
 // referencePairs draws lanpo.reference_pairs random pairs of distinct pool
 // problems that are not near-duplicates (none for the raw scale).
-func (f *feedback) referencePairs() []relevancePair {
+func (f *Builder) referencePairs() []relevancePair {
 	n := f.pool.Problems()
 	if f.cfg.SimilarityScale != scaleQuantile || n < 2 {
 		return nil
 	}
-	rng := rand.New(rand.NewPCG(f.seed, drawKey(f.step, -5, "reference-pairs")))
+	rng := rand.New(rand.NewPCG(f.seed, rl.DrawKey(f.step, rl.StreamReferencePairs, "reference-pairs")))
 	var out []relevancePair
 	for tries := 0; len(out) < f.cfg.ReferencePairs && tries < 4*f.cfg.ReferencePairs; tries++ {
 		i, j := rng.IntN(n), rng.IntN(n)
@@ -367,7 +373,7 @@ func quantiles(scores, ref []float64) []float64 {
 
 // modelText prepares text a model wrote for a prompt: added-token strings
 // removed (counted), cut to lanpo.max_context_tokens (counted).
-func (f *feedback) modelText(text string) string {
+func (f *Builder) modelText(text string) string {
 	text, n := f.tk.StripAddedTokens(text)
 	f.met.SpecialRemoved += n
 	text, cut := clipText(f.tk, text, f.cfg.MaxContextTokens)
@@ -378,7 +384,7 @@ func (f *feedback) modelText(text string) string {
 }
 
 // tokenCount is the length of text in tokens.
-func (f *feedback) tokenCount(text string) int {
+func (f *Builder) tokenCount(text string) int {
 	ids, err := f.tk.Encode(strings.ToValidUTF8(text, "\uFFFD"), false)
 	if err != nil {
 		return len(text) // cannot happen on valid UTF-8; bytes are still a bound
@@ -410,7 +416,7 @@ func clipText(tk *tokenizer.Tokenizer, text string, n int) (string, bool) {
 // lanpo.aux_temperature (0: greedy), for at most maxNew tokens, and cuts
 // each text before the first stop string. indexes key each item's random
 // stream, with the step and purpose.
-func (f *feedback) generate(users, prefixes []string, indexes []int, maxNew int, stops []string, purpose string) ([]string, error) {
+func (f *Builder) generate(users, prefixes []string, indexes []int, maxNew int, stops []string, purpose string) ([]string, error) {
 	res, err := f.sample(users, prefixes, indexes, model.SamplingParams{MaxNewTokens: maxNew, StopStrings: stops}, purpose)
 	if err != nil {
 		return nil, err
@@ -440,10 +446,10 @@ func cutAtStops(text string, stops []string) string {
 // the stop strings or the segments; indexes key each item's random stream,
 // with the step and purpose. Tokens are counted as prefilled and
 // generated.
-func (f *feedback) sample(users, prefixes []string, indexes []int, p model.SamplingParams, purpose string) ([]model.Sample, error) {
+func (f *Builder) sample(users, prefixes []string, indexes []int, p model.SamplingParams, purpose string) ([]model.Sample, error) {
 	reqs := make([]model.Request, len(users))
 	for i, u := range users {
-		ids, err := f.tk.ChatIDs(auxChat(f.prompts, u), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.thinking})
+		ids, err := f.tk.ChatIDs(AuxChat(f.prompts, u), tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.format.EnableThinking})
 		if err != nil {
 			return nil, err
 		}
@@ -455,7 +461,7 @@ func (f *feedback) sample(users, prefixes []string, indexes []int, p model.Sampl
 		f.tokens.prefilled += len(ids) + len(pre)
 	}
 	p.Temperature, p.TopP, p.MinNewTokens, p.StopIDs = f.cfg.AuxTemperature, 1, 1, f.stopIDs
-	p.Seed = drawKey(f.step, -1, purpose) ^ f.seed
+	p.Seed = rl.DrawKey(f.step, rl.StreamAux, purpose) ^ f.seed
 	opt := f.genOpt
 	opt.Detokenize = func() func(int64) string {
 		s := f.tk.NewStream(true)
@@ -475,9 +481,9 @@ func (f *feedback) sample(users, prefixes []string, indexes []int, p model.Sampl
 	return res, nil
 }
 
-// auxChat is an auxiliary prompt's chat: the prompts' system message, if
+// AuxChat is an auxiliary prompt's chat: the prompts' system message, if
 // any, and the user message.
-func auxChat(p pool.Prompts, user string) []tokenizer.Message {
+func AuxChat(p pool.Prompts, user string) []tokenizer.Message {
 	var msgs []tokenizer.Message
 	if p.System != "" {
 		msgs = append(msgs, tokenizer.Message{Role: "system", Content: p.System})
@@ -485,37 +491,16 @@ func auxChat(p pool.Prompts, user string) []tokenizer.Message {
 	return append(msgs, tokenizer.Message{Role: "user", Content: user})
 }
 
-// Feedback builds LANPO's feedback-aware prompts outside a training run,
-// through the trainer's own code: lanpo eval's retrieval mode (abstraction
-// from a checkpoint's pool) and self-correct mode (reflection on the
-// model's own first attempt). Not safe for concurrent use; torch work runs
-// on the caller's thread.
-type Feedback struct {
-	f *feedback
-	t *phaseTimer
-}
-
-// NewFeedback prepares prompts for m with cfg's data.prompt_template,
-// data.system_prompt, rollout.max_new_tokens and lanpo section; p may be
-// nil when only reflection is wanted.
-func NewFeedback(m *model.Model, tk *tokenizer.Tokenizer, cfg Config, p *pool.Pool) (*Feedback, error) {
-	f, err := newFeedback(m, tk, cfg, p)
-	if err != nil {
-		return nil, err
-	}
-	return &Feedback{f: f, t: newPhaseTimer()}, nil
-}
-
 // Solve is a bare problem's prompt (ids, with the assistant header).
-func (F *Feedback) Solve(problem string) ([]int64, error) {
-	return solveIDs(F.f.tk, F.f.data, F.f.thinking, problem)
+func (f *Builder) Solve(problem string) ([]int64, error) {
+	return f.format.SolveIDs(f.tk, problem)
 }
 
 // Reflection is the problem's prompt with an earlier attempt to critique and
 // redo, the training run's reflection prompt; ok is false when it does not
 // fit the model's context.
-func (F *Feedback) Reflection(problem, attempt string) (ids []int64, ok bool, err error) {
-	ids, _, ok, err = F.f.reflection(problem, pool.Attempt{Text: attempt})
+func (f *Builder) Reflection(problem, attempt string) (ids []int64, ok bool, err error) {
+	ids, _, ok, err = f.reflection(problem, pool.Attempt{Text: attempt})
 	return ids, ok, err
 }
 
@@ -523,29 +508,85 @@ func (F *Feedback) Reflection(problem, attempt string) (ids []int64, ok bool, er
 // pool problems (retrieval, the γ filter and the condenser, as in
 // training); nil where nothing passed γ or the prompt did not fit.
 // indexes key the condenser's random streams.
-func (F *Feedback) Abstraction(problems []string, indexes []int) ([][]int64, error) {
-	if F.f.pool == nil {
+func (f *Builder) Abstraction(problems []string, indexes []int) ([][]int64, error) {
+	if f.pool == nil {
 		return nil, fmt.Errorf("abstraction needs a pool")
 	}
-	items := make([]abstractionItem, len(problems))
-	for i, p := range problems {
-		items[i] = abstractionItem{problem: p, index: indexes[i]}
-	}
-	res, err := F.f.abstraction(F.t, items)
+	plans, err := f.Plans(make([]string, len(problems)), problems, indexes)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([][]int64, len(res))
-	for i, r := range res {
-		ids[i] = r.ids
+	ids := make([][]int64, len(plans))
+	for i, p := range plans {
+		ids[i] = p.IDs
 	}
 	return ids, nil
 }
 
 // Counters returns LANPO's counters (fallbacks, retrieval, truncation,
 // tokens) since the last call and resets them.
-func (F *Feedback) Counters() (m LANPOMetrics, prefilled, generated int) {
-	m, prefilled, generated = F.f.met, F.f.tokens.prefilled, F.f.tokens.generated
-	F.f.met, F.f.tokens.prefilled, F.f.tokens.generated = LANPOMetrics{}, 0, 0
+func (f *Builder) Counters() (m Metrics, prefilled, generated int) {
+	m, prefilled, generated = f.met, f.tokens.prefilled, f.tokens.generated
+	f.met, f.tokens.prefilled, f.tokens.generated = Metrics{}, 0, 0
 	return m, prefilled, generated
+}
+
+// The builder's parts, for lanpo seed (which writes what training asks as
+// SFT examples).
+
+// SetStep keys the random streams of auxiliary generation that follow
+// (summaries, plans): training's step, or seed's batch.
+func (f *Builder) SetStep(step int) { f.step = step }
+
+// Pool is the builder's pool (nil: none).
+func (f *Builder) Pool() *pool.Pool { return f.pool }
+
+// Prompts are the prompt texts in use (lanpo.prompts or the defaults).
+func (f *Builder) Prompts() pool.Prompts { return f.prompts }
+
+// ModelText is text a model wrote as a prompt would show it: added-token
+// strings removed, cut to lanpo.max_context_tokens.
+func (f *Builder) ModelText(text string) string { return f.modelText(text) }
+
+// TokenCount is the length of text in tokens.
+func (f *Builder) TokenCount(text string) int { return f.tokenCount(text) }
+
+// Summarize writes the policy's structured summary of each attempt at its
+// problem (correct: its outcome), in one decode per attempt; indexes key
+// each attempt's random stream.
+func (f *Builder) Summarize(problems, attempts []string, correct []bool, indexes []int) ([]pool.Summary, error) {
+	return f.summarize(problems, attempts, correct, indexes)
+}
+
+// Reflect is Reflection that also returns what the prompt shows of the
+// attempt.
+func (f *Builder) Reflect(problem string, a pool.Attempt) (ids []int64, shown string, ok bool, err error) {
+	return f.reflection(problem, a)
+}
+
+// Plan is an abstraction prompt and what it was built from.
+type Plan struct {
+	IDs     []int64 // the solve prompt with the plan (nil: nothing relevant, or it did not fit)
+	Text    string
+	Lessons []pool.Lesson
+}
+
+// Plans builds each problem's abstraction prompt from related pool
+// problems, as training does: ids are the problems' pool ids (their own
+// entries are not retrieved; "" for a problem outside the pool), indexes
+// key the condenser's random streams.
+func (f *Builder) Plans(ids, problems []string, indexes []int) ([]Plan, error) {
+	items := make([]abstractionItem, len(problems))
+	for i, p := range problems {
+		items[i] = abstractionItem{id: ids[i], problem: p, index: indexes[i]}
+	}
+	res, err := f.abstraction(noPhases{}, items)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Plan, len(res))
+	for i, r := range res {
+		out[i] = Plan{IDs: r.ids, Text: r.plan, Lessons: r.lessons}
+	}
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package trainer
+package seed
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/progress"
@@ -20,6 +21,8 @@ import (
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // lanpo seed builds the SFT data that teaches LANPO's skills before RL
@@ -44,10 +47,10 @@ import (
 // Gold answers go to the verifier only: no prompt builder receives one, so
 // none can appear in a kept prompt (TestSeedNeverShowsGold).
 
-// SeedOptions configure a seed run.
-type SeedOptions struct {
-	Config   Config // prompts, the lanpo section (scorer, γ, budgets), rollout.max_new_tokens/temperature
-	Problems []Problem
+// Options configure a seed run.
+type Options struct {
+	Config   trainer.Config // prompts, the lanpo section (scorer, γ, budgets), rollout.max_new_tokens/temperature
+	Problems []trainer.Problem
 	Out      string             // the seed file; Out+".state.json" and Out+".pool.jsonl" beside it
 	N        int                // examples wanted in all
 	Mix      map[string]float64 // share of each skill (normalized)
@@ -63,36 +66,36 @@ type SeedOptions struct {
 	StopAfterBatches int
 }
 
-// SeedStats counts one skill's candidates and why they were rejected.
-type SeedStats struct {
+// Stats counts one skill's candidates and why they were rejected.
+type Stats struct {
 	Tried    int            `json:"tried"`
 	Kept     int            `json:"kept"`
 	Target   int            `json:"target"`
 	Rejected map[string]int `json:"rejected"`
 }
 
-func (s *SeedStats) reject(why string) {
+func (s *Stats) reject(why string) {
 	if s.Rejected == nil {
 		s.Rejected = map[string]int{}
 	}
 	s.Rejected[why]++
 }
 
-// seedState is what a resumed run needs: batches done and the statistics.
-type seedState struct {
-	Batches int                   `json:"batches_done"`
-	Stats   map[string]*SeedStats `json:"stats"`
+// state is what a resumed run needs: batches done and the statistics.
+type state struct {
+	Batches int               `json:"batches_done"`
+	Stats   map[string]*Stats `json:"stats"`
 	// Reflect balance: kept reflections whose shown attempt was right/wrong.
 	RightShown int `json:"reflect_right_shown"`
 	WrongShown int `json:"reflect_wrong_shown"`
 }
 
-// Seed runs lanpo seed with m as the teacher (the model itself, or a
+// Run runs lanpo seed with m as the teacher (the model itself, or a
 // stronger one) and tk its tokenizer, and returns the statistics.
-func Seed(m *model.Model, tk *tokenizer.Tokenizer, o SeedOptions) (map[string]*SeedStats, error) {
+func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) (map[string]*Stats, error) {
 	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
-	targets, err := seedTargets(o.N, o.Mix)
+	targets, err := targets(o.N, o.Mix)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +106,11 @@ func Seed(m *model.Model, tk *tokenizer.Tokenizer, o SeedOptions) (map[string]*S
 	if err != nil {
 		return nil, err
 	}
-	f, err := newFeedback(m, tk, o.Config, p)
+	f, err := feedback.NewBuilder(m, tk, o.Config.FeedbackSettings(), p)
 	if err != nil {
 		return nil, err
 	}
-	b, err := NewSeedBuilder(o.Config, tk)
+	b, err := NewBuilder(o.Config, tk)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +119,7 @@ func Seed(m *model.Model, tk *tokenizer.Tokenizer, o SeedOptions) (map[string]*S
 		return nil, err
 	}
 	defer out.Close()
-	s := &seeder{f: f, b: b, o: o, st: st}
+	s := &seeder{m: m, tk: tk, f: f, b: b, o: o, st: st}
 	batches := (len(o.Problems) + o.Batch - 1) / o.Batch
 	bar := progress.New(o.Progress, "seed", batches, st.Batches)
 	startBatch := st.Batches
@@ -151,15 +154,15 @@ func Seed(m *model.Model, tk *tokenizer.Tokenizer, o SeedOptions) (map[string]*S
 	return st.Stats, nil
 }
 
-// seedTargets splits n examples over the skills by the mix.
-func seedTargets(n int, mix map[string]float64) (map[string]int, error) {
+// targets splits n examples over the skills by the mix.
+func targets(n int, mix map[string]float64) (map[string]int, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("--n must be ≥ 1")
 	}
 	total := 0.0
 	for k, w := range mix {
-		if !slices.Contains(SeedSkills, k) || w < 0 {
-			return nil, fmt.Errorf("--mix %s=%g: want skills %s with weights ≥ 0", k, w, strings.Join(SeedSkills, ", "))
+		if !slices.Contains(Skills, k) || w < 0 {
+			return nil, fmt.Errorf("--mix %s=%g: want skills %s with weights ≥ 0", k, w, strings.Join(Skills, ", "))
 		}
 		total += w
 	}
@@ -167,7 +170,7 @@ func seedTargets(n int, mix map[string]float64) (map[string]int, error) {
 		return nil, fmt.Errorf("--mix: all weights are 0")
 	}
 	out := map[string]int{}
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		out[k] = int(math.Round(float64(n) * mix[k] / total))
 	}
 	return out, nil
@@ -176,10 +179,10 @@ func seedTargets(n int, mix map[string]float64) (map[string]int, error) {
 // openState starts or resumes a run: with Resume, the state and pool files
 // say how far it got; the seed file is cut back to the examples of the
 // batches done (a batch cut short by a kill is run again).
-func (o SeedOptions) openState(targets map[string]int) (*seedState, *pool.Pool, error) {
-	st := &seedState{Stats: map[string]*SeedStats{}}
-	for _, k := range SeedSkills {
-		st.Stats[k] = &SeedStats{Target: targets[k]}
+func (o Options) openState(targets map[string]int) (*state, *pool.Pool, error) {
+	st := &state{Stats: map[string]*Stats{}}
+	for _, k := range Skills {
+		st.Stats[k] = &Stats{Target: targets[k]}
 	}
 	pc := o.Config.LANPO.PoolConfig()
 	statePath, poolPath := o.Out+".state.json", o.Out+".pool.jsonl"
@@ -199,7 +202,7 @@ func (o SeedOptions) openState(targets map[string]int) (*seedState, *pool.Pool, 
 	if err := json.Unmarshal(raw, st); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", statePath, err)
 	}
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		if st.Stats[k] == nil || st.Stats[k].Target != targets[k] {
 			return nil, nil, fmt.Errorf("--resume: %s was made with other --n/--mix targets (%s)", o.Out, k)
 		}
@@ -212,10 +215,10 @@ func (o SeedOptions) openState(targets map[string]int) (*seedState, *pool.Pool, 
 		return nil, nil, err
 	}
 	kept := 0
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		kept += st.Stats[k].Kept
 	}
-	exs, err := jsonl.Read[SeedExample](o.Out)
+	exs, err := jsonl.Read[Example](o.Out)
 	if err != nil && kept > 0 {
 		return nil, nil, err
 	}
@@ -229,7 +232,7 @@ func (o SeedOptions) openState(targets map[string]int) (*seedState, *pool.Pool, 
 	return st, p, nil
 }
 
-func (o SeedOptions) saveState(st *seedState, p *pool.Pool) error {
+func (o Options) saveState(st *state, p *pool.Pool) error {
 	var buf strings.Builder
 	if err := p.Write(&buf); err != nil {
 		return err
@@ -243,14 +246,17 @@ func (o SeedOptions) saveState(st *seedState, p *pool.Pool) error {
 
 // seeder runs batches.
 type seeder struct {
-	f  *feedback
-	b  *SeedBuilder
-	o  SeedOptions
-	st *seedState
+	m    *model.Model
+	tk   *tokenizer.Tokenizer
+	f    *feedback.Builder // the trainer's prompts: reflection, plans, summaries
+	b    *Builder          // the seed chats
+	o    Options
+	st   *state
+	step int // the batch: keys every random stream
 }
 
 func (s *seeder) done() bool {
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		if st := s.st.Stats[k]; st.Kept < st.Target {
 			return false
 		}
@@ -262,7 +268,7 @@ func (s *seeder) want(skill string) bool { st := s.st.Stats[skill]; return st.Ke
 
 func (s *seeder) line() string {
 	var parts []string
-	for _, k := range SeedSkills {
+	for _, k := range Skills {
 		st := s.st.Stats[k]
 		parts = append(parts, fmt.Sprintf("%s %d/%d", k, st.Kept, st.Target))
 	}
@@ -272,7 +278,7 @@ func (s *seeder) line() string {
 // decide keeps e (why == "") unless its skill has enough, or rejects it
 // for why; rejected chats go to Options.Rejected. It reports whether e was
 // kept.
-func (s *seeder) decide(out *[]SeedExample, e SeedExample, why string) bool {
+func (s *seeder) decide(out *[]Example, e Example, why string) bool {
 	st := s.st.Stats[e.Skill]
 	st.Tried++
 	if why == "" && st.Kept >= st.Target {
@@ -282,8 +288,8 @@ func (s *seeder) decide(out *[]SeedExample, e SeedExample, why string) bool {
 		st.reject(why)
 		if s.o.Rejected != nil {
 			jsonl.Encoder(s.o.Rejected).Encode(struct {
-				Example SeedExample `json:"example"`
-				Reason  string      `json:"reason"`
+				Example Example `json:"example"`
+				Reason  string  `json:"reason"`
 			}{e, why})
 		}
 		return false
@@ -302,9 +308,10 @@ type attempt struct {
 }
 
 // batch makes one batch's examples, skill by skill.
-func (s *seeder) batch(bi int, probs []Problem) ([]SeedExample, error) {
-	s.f.step = bi // keys every random stream of the batch
-	var out []SeedExample
+func (s *seeder) batch(bi int, probs []trainer.Problem) ([]Example, error) {
+	s.f.SetStep(bi) // keys every random stream of the batch
+	s.step = bi
+	var out []Example
 	atts, err := s.answers(probs)
 	if err != nil {
 		return nil, err
@@ -329,7 +336,7 @@ func (s *seeder) batch(bi int, probs []Problem) ([]SeedExample, error) {
 }
 
 // keepAnswers keeps the right answers (rejection sampling).
-func (s *seeder) keepAnswers(probs []Problem, atts []attempt, out *[]SeedExample) {
+func (s *seeder) keepAnswers(probs []trainer.Problem, atts []attempt, out *[]Example) {
 	for _, a := range atts {
 		if !s.want(SkillAnswer) {
 			return
@@ -344,26 +351,26 @@ func (s *seeder) keepAnswers(probs []Problem, atts []attempt, out *[]SeedExample
 
 // answers samples o.K solutions per problem at rollout.temperature and
 // verifies them.
-func (s *seeder) answers(probs []Problem) ([]attempt, error) {
+func (s *seeder) answers(probs []trainer.Problem) ([]attempt, error) {
 	cfg := s.o.Config
 	reqs := make([]model.Request, len(probs))
 	streams := make([]int, len(probs))
 	for i, p := range probs {
-		ids, err := solveIDs(s.f.tk, cfg.Data, cfg.Rollout.EnableThinking, p.Problem)
+		ids, err := cfg.PromptFormat().SolveIDs(s.tk, p.Problem)
 		if err != nil {
 			return nil, fmt.Errorf("problem %s: %w", p.ID, err)
 		}
 		reqs[i], streams[i] = model.Request{PromptIDs: ids, Samples: s.o.K}, i
 	}
-	eos, err := s.f.m.EOSTokenIDs()
+	eos, err := s.m.EOSTokenIDs()
 	if err != nil {
 		return nil, err
 	}
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
-		StopIDs: eos, Seed: drawKey(s.f.step, -2, "seed-answers") ^ cfg.Seed}
+		StopIDs: eos, Seed: rl.DrawKey(s.step, rl.StreamSeedAnswers, "seed-answers") ^ cfg.Seed}
 	var res []model.Sample
 	err = csrc.NoGrad(func() (err error) {
-		res, err = s.f.m.GenerateAt(reqs, streams, sp, s.f.genOpt)
+		res, err = s.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
 		return err
 	})
 	if err != nil {
@@ -371,7 +378,7 @@ func (s *seeder) answers(probs []Problem) ([]attempt, error) {
 	}
 	out := make([]attempt, len(res))
 	for i, r := range res {
-		text := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		text := s.tk.Decode(tokenizer.Ints(r.IDs), true)
 		cut := r.FinishReason == "length"
 		out[i] = attempt{problem: r.Prompt, text: text, cut: cut, correct: reward.VerifyResponse(text, probs[r.Prompt].Answer, cut, reward.Options{}).Correct}
 	}
@@ -396,7 +403,7 @@ func firstOf(atts []attempt, n int) (right, wrong []*attempt) {
 // summaries summarizes one right and one wrong attempt per problem (where
 // there is one), keeps those that pass the checks, and adds every kept
 // summary to the pool abstraction retrieves from.
-func (s *seeder) summaries(probs []Problem, atts []attempt, out *[]SeedExample) error {
+func (s *seeder) summaries(probs []trainer.Problem, atts []attempt, out *[]Example) error {
 	right, wrong := firstOf(atts, len(probs))
 	var chosen []*attempt
 	for i := range probs {
@@ -414,7 +421,7 @@ func (s *seeder) summaries(probs []Problem, atts []attempt, out *[]SeedExample) 
 	for i, a := range chosen {
 		problems[i], texts[i], correct[i], indexes[i] = probs[a.problem].Problem, a.text, a.correct, i
 	}
-	sums, err := s.f.summarize(problems, texts, correct, indexes)
+	sums, err := s.f.Summarize(problems, texts, correct, indexes)
 	if err != nil {
 		return err
 	}
@@ -427,15 +434,15 @@ func (s *seeder) summaries(probs []Problem, atts []attempt, out *[]SeedExample) 
 // keepSummary checks a summary; a good one enters the pool abstraction
 // retrieves from (stripped of its problem's answer) and, while the skill
 // wants more, the seed file.
-func (s *seeder) keepSummary(pr Problem, a *attempt, sum pool.Summary, out *[]SeedExample) {
+func (s *seeder) keepSummary(pr trainer.Problem, a *attempt, sum pool.Summary, out *[]Example) {
 	why := s.checkSummary(sum, a.text)
 	if why == "" {
 		clean := sum
 		clean.Principles, clean.Pitfalls = pool.StripAnswers(sum.Principles, pr.Problem, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Problem, pr.Answer)
-		s.f.pool.Add(pr.Problem, pool.Entry{ProblemID: pr.ID, Attempt: a.text, Summary: clean, Correct: a.correct, Truncated: a.cut})
+		s.f.Pool().Add(pr.Problem, pool.Entry{ProblemID: pr.ID, Attempt: a.text, Summary: clean, Correct: a.correct, Truncated: a.cut})
 	}
 	if s.want(SkillSummarize) || why != "" {
-		s.decide(out, s.b.Summarize(pr.ID, pr.Problem, s.f.modelText(a.text), a.correct, sum), why)
+		s.decide(out, s.b.Summarize(pr.ID, pr.Problem, s.f.ModelText(a.text), a.correct, sum), why)
 	}
 }
 
@@ -444,14 +451,14 @@ func (s *seeder) keepSummary(pr Problem, a *attempt, sum pool.Summary, out *[]Se
 // copies the attempt (half of its 5-grams are the attempt's).
 func (s *seeder) checkSummary(sum pool.Summary, attemptText string) string {
 	fields := []string{sum.Principles, sum.Pitfalls}
-	if len(s.f.prompts.SummaryHeaders()) == 3 {
+	if len(s.f.Prompts().SummaryHeaders()) == 3 {
 		fields = append(fields, sum.FlowOfThought)
 	}
 	for _, f := range fields {
 		if f == "" {
 			return "empty field"
 		}
-		if s.f.tokenCount(f) >= s.f.cfg.SummaryFieldTokens {
+		if s.f.TokenCount(f) >= s.o.Config.LANPO.SummaryFieldTokens {
 			return "field over its token budget"
 		}
 	}
@@ -464,7 +471,7 @@ func (s *seeder) checkSummary(sum pool.Summary, attemptText string) string {
 // reflections shows each problem's first right and first wrong attempt
 // with the reflection prompt and keeps redos that verify correct, so that
 // kept examples show right and wrong attempts in equal numbers.
-func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample) error {
+func (s *seeder) reflections(probs []trainer.Problem, atts []attempt, out *[]Example) error {
 	right, wrong := firstOf(atts, len(probs))
 	type shown struct {
 		a    *attempt
@@ -478,7 +485,7 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 			if a == nil {
 				continue
 			}
-			ids, text, ok, err := s.f.reflection(probs[i].Problem, pool.Attempt{Text: a.text})
+			ids, text, ok, err := s.f.Reflect(probs[i].Problem, pool.Attempt{Text: a.text})
 			if err != nil {
 				return err
 			}
@@ -496,19 +503,22 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 		reqs[i], streams[i] = model.Request{PromptIDs: it.ids, Samples: 1}, i
 	}
 	cfg := s.o.Config
-	eos, err := s.f.m.EOSTokenIDs()
+	eos, err := s.m.EOSTokenIDs()
 	if err != nil {
 		return err
 	}
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
-		StopIDs: eos, Seed: drawKey(s.f.step, -3, "seed-reflect") ^ cfg.Seed}
+		StopIDs: eos, Seed: rl.DrawKey(s.step, rl.StreamSeedReflect, "seed-reflect") ^ cfg.Seed}
 	var res []model.Sample
-	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, s.f.genOpt); return err }); err != nil {
+	if err := csrc.NoGrad(func() (err error) {
+		res, err = s.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
+		return err
+	}); err != nil {
 		return err
 	}
 	for _, r := range res {
 		it := items[r.Prompt]
-		redo := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		redo := s.tk.Decode(tokenizer.Ints(r.IDs), true)
 		s.keepReflection(probs[it.a.problem], it.a, it.text, redo, r.FinishReason == "length", out)
 	}
 	return nil
@@ -519,7 +529,7 @@ func (s *seeder) reflections(probs []Problem, atts []attempt, out *[]SeedExample
 // right-then-right only while there are at least as many wrong-then-right,
 // and the reverse. text is what the redo's prompt showed of the attempt;
 // the example shows the same.
-func (s *seeder) keepReflection(pr Problem, shown *attempt, text, redo string, cut bool, out *[]SeedExample) {
+func (s *seeder) keepReflection(pr trainer.Problem, shown *attempt, text, redo string, cut bool, out *[]Example) {
 	why := ""
 	switch {
 	case !reward.VerifyResponse(redo, pr.Answer, cut, reward.Options{}).Correct:
@@ -540,52 +550,55 @@ func (s *seeder) keepReflection(pr Problem, shown *attempt, text, redo string, c
 // the seed pool (other problems' kept summaries) through the trainer's
 // retrieval, relevance filter and condenser, solves with it, and keeps the
 // condense and solve chats when the solve verifies correct.
-func (s *seeder) abstractions(bi int, probs []Problem, out *[]SeedExample) error {
+func (s *seeder) abstractions(bi int, probs []trainer.Problem, out *[]Example) error {
 	st := s.st.Stats[SkillAbstract]
-	items := make([]abstractionItem, len(probs))
+	ids, problems, indexes := make([]string, len(probs)), make([]string, len(probs)), make([]int, len(probs))
 	for i, p := range probs {
-		items[i] = abstractionItem{id: p.ID, problem: p.Problem, index: i}
+		ids[i], problems[i], indexes[i] = p.ID, p.Problem, i
 	}
-	abs, err := s.f.abstraction(newPhaseTimer(), items)
+	abs, err := s.f.Plans(ids, problems, indexes)
 	if err != nil {
 		return err
 	}
 	var reqs []model.Request
 	var which, streams []int
 	for i := range probs {
-		if abs[i].ids == nil {
+		if abs[i].IDs == nil {
 			st.Tried++
 			st.reject("no relevant lessons")
 			continue
 		}
-		reqs, which, streams = append(reqs, model.Request{PromptIDs: abs[i].ids, Samples: 1}), append(which, i), append(streams, i)
+		reqs, which, streams = append(reqs, model.Request{PromptIDs: abs[i].IDs, Samples: 1}), append(which, i), append(streams, i)
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
 	cfg := s.o.Config
-	eos, err := s.f.m.EOSTokenIDs()
+	eos, err := s.m.EOSTokenIDs()
 	if err != nil {
 		return err
 	}
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, MaxNewTokens: cfg.Rollout.MaxNewTokens,
-		StopIDs: eos, Seed: drawKey(bi, -4, "seed-abstract") ^ cfg.Seed}
+		StopIDs: eos, Seed: rl.DrawKey(bi, rl.StreamSeedAbstract, "seed-abstract") ^ cfg.Seed}
 	var res []model.Sample
-	if err := csrc.NoGrad(func() (err error) { res, err = s.f.m.GenerateAt(reqs, streams, sp, s.f.genOpt); return err }); err != nil {
+	if err := csrc.NoGrad(func() (err error) {
+		res, err = s.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
+		return err
+	}); err != nil {
 		return err
 	}
 	for _, r := range res {
 		i := which[r.Prompt]
 		pr := probs[i]
-		sol := s.f.tk.Decode(tokenizer.Ints(r.IDs), true)
+		sol := s.tk.Decode(tokenizer.Ints(r.IDs), true)
 		why := ""
 		if !reward.VerifyResponse(sol, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
 			why = "solve with the plan wrong"
 		}
 		// Both chats or neither: the condensed plan and its use.
-		if s.decide(out, s.b.Condense(pr.ID, pr.Problem, abs[i].lessons, abs[i].plan), why) {
+		if s.decide(out, s.b.Condense(pr.ID, pr.Problem, abs[i].Lessons, abs[i].Text), why) {
 			st.Kept++
-			*out = append(*out, s.b.SolveWithPlan(pr.ID, pr.Problem, abs[i].plan, sol))
+			*out = append(*out, s.b.SolveWithPlan(pr.ID, pr.Problem, abs[i].Text, sol))
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package trainer
+package feedback
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"github.com/lanpo-rl/lanpo/pool"
 )
 
-// LANPOConfig is the lanpo: section (algo.name: lanpo). Defaults and why
-// are in defaultLANPO; docs/lanpo.md describes each choice.
-type LANPOConfig struct {
+// Config is the lanpo: section (algo.name: lanpo). Defaults and why
+// are in Default; docs/lanpo.md describes each choice.
+type Config struct {
 	// FeedbackRatio is p_t: the probability that a prompt is
 	// feedback-aware (0.75: the design card's "best", 1.0 said to collapse;
 	// no source in the paper's text or reviews, docs/lanpo.md). With
@@ -20,7 +20,7 @@ type LANPOConfig struct {
 	// Modes weigh the two kinds of feedback among the modes available for
 	// a prompt. Unset: reflection 1 and abstraction 1 (abstraction only
 	// with train_prompt: original).
-	Modes LANPOModes `yaml:"modes"`
+	Modes Modes `yaml:"modes"`
 	// ReflectOn: any (default) picks the attempt to show without looking
 	// at its outcome; failed shows only failed attempts — what the
 	// paper's summaries speak of, but being shown then tells the model the
@@ -54,7 +54,7 @@ type LANPOConfig struct {
 	RelevanceFloor *float64 `yaml:"relevance_floor"`
 	// EmbeddingCentre is what the embedding scorer subtracts before the
 	// cosine: fixed (default) — the mean embedding of a fixed set of 56
-	// MATH problems of every subject (trainer/relevance_centre.jsonl), so
+	// MATH problems of every subject (feedback/relevance_centre.jsonl), so
 	// raw scores and relevance_floor mean the same in any run — or batch,
 	// the mean of the texts scored together (the pool's own mix: in a pool
 	// of one kind of problem every score is then low).
@@ -81,7 +81,7 @@ type LANPOConfig struct {
 	PlanTokens         int `yaml:"plan_tokens"`
 	// MaxAttemptTokens is how much of an earlier attempt a reflection
 	// prompt shows, in training and in lanpo eval's self-correct mode alike
-	// (one rule: feedback.attemptText); 0: rollout.max_new_tokens, the whole
+	// (one rule: Builder.attemptText); 0: rollout.max_new_tokens, the whole
 	// attempt. Where the prompt would not leave the generation budget in
 	// the model's context, less is shown; a longer attempt keeps its
 	// beginning and its end around a marker.
@@ -97,8 +97,8 @@ type LANPOConfig struct {
 	InitialPool string `yaml:"initial_pool"`
 }
 
-// LANPOModes weigh the feedback modes; nil: the default.
-type LANPOModes struct {
+// Modes weigh the feedback modes; nil: the default.
+type Modes struct {
 	Reflection  *float64 `yaml:"reflection"`
 	Abstraction *float64 `yaml:"abstraction"`
 }
@@ -137,9 +137,10 @@ var relevanceFloors = map[string]float64{simEmbedding: 0.5, simBM25: 0.7, simPol
 // tokens (whitespace runs, code) so a whole attempt is stored.
 const attemptCharsPerToken = 16
 
-func defaultLANPO() LANPOConfig {
+// Default is the section's defaults.
+func Default() Config {
 	pc := pool.DefaultConfig()
-	return LANPOConfig{
+	return Config{
 		FeedbackRatio: 0.75, FeedbackSchedule: scheduleConstant, ReflectOn: reflectAny, TrainPrompt: trainSampled, TISCap: 2,
 		Similarity: simEmbedding, EmbeddingCentre: centreFixed, SimilarityThreshold: 0.9, SimilarityScale: scaleQuantile, ReferencePairs: 64, RetrievalCandidates: 8, MaxRelatedProblems: 3, LessonsPerProblem: 2,
 		MaxEntriesPerProblem: pc.MaxEntriesPerProblem, MaxPoolBytes: pc.MaxBytes, Eviction: pc.Eviction,
@@ -149,13 +150,13 @@ func defaultLANPO() LANPOConfig {
 }
 
 // PoolConfig is the pool's part of the section.
-func (l LANPOConfig) PoolConfig() pool.Config {
+func (l Config) PoolConfig() pool.Config {
 	return pool.Config{MaxEntriesPerProblem: l.MaxEntriesPerProblem, MaxBytes: l.MaxPoolBytes, Eviction: l.Eviction,
 		MaxAttemptChars: l.MaxAttemptChars, NearDuplicate: l.NearDuplicate}
 }
 
 // feedbackRatio is p_t at a step.
-func (l LANPOConfig) feedbackRatio(step int) float64 {
+func (l Config) feedbackRatio(step int) float64 {
 	if l.FeedbackSchedule == scheduleLinear && step < l.FeedbackWarmupSteps {
 		return l.FeedbackRatio * float64(step) / float64(l.FeedbackWarmupSteps)
 	}
@@ -164,9 +165,9 @@ func (l LANPOConfig) feedbackRatio(step int) float64 {
 
 // resolve fills the defaults that depend on other settings: the relevance
 // floor of the scorer, the attempt caps from rollout.max_new_tokens. A
-// section that validate never saw (lanpo eval with a GRPO run's config)
-// gets them in newFeedback.
-func (l *LANPOConfig) resolve(maxNewTokens int) {
+// section that Validate never saw (lanpo eval with a GRPO run's config)
+// gets them in NewBuilder.
+func (l *Config) resolve(maxNewTokens int) {
 	if l.RelevanceFloor == nil {
 		floor := relevanceFloors[l.Similarity]
 		l.RelevanceFloor = &floor
@@ -182,9 +183,9 @@ func (l *LANPOConfig) resolve(maxNewTokens int) {
 	}
 }
 
-// validate checks the section, fills the defaults resolve fills and the
-// mode weights.
-func (l *LANPOConfig) validate(maxNewTokens int) error {
+// Validate checks the section (rollout.max_new_tokens sets its default
+// attempt caps) and fills the defaults resolve fills and the mode weights.
+func (l *Config) Validate(maxNewTokens int) error {
 	bad := func(key string, format string, args ...any) error {
 		return fmt.Errorf("config key lanpo.%s: %s", key, fmt.Sprintf(format, args...))
 	}

@@ -1,10 +1,12 @@
-package trainer
+package seed
 
 import (
 	"strings"
 
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // Seed examples teach the skills LANPO's loop relies on: answering in the
@@ -23,12 +25,12 @@ const (
 	SkillAbstract  = "abstract" // condensing a plan, and solving with it
 )
 
-// SeedSkills lists the skills in the order lanpo seed reports them.
-var SeedSkills = []string{SkillAnswer, SkillSummarize, SkillReflect, SkillAbstract}
+// Skills lists the skills in the order lanpo seed reports them.
+var Skills = []string{SkillAnswer, SkillSummarize, SkillReflect, SkillAbstract}
 
-// SeedExample is one line of the seed file: a chat lanpo sft trains on
+// Example is one line of the seed file: a chat lanpo sft trains on
 // unchanged, the loss on its final (here: only) assistant turn.
-type SeedExample struct {
+type Example struct {
 	Messages  []tokenizer.Message `json:"messages"`
 	TrainOn   string              `json:"train_on"` // "last"
 	Skill     string              `json:"skill"`
@@ -36,18 +38,18 @@ type SeedExample struct {
 	Part      string              `json:"part,omitempty"` // abstract: condense or solve
 }
 
-// SeedBuilder renders seed chats as the trainer renders its prompts.
-type SeedBuilder struct {
-	data    DataConfig
+// Builder renders seed chats as the trainer renders its prompts.
+type Builder struct {
+	data    trainer.DataConfig
 	prompts pool.Prompts
 	tk      *tokenizer.Tokenizer // for the sanitizer; nil: none
 }
 
-// NewSeedBuilder renders with cfg's data.prompt_template, data.system_prompt
+// NewBuilder renders with cfg's data.prompt_template, data.system_prompt
 // and lanpo.prompts; tk strips chat-control strings from model-written
 // text (as the trainer does before text enters a prompt).
-func NewSeedBuilder(cfg Config, tk *tokenizer.Tokenizer) (*SeedBuilder, error) {
-	b := &SeedBuilder{data: cfg.Data, prompts: pool.DefaultPrompts(), tk: tk}
+func NewBuilder(cfg trainer.Config, tk *tokenizer.Tokenizer) (*Builder, error) {
+	b := &Builder{data: cfg.Data, prompts: pool.DefaultPrompts(), tk: tk}
 	if cfg.LANPO.Prompts != "" {
 		var err error
 		if b.prompts, err = pool.LoadPrompts(cfg.LANPO.Prompts); err != nil {
@@ -58,10 +60,10 @@ func NewSeedBuilder(cfg Config, tk *tokenizer.Tokenizer) (*SeedBuilder, error) {
 }
 
 // Prompts are the builder's prompt texts.
-func (b *SeedBuilder) Prompts() pool.Prompts { return b.prompts }
+func (b *Builder) Prompts() pool.Prompts { return b.prompts }
 
 // clean is the sanitizer for model-written text.
-func (b *SeedBuilder) clean(text string) string {
+func (b *Builder) clean(text string) string {
 	if b.tk == nil {
 		return text
 	}
@@ -71,7 +73,7 @@ func (b *SeedBuilder) clean(text string) string {
 
 // solveChat is the chat of a solve prompt for problem text (which may
 // carry a context block) answered by response.
-func (b *SeedBuilder) solveChat(problem, response string) []tokenizer.Message {
+func (b *Builder) solveChat(problem, response string) []tokenizer.Message {
 	var msgs []tokenizer.Message
 	if b.data.SystemPrompt != "" {
 		msgs = append(msgs, tokenizer.Message{Role: "system", Content: b.data.SystemPrompt})
@@ -81,13 +83,13 @@ func (b *SeedBuilder) solveChat(problem, response string) []tokenizer.Message {
 }
 
 // Answer is a solution to the bare problem in the training prompt.
-func (b *SeedBuilder) Answer(problemID, problem, solution string) SeedExample {
-	return SeedExample{Messages: b.solveChat(problem, solution), TrainOn: "last", Skill: SkillAnswer, ProblemID: problemID}
+func (b *Builder) Answer(problemID, problem, solution string) Example {
+	return Example{Messages: b.solveChat(problem, solution), TrainOn: "last", Skill: SkillAnswer, ProblemID: problemID}
 }
 
 // SummaryText is how a summary reads as the policy writes it: each field
 // after its header (pool.Prompts.SummaryHeaders), on its own line.
-func (b *SeedBuilder) SummaryText(s pool.Summary) string {
+func (b *Builder) SummaryText(s pool.Summary) string {
 	p := b.prompts
 	text := p.PrinciplesHeader + " " + s.Principles + "\n" + p.PitfallsHeader + " " + s.Pitfalls
 	if len(p.SummaryHeaders()) == 3 {
@@ -98,33 +100,33 @@ func (b *SeedBuilder) SummaryText(s pool.Summary) string {
 
 // Summarize is the summarization prompt over an attempt answered by its
 // summary.
-func (b *SeedBuilder) Summarize(problemID, problem, attempt string, correct bool, s pool.Summary) SeedExample {
+func (b *Builder) Summarize(problemID, problem, attempt string, correct bool, s pool.Summary) Example {
 	user := b.prompts.SummarizeRequest(problem, b.clean(attempt), correct)
-	return SeedExample{Messages: append(auxChat(b.prompts, user), tokenizer.Message{Role: "assistant", Content: b.clean(b.SummaryText(s))}),
+	return Example{Messages: append(feedback.AuxChat(b.prompts, user), tokenizer.Message{Role: "assistant", Content: b.clean(b.SummaryText(s))}),
 		TrainOn: "last", Skill: SkillSummarize, ProblemID: problemID}
 }
 
 // Reflect is the reflection prompt over an earlier attempt (an Attempt:
 // text only, no outcome) answered by a critique and a new solution.
-func (b *SeedBuilder) Reflect(problemID, problem string, a pool.Attempt, redo string) SeedExample {
+func (b *Builder) Reflect(problemID, problem string, a pool.Attempt, redo string) Example {
 	a.Text = b.clean(a.Text)
-	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.ReflectionContext(a)), redo), TrainOn: "last", Skill: SkillReflect, ProblemID: problemID}
+	return Example{Messages: b.solveChat(pool.WithContext(problem, b.prompts.ReflectionContext(a)), redo), TrainOn: "last", Skill: SkillReflect, ProblemID: problemID}
 }
 
 // Condense is the condensing prompt over other problems' lessons answered
 // by a plan.
-func (b *SeedBuilder) Condense(problemID, problem string, lessons []pool.Lesson, plan string) SeedExample {
+func (b *Builder) Condense(problemID, problem string, lessons []pool.Lesson, plan string) Example {
 	for i := range lessons {
 		lessons[i].Principles, lessons[i].Pitfalls = b.clean(lessons[i].Principles), b.clean(lessons[i].Pitfalls)
 	}
 	user := b.prompts.CondenseRequest(problem, lessons)
-	return SeedExample{Messages: append(auxChat(b.prompts, user), tokenizer.Message{Role: "assistant", Content: b.prompts.PlanHeader + " " + b.clean(plan)}),
+	return Example{Messages: append(feedback.AuxChat(b.prompts, user), tokenizer.Message{Role: "assistant", Content: b.prompts.PlanHeader + " " + b.clean(plan)}),
 		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "condense"}
 }
 
 // SolveWithPlan is the solve prompt carrying a plan answered by a
 // solution.
-func (b *SeedBuilder) SolveWithPlan(problemID, problem, plan, solution string) SeedExample {
-	return SeedExample{Messages: b.solveChat(pool.WithContext(problem, b.prompts.AbstractionContext(b.clean(plan))), solution),
+func (b *Builder) SolveWithPlan(problemID, problem, plan, solution string) Example {
+	return Example{Messages: b.solveChat(pool.WithContext(problem, b.prompts.AbstractionContext(b.clean(plan))), solution),
 		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "solve"}
 }

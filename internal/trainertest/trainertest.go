@@ -1,0 +1,100 @@
+// Package trainertest gives tests outside trainer (feedback, seed, eval,
+// demo) the trainer tests' fixtures: the warmed-up tiny model and the tiny
+// GRPO and LANPO configs. trainer's own tests keep their copy (an internal
+// test cannot import a package that imports trainer).
+package trainertest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/trainer"
+)
+
+// Root is the repository's root directory.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Path is a path under the repository's root.
+func Path(rel string) string { return filepath.Join(Root(), rel) }
+
+var warm struct {
+	once sync.Once
+	dir  string
+	ckpt string
+	err  error
+}
+
+// WarmTiny is a checkpoint of the built-in tiny model after 60 SFT steps
+// on arithmetic chats (configs/tiny-sft.yaml), made once per test process
+// in a temporary directory that Cleanup removes (call it from TestMain).
+func WarmTiny(t testing.TB) string {
+	t.Helper()
+	warm.once.Do(func() {
+		if warm.dir, warm.err = os.MkdirTemp("", "lanpo-warm-tiny-"); warm.err != nil {
+			return
+		}
+		var cfg trainer.Config
+		cfg, warm.err = trainer.LoadConfig(Path("configs/tiny-sft.yaml"), []string{"run_dir=" + filepath.Join(warm.dir, "sft"),
+			"data.train=" + Path("configs/data/tiny-arith-sft.jsonl"), "data.eval=", "total_steps=60", "checkpoint.every=0", "checkpoint.keep=1"})
+		if warm.err == nil {
+			warm.err = trainer.RunSFT(context.Background(), cfg, "", trainer.RunOptions{})
+		}
+		warm.ckpt = filepath.Join(cfg.RunDir, "checkpoints", "step-000060")
+	})
+	if warm.err != nil {
+		t.Fatalf("warming the tiny model: %v", warm.err)
+	}
+	return warm.ckpt
+}
+
+// Cleanup removes the warmed model's directory.
+func Cleanup() {
+	if warm.dir != "" {
+		os.RemoveAll(warm.dir)
+	}
+}
+
+// LANPOData is the tiny LANPO data set.
+var LANPOData = Path("configs/data/tiny-arith-lanpo.jsonl")
+
+// LANPOConfig is configs/tiny-lanpo.yaml from the warmed-up tiny model in
+// a temporary directory, with overrides.
+func LANPOConfig(t testing.TB, sets ...string) trainer.Config {
+	t.Helper()
+	cfg, err := trainer.LoadConfig(Path("configs/tiny-lanpo.yaml"), append([]string{
+		"run_dir=" + filepath.Join(t.TempDir(), "run"), "data.train=" + LANPOData, "model=" + WarmTiny(t), "total_steps=4",
+		"checkpoint.every=1", "checkpoint.keep=10",
+	}, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// LoadWarm loads the warmed tiny model and its tokenizer on the test's
+// locked thread (closed at its end).
+func LoadWarm(t testing.TB) (*model.Model, *tokenizer.Tokenizer) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	dir := WarmTiny(t)
+	m, err := model.Load(dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, tk
+}
