@@ -5,18 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"runtime"
 	"time"
 
+	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
-	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -28,8 +27,8 @@ import (
 // held-out problems: greedy zero-shot for all, and for LANPO also
 // retrieval-augmented (its own pool) and self-corrective.
 
-// DemoOptions choose the demo's size and arms.
-type DemoOptions struct {
+// Options choose the demo's size and arms.
+type Options struct {
 	RunDir string
 	Seed   int64
 	Fast   bool      // ≤ 2 minutes: fewer steps, for tests
@@ -148,199 +147,9 @@ func split(seed int64, p demoPlan) demoSplit {
 	return d
 }
 
-// demoRun is one demo's data and stage configurations.
-type demoRun struct {
-	split demoSplit
-	sft   trainer.Config
-	arms  map[string]trainer.Config
-	bench []Benchmark // held out, one benchmark per level
-}
-
-// prepare writes the demo's data under runDir and returns the SFT and RL
-// configurations.
-func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64, sftFrom string) (demoRun, error) {
-	dataDir := filepath.Join(runDir, "data")
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return demoRun{}, err
-	}
-	d := demoRun{split: split(runSeed, p), arms: map[string]trainer.Config{}}
-	promptsPath := filepath.Join(dataDir, "prompts.yaml")
-	if err := os.WriteFile(promptsPath, []byte(demoPrompts), 0o644); err != nil {
-		return d, err
-	}
-
-	base := trainer.DefaultConfig()
-	base.Model = "builtin:small"
-	base.Seed = uint64(runSeed)
-	base.Data.SystemPrompt = demoSystem
-	base.Data.PromptTemplate = "{problem}"
-	base.Checkpoint = trainer.CheckpointConfig{Every: 0, Keep: 1}
-	base.LANPO.Prompts = promptsPath
-
-	// SFT data: answers in two forms, and the world's skill examples.
-	b, err := seed.NewBuilder(base, nil)
-	if err != nil {
-		return d, err
-	}
-	pick := rand.New(rand.NewSource(runSeed + 2000)) // its own stream: the problems do not depend on the mix
-	var chats []seed.Example
-	for _, it := range d.split.sftAnswers {
-		answer := it.Brief
-		if pick.Float64() < p.workedFrac {
-			answer = it.Solution
-		}
-		chats = append(chats, b.Answer(it.ID, it.Problem, answer))
-	}
-	chats = append(chats, worldSeed(b, d.split.sft, runSeed+3000, p.skillExamples)...)
-	rng := rand.New(rand.NewSource(runSeed + 4000))
-	rng.Shuffle(len(chats), func(i, j int) { chats[i], chats[j] = chats[j], chats[i] })
-	for _, f := range []struct {
-		name string
-		rows any
-	}{{"sft.jsonl", chats}, {"rl.jsonl", d.split.rl}, {"heldout.jsonl", d.split.heldOut}} {
-		var err error
-		switch rows := f.rows.(type) {
-		case []seed.Example:
-			err = jsonl.WriteFile(filepath.Join(dataDir, f.name), rows)
-		case []Item:
-			err = jsonl.WriteFile(filepath.Join(dataDir, f.name), rows)
-		}
-		if err != nil {
-			return d, err
-		}
-	}
-	for lv := 1; lv <= MaxLevel; lv++ {
-		var items []Item
-		for _, it := range d.split.heldOut {
-			if it.Level == lv {
-				items = append(items, it)
-			}
-		}
-		path := filepath.Join(dataDir, fmt.Sprintf("heldout-L%d.jsonl", lv))
-		if err := jsonl.WriteFile(path, items); err != nil {
-			return d, err
-		}
-		bench, err := LoadBenchmark(fmt.Sprintf("level%d", lv), path, 0)
-		if err != nil {
-			return d, err
-		}
-		d.bench = append(d.bench, bench)
-	}
-
-	// Stage 1: SFT from scratch.
-	sft := base
-	sft.RunDir = filepath.Join(runDir, "sft")
-	sft.TotalSteps = p.sftSteps
-	sft.Data.Train = filepath.Join(dataDir, "sft.jsonl")
-	// Skill examples are ≈ 160-220 tokens, answers ≈ 70-120: packing by length
-	// keeps short ones from paying for the long ones' padding.
-	sft.SFT = trainer.SFTConfig{MaxLen: 224, MicroBatchSize: 32, GradAccum: 1, MaxTokensPerMicroBatch: 2048}
-	sft.Optim = trainer.OptimConfig{LR: 3e-3, Schedule: "cosine", WarmupSteps: 50, MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
-	d.sft = sft
-
-	// Stage 2: the RL arms from the SFT checkpoint, same seeds and budget.
-	rl := base
-	rl.Model = stepDir(sft.RunDir, sft.TotalSteps)
-	if sftFrom != "" {
-		rl.Model = sftFrom
-	}
-	rl.TotalSteps = p.rlSteps
-	rl.Data.Train = filepath.Join(dataDir, "rl.jsonl")
-	rl.Rollout = trainer.RolloutConfig{PromptsPerStep: 16, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: demoMaxNew}
-	rl.Algo.MicroBatchSize = 64
-	rl.Algo.MaxTokensPerMicroBatch = 6144
-	rl.Algo.LossAggMode = trainer.AggTokenMean
-	rl.Optim = trainer.OptimConfig{LR: p.rlLR, Schedule: "constant", Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
-	rl.Eval = trainer.EvalConfig{Every: p.evalEvery, K: 1, TopP: 1, MaxNewTokens: demoMaxNew, BatchSize: 64, Seed: 1}
-	for _, bench := range d.bench {
-		rl.Eval.Bench = append(rl.Eval.Bench, bench.Path)
-	}
-	rl.LANPO.SummaryFieldTokens, rl.LANPO.PlanTokens, rl.LANPO.MaxContextTokens = 32, 48, 160
-	rl.LANPO.SummariesPerGroup, rl.LANPO.MaxRelatedProblems, rl.LANPO.LessonsPerProblem = 1, 1, 1
-	// The relevance floor's default is calibrated on a real 0.5B model's
-	// hidden states; the demo's tiny model has its own scale, and the
-	// demo's measured comparison (docs) ran with γ alone.
-	noFloor := 0.0
-	rl.LANPO.RelevanceFloor = &noFloor
-	// The fixed centre is a set of MATH problems; the demo world's own
-	// problems are the meaningful "problems in general" here, as when its
-	// comparison was measured.
-	rl.LANPO.EmbeddingCentre = "batch"
-	if pt > 0 {
-		rl.LANPO.FeedbackRatio = pt
-	}
-	for _, arm := range arms {
-		c := rl
-		c.RunDir = filepath.Join(runDir, arm)
-		switch arm {
-		case ArmGRPO:
-			c.Algo.Name = trainer.AlgoGRPO
-		case ArmLANPO:
-			c.Algo.Name = trainer.AlgoLANPO
-		case ArmLANPOOriginal:
-			c.Algo.Name = trainer.AlgoLANPO
-			c.LANPO.TrainPrompt = "original"
-		default:
-			return d, fmt.Errorf("demo arm %q: want %s, %s or %s", arm, ArmGRPO, ArmLANPO, ArmLANPOOriginal)
-		}
-		c.Log.Rollouts = arm != ArmGRPO
-		if err := c.Validate(); err != nil {
-			return d, fmt.Errorf("demo arm %s: %w", arm, err)
-		}
-		d.arms[arm] = c
-	}
-	return d, nil
-}
-
-// stepDir is the checkpoint directory of a step of a run.
-func stepDir(runDir string, step int) string {
-	return filepath.Join(runDir, "checkpoints", fmt.Sprintf("step-%06d", step))
-}
-
-// DemoResults is RUN_DIR/demo_results.json: each stage's held-out accuracy
-// by mode and level, the split sizes and how often feedback was available.
-type DemoResults struct {
-	Seed   int64                    `json:"seed"`
-	Sizes  map[string]int           `json:"sizes"`
-	Stages []StageResult            `json:"stages"`
-	Usage  map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
-}
-
-// StageResult is one model's held-out evaluation.
-type StageResult struct {
-	Stage string       `json:"stage"` // sft, grpo, lanpo, lanpo-original
-	Modes []ModeResult `json:"modes"`
-}
-
-// ModeResult is one mode's accuracy per level.
-type ModeResult struct {
-	Mode    string          `json:"mode"`
-	Levels  []LevelAccuracy `json:"levels"`
-	Overall float64         `json:"overall"`
-	Worked  int             `json:"worked"`
-}
-
-// LevelAccuracy is greedy accuracy on one difficulty level.
-type LevelAccuracy struct {
-	Level    int     `json:"level"`
-	N        int     `json:"n"`
-	Correct  int     `json:"correct"`
-	Accuracy float64 `json:"accuracy"`
-	Worked   int     `json:"worked"` // answers that show column steps (ShowsSteps)
-}
-
-// FeedbackUsage totals a LANPO arm's prompts by what they got.
-type FeedbackUsage struct {
-	Prompts       int `json:"prompts"`
-	FeedbackAware int `json:"feedback_aware"`
-	Reflection    int `json:"reflection"`
-	Abstraction   int `json:"abstraction"`
-	Fallback      int `json:"fallback"`
-}
-
-// RunDemo runs the embedded math world end to end: data, a small model
+// Run runs the embedded math world end to end: data, a small model
 // from scratch, SFT, the RL arms, held-out evaluations and the report.
-func RunDemo(ctx context.Context, o DemoOptions) error {
+func Run(ctx context.Context, o Options) error {
 	start := time.Now()
 	p := plan(o.Fast)
 	if len(o.Arms) == 0 {
@@ -354,7 +163,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	res := DemoResults{Seed: o.Seed, Usage: map[string]FeedbackUsage{}, Sizes: map[string]int{
+	res := Results{Seed: o.Seed, Usage: map[string]FeedbackUsage{}, Sizes: map[string]int{
 		"heldout": len(d.split.heldOut), "rl_distinct": len(d.split.rl), "sft_distinct": len(d.split.sft), "sft_answers": len(d.split.sftAnswers),
 		"rl_prompt_draws": p.rlSteps * 16}}
 	sftModel := stepDir(d.sft.RunDir, d.sft.TotalSteps)
@@ -376,7 +185,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 		cfg := d.arms[arm]
 		fmt.Fprintf(o.Log, "demo: stage 2: %s, %d steps\n", arm, cfg.TotalSteps)
 		opts := trainer.RunOptions{Progress: o.Progress}
-		if opts.Evaluate, err = TrainingEvaluator(cfg, true); err != nil {
+		if opts.Evaluate, err = trainer.TrainingEvaluator(cfg, true); err != nil {
 			return err
 		}
 		if err := trainer.RunGRPO(ctx, cfg, "", opts); err != nil {
@@ -425,82 +234,20 @@ func (d demoRun) evaluate(runDir, stage, dir string, cfg trainer.Config, p *pool
 	if err != nil {
 		return StageResult{}, err
 	}
-	modes := []string{ModeZeroShot}
+	modes := []string{eval.ModeZeroShot}
 	if p != nil {
-		modes = append(modes, ModeRetrieval, ModeSelfCorrect)
+		modes = append(modes, eval.ModeRetrieval, eval.ModeSelfCorrect)
 	}
 	cfg.Data.SystemPrompt, cfg.Data.PromptTemplate = demoSystem, "{problem}"
 	out := filepath.Join(runDir, "eval-"+stage)
 	os.RemoveAll(out)
-	if _, err := Run(m, tk, Options{Benchmarks: d.bench, Modes: modes, K: 1, Config: cfg, Pool: p, Out: out, Batch: 128,
+	if _, err := eval.Run(m, tk, eval.Options{Benchmarks: d.bench, Modes: modes, K: 1, Feedback: cfg.FeedbackSettings(), Pool: p, Out: out, Batch: 128,
 		Sampling: model.SamplingParams{Temperature: 0, MaxNewTokens: demoMaxNew, Seed: 1}}); err != nil {
 		return StageResult{}, err
 	}
-	lines, err := jsonl.Read[SampleLine](filepath.Join(out, SamplesFile))
+	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(out, eval.SamplesFile))
 	if err != nil {
 		return StageResult{}, err
 	}
 	return stageResult(stage, modes, lines), nil
-}
-
-// stageResult tallies sample lines per mode and level (self-correct: the
-// answers after reflection).
-func stageResult(stage string, modes []string, lines []SampleLine) StageResult {
-	r := StageResult{Stage: stage}
-	for _, mode := range modes {
-		mr := ModeResult{Mode: mode}
-		byLevel := map[int]*LevelAccuracy{}
-		for _, l := range lines {
-			if l.Mode != mode || l.Stage == "first" {
-				continue
-			}
-			var lv int
-			fmt.Sscanf(l.Bench, "level%d", &lv)
-			la := byLevel[lv]
-			if la == nil {
-				la = &LevelAccuracy{Level: lv}
-				byLevel[lv] = la
-			}
-			la.N++
-			if l.Correct {
-				la.Correct++
-			}
-			if ShowsSteps(l.Response) {
-				la.Worked++
-			}
-		}
-		total, correct := 0, 0
-		for lv := 1; lv <= MaxLevel; lv++ {
-			if la := byLevel[lv]; la != nil {
-				la.Accuracy = float64(la.Correct) / float64(la.N)
-				mr.Levels = append(mr.Levels, *la)
-				total += la.N
-				correct += la.Correct
-				mr.Worked += la.Worked
-			}
-		}
-		if total > 0 {
-			mr.Overall = float64(correct) / float64(total)
-		}
-		r.Modes = append(r.Modes, mr)
-	}
-	return r
-}
-
-// feedbackUsage totals a LANPO run's prompt counters from metrics.jsonl.
-func feedbackUsage(runDir string) FeedbackUsage {
-	var u FeedbackUsage
-	rows, err := readMetrics(filepath.Join(runDir, "metrics.jsonl"))
-	if err != nil {
-		return u
-	}
-	num := func(r map[string]any, k string) int { v, _ := r[k].(float64); return int(v) }
-	for _, r := range rows {
-		u.Prompts += num(r, "lanpo_prompts")
-		u.FeedbackAware += num(r, "lanpo_feedback_aware")
-		u.Reflection += num(r, "lanpo_reflection")
-		u.Abstraction += num(r, "lanpo_abstraction")
-		u.Fallback += num(r, "lanpo_fallback_no_material") + num(r, "lanpo_fallback_not_relevant") + num(r, "lanpo_fallback_too_long")
-	}
-	return u
 }

@@ -76,7 +76,6 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	if err := o.defaults(); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
-	world := o.NNodes * o.NProcPerNode
 	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE")
 	if _, ok := lookupEnv(append(base, o.Env...), "OMP_NUM_THREADS"); !ok {
 		base = append(base, fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, runtime.NumCPU()/o.NProcPerNode)))
@@ -89,54 +88,68 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	defer signal.Stop(sigs)
 
 	var outMu, errMu sync.Mutex
-	type exit struct {
-		rank int
-		err  error
-	}
-	done := make(chan exit, o.NProcPerNode)
-	var procs []*exec.Cmd
+	done := make(chan rankExit, o.NProcPerNode)
+	running := map[int]*exec.Cmd{}
 	var flushers []func()
-	for local := 0; local < o.NProcPerNode; local++ {
-		rank := o.NodeRank*o.NProcPerNode + local
-		cmd := exec.Command(o.Exe, o.Args...)
-		cmd.Env = append(append([]string(nil), base...),
-			"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(local),
-			"WORLD_SIZE="+strconv.Itoa(world), "LOCAL_WORLD_SIZE="+strconv.Itoa(o.NProcPerNode),
-			"GROUP_RANK="+strconv.Itoa(o.NodeRank), "GROUP_WORLD_SIZE="+strconv.Itoa(o.NNodes),
-			"MASTER_ADDR="+o.MasterAddr, "MASTER_PORT="+strconv.Itoa(o.MasterPort),
-			"TORCHELASTIC_RESTART_COUNT=0")
-		cmd.Env = append(cmd.Env, o.Env...)
-		prefix := fmt.Sprintf("[rank %d] ", rank)
-		stdout := &lineWriter{w: o.Stdout, mu: &outMu, prefix: prefix}
-		stderr := &lineWriter{w: o.Stderr, mu: &errMu, prefix: prefix}
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-		flushers = append(flushers, stdout.flush, stderr.flush)
-		// Own process group: a Ctrl-C at the terminal reaches the launcher
-		// only, which forwards it once. Pdeathsig: a launcher killed outright
-		// takes its children with it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		// A grandchild holding the output pipes must not keep Wait forever.
-		cmd.WaitDelay = 5 * time.Second
-		if err := cmd.Start(); err != nil {
-			for _, p := range procs {
-				signalGroup(p, syscall.SIGKILL)
-				p.Wait()
-			}
-			return fmt.Errorf("launch: rank %d: %w", rank, err)
-		}
-		procs = append(procs, cmd)
-		go func(rank int, cmd *exec.Cmd) { done <- exit{rank, cmd.Wait()} }(rank, cmd)
-	}
 	defer func() {
 		for _, f := range flushers {
 			f()
 		}
 	}()
-
-	running := map[int]*exec.Cmd{}
-	for i, p := range procs {
-		running[o.NodeRank*o.NProcPerNode+i] = p
+	for local := 0; local < o.NProcPerNode; local++ {
+		rank := o.NodeRank*o.NProcPerNode + local
+		cmd, flush := o.rankCmd(base, local, &outMu, &errMu)
+		flushers = append(flushers, flush...)
+		if err := cmd.Start(); err != nil {
+			for _, p := range running {
+				signalGroup(p, syscall.SIGKILL)
+				p.Wait()
+			}
+			return fmt.Errorf("launch: rank %d: %w", rank, err)
+		}
+		running[rank] = cmd
+		go func(rank int, cmd *exec.Cmd) { done <- rankExit{rank, cmd.Wait()} }(rank, cmd)
 	}
+	return o.supervise(ctx, running, done, sigs)
+}
+
+// rankExit is how one rank's process ended.
+type rankExit struct {
+	rank int
+	err  error
+}
+
+// rankCmd is the command of this node's local-th rank: the torchrun
+// environment, its output lines prefixed with its rank (flush writes a
+// last unterminated line), in its own process group.
+func (o *LaunchOptions) rankCmd(base []string, local int, outMu, errMu *sync.Mutex) (cmd *exec.Cmd, flush []func()) {
+	rank := o.NodeRank*o.NProcPerNode + local
+	cmd = exec.Command(o.Exe, o.Args...)
+	cmd.Env = append(append([]string(nil), base...),
+		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(local),
+		"WORLD_SIZE="+strconv.Itoa(o.NNodes*o.NProcPerNode), "LOCAL_WORLD_SIZE="+strconv.Itoa(o.NProcPerNode),
+		"GROUP_RANK="+strconv.Itoa(o.NodeRank), "GROUP_WORLD_SIZE="+strconv.Itoa(o.NNodes),
+		"MASTER_ADDR="+o.MasterAddr, "MASTER_PORT="+strconv.Itoa(o.MasterPort),
+		"TORCHELASTIC_RESTART_COUNT=0")
+	cmd.Env = append(cmd.Env, o.Env...)
+	prefix := fmt.Sprintf("[rank %d] ", rank)
+	stdout := &lineWriter{w: o.Stdout, mu: outMu, prefix: prefix}
+	stderr := &lineWriter{w: o.Stderr, mu: errMu, prefix: prefix}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Own process group: a Ctrl-C at the terminal reaches the launcher
+	// only, which forwards it once. Pdeathsig: a launcher killed outright
+	// takes its children with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A grandchild holding the output pipes must not keep Wait forever.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd, []func(){stdout.flush, stderr.flush}
+}
+
+// supervise waits for the running ranks: it forwards signals to them, and
+// on the first failure (or ctx's end) stops the others — SIGTERM, then
+// SIGKILL after the grace period. It returns the first rank's failure, or
+// ctx's error.
+func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd, done <-chan rankExit, sigs <-chan os.Signal) error {
 	var first *ExitError
 	var ctxErr error
 	var forwarded os.Signal

@@ -12,14 +12,14 @@ import (
 // need no font files, and several series (two training arms, three eval
 // modes) share one chart.
 
-type series struct {
-	name   string
-	points [][2]float64 // (x, y)
+type Series struct {
+	Name   string
+	Points [][2]float64 // (x, y)
 }
 
-type chart struct {
-	title, xLabel, yLabel string
-	series                []series
+type Chart struct {
+	Title, XLabel, YLabel string
+	Series                []Series
 }
 
 var seriesColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"}
@@ -30,11 +30,11 @@ const (
 )
 
 // svg renders the chart; a chart without points renders as "".
-func (c chart) svg() string {
+func (c Chart) SVG() string {
 	minX, maxX, minY, maxY := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	n := 0
-	for _, s := range c.series {
-		for _, p := range s.points {
+	for _, s := range c.Series {
+		for _, p := range s.Points {
 			minX, maxX = math.Min(minX, p[0]), math.Max(maxX, p[0])
 			minY, maxY = math.Min(minY, p[1]), math.Max(maxY, p[1])
 			n++
@@ -51,7 +51,7 @@ func (c chart) svg() string {
 	py := func(y float64) float64 { return padTop + plotH - (y-y0)/(y1-y0)*plotH }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`, chartW, chartH, chartW, chartH)
-	fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padLeft, html.EscapeString(c.title))
+	fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padLeft, html.EscapeString(c.Title))
 	for _, t := range yt {
 		y := py(t)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>`, padLeft, y, chartW-padRight, y)
@@ -63,12 +63,12 @@ func (c chart) svg() string {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, x, chartH-padBottom+17, tickLabel(t))
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`, padLeft, padTop, plotW, plotH)
-	fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%s</text>`, padLeft+plotW/2, chartH-padBottom+34, html.EscapeString(c.xLabel))
-	fmt.Fprintf(&b, `<text transform="translate(14 %.0f) rotate(-90)" text-anchor="middle">%s</text>`, padTop+plotH/2, html.EscapeString(c.yLabel))
-	for i, s := range c.series {
+	fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%s</text>`, padLeft+plotW/2, chartH-padBottom+34, html.EscapeString(c.XLabel))
+	fmt.Fprintf(&b, `<text transform="translate(14 %.0f) rotate(-90)" text-anchor="middle">%s</text>`, padTop+plotH/2, html.EscapeString(c.YLabel))
+	for i, s := range c.Series {
 		color := seriesColors[i%len(seriesColors)]
 		var pts []string
-		for _, p := range s.points {
+		for _, p := range s.Points {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p[0]), py(p[1])))
 		}
 		if len(pts) == 1 {
@@ -81,7 +81,7 @@ func (c chart) svg() string {
 		if i >= 3 {
 			ly = chartH - 4
 		}
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s</text>`, lx, ly-6, color, lx+18, ly, html.EscapeString(s.name))
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s</text>`, lx, ly-6, color, lx+18, ly, html.EscapeString(s.Name))
 	}
 	b.WriteString("</svg>")
 	return b.String()

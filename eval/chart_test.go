@@ -25,17 +25,17 @@ func TestNiceTicks(t *testing.T) {
 // A chart carries its title, axis labels, tick labels and a legend entry
 // per series.
 func TestChartSVG(t *testing.T) {
-	c := chart{title: "held-out accuracy", xLabel: "step", yLabel: "accuracy", series: []series{
-		{name: "GRPO", points: [][2]float64{{0, 0.2}, {30, 0.4}, {60, 0.5}}},
-		{name: "LANPO", points: [][2]float64{{0, 0.2}, {30, 0.45}, {60, 0.55}}},
+	c := Chart{Title: "held-out accuracy", XLabel: "step", YLabel: "accuracy", Series: []Series{
+		{Name: "GRPO", Points: [][2]float64{{0, 0.2}, {30, 0.4}, {60, 0.5}}},
+		{Name: "LANPO", Points: [][2]float64{{0, 0.2}, {30, 0.45}, {60, 0.55}}},
 	}}
-	svg := c.svg()
+	svg := c.SVG()
 	for _, want := range []string{"<svg", "held-out accuracy", ">step<", ">accuracy<", ">GRPO<", ">LANPO<", ">0.6<", ">60<", "<polyline"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("the chart lacks %q", want)
 		}
 	}
-	if (chart{title: "empty"}).svg() != "" {
+	if (Chart{Title: "empty"}).SVG() != "" {
 		t.Error("a chart without points rendered")
 	}
 }

@@ -14,23 +14,33 @@ import (
 )
 
 // A run's report: RUN_DIR/report.html, charts inline as SVG. It reads what
-// the run wrote — metrics.jsonl of each stage (RUN_DIR itself, or
-// RUN_DIR/sft and RUN_DIR/rl for the demo), eval_*.json, evaluation
+// the run wrote — metrics.jsonl of each stage (RUN_DIR itself, or the
+// stage directories the caller names: the demo's), evaluation
 // summaries (RUN_DIR/summary.json for an evaluation directory,
 // RUN_DIR/eval/*/summary.json for a run) and config.resolved.yaml — so
 // `lanpo report RUN_DIR` can regenerate it.
 
-// WriteReport writes RUN_DIR/report.html from the files of a run.
-func WriteReport(runDir string) error {
-	var found []string
-	for _, s := range stageNames {
-		if _, err := os.Stat(filepath.Join(runDir, s, "metrics.jsonl")); err == nil {
+// Stage is a training stage's directory under a run and its title.
+type Stage struct{ Dir, Title string }
+
+// Section writes a part of a report's body from a run's files (nothing
+// when they are absent).
+type Section func(b *strings.Builder, runDir string) error
+
+// WriteReport writes RUN_DIR/report.html from the files of a run: the
+// sections first (the demo's), each evaluation summary, then the curves of
+// every stage whose directory holds a metrics.jsonl (none: RUN_DIR itself,
+// "Training").
+func WriteReport(runDir string, stages []Stage, sections ...Section) error {
+	var found []Stage
+	for _, s := range stages {
+		if _, err := os.Stat(filepath.Join(runDir, s.Dir, "metrics.jsonl")); err == nil {
 			found = append(found, s)
 		}
 	}
 	if len(found) == 0 {
 		if _, err := os.Stat(filepath.Join(runDir, "metrics.jsonl")); err == nil {
-			found = []string{"."}
+			found = []Stage{{".", "Training"}}
 		}
 	}
 	evals := evalSummaries(runDir)
@@ -39,34 +49,34 @@ func WriteReport(runDir string) error {
 	}
 	var body strings.Builder
 	fmt.Fprintf(&body, "<h1>lanpo run report</h1><p>%s</p>", html.EscapeString(runDir))
-	if err := writeDemo(&body, runDir); err != nil {
-		return err
+	for _, section := range sections {
+		if err := section(&body, runDir); err != nil {
+			return err
+		}
 	}
 	for _, e := range evals {
 		fmt.Fprintf(&body, "<h2>Evaluation: %s</h2>", html.EscapeString(e.name))
 		writeEvalTable(&body, e.sums)
 	}
 	for _, stage := range found {
-		rows, err := readMetrics(filepath.Join(runDir, stage, "metrics.jsonl"))
+		rows, err := ReadMetrics(filepath.Join(runDir, stage.Dir, "metrics.jsonl"))
 		if err != nil {
 			return err
 		}
-		title := map[string]string{"sft": "Stage 1: SFT", "rl": "Stage 2: GRPO", ArmGRPO: "Stage 2: GRPO", ArmLANPO: "Stage 2: LANPO",
-			ArmLANPOOriginal: "Stage 2: LANPO (train_prompt: original)", ".": "Training"}[stage]
-		fmt.Fprintf(&body, "<h2>%s</h2>", title)
+		fmt.Fprintf(&body, "<h2>%s</h2>", stage.Title)
 		charts := [][]string{{"loss"}, {"eval_loss"}, {"reward_mean", "accuracy"}, {"response_length_mean"}, {"entropy"}, {"kl", "clip_frac"},
 			{"accuracy_feedback", "accuracy_scratch"}, {"pool_entries"}}
 		for _, keys := range charts {
-			c := chart{title: strings.Join(keys, ", "), xLabel: "step", yLabel: strings.Join(keys, ", ")}
+			c := Chart{Title: strings.Join(keys, ", "), XLabel: "step", YLabel: strings.Join(keys, ", ")}
 			for _, k := range keys {
-				c.series = append(c.series, metricSeries(rows, k))
+				c.Series = append(c.Series, MetricSeries(rows, k))
 			}
-			writeChart(&body, c)
+			WriteChart(&body, c)
 		}
 		for _, c := range evalCurves(rows) {
-			writeChart(&body, c)
+			WriteChart(&body, c)
 		}
-		if cfg, err := os.ReadFile(filepath.Join(runDir, stage, "config.resolved.yaml")); err == nil {
+		if cfg, err := os.ReadFile(filepath.Join(runDir, stage.Dir, "config.resolved.yaml")); err == nil {
 			fmt.Fprintf(&body, "<details><summary>config</summary><pre>%s</pre></details>", html.EscapeString(string(cfg)))
 		}
 	}
@@ -76,41 +86,41 @@ func WriteReport(runDir string) error {
 	return os.WriteFile(filepath.Join(runDir, "report.html"), []byte(page), 0o644)
 }
 
-// metricSeries is a metric against step (NaN/Inf and missing values left out).
-func metricSeries(rows []map[string]any, key string) series {
-	s := series{name: key}
+// MetricSeries is a metric against step (NaN/Inf and missing values left out).
+func MetricSeries(rows []map[string]any, key string) Series {
+	s := Series{Name: key}
 	for _, r := range rows {
 		if v, ok := r[key].(float64); ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
-			s.points = append(s.points, [2]float64{r["step"].(float64), v})
+			s.Points = append(s.Points, [2]float64{r["step"].(float64), v})
 		}
 	}
 	return s
 }
 
-// writeChart adds a chart unless it has nothing to show (no points, or
+// WriteChart adds a chart unless it has nothing to show (no points, or
 // only zeros: accuracy during SFT, KL without a reference).
-func writeChart(b *strings.Builder, c chart) {
-	var kept []series
+func WriteChart(b *strings.Builder, c Chart) {
+	var kept []Series
 	nonzero := false
-	for _, s := range c.series {
-		if len(s.points) == 0 {
+	for _, s := range c.Series {
+		if len(s.Points) == 0 {
 			continue
 		}
 		kept = append(kept, s)
-		for _, p := range s.points {
+		for _, p := range s.Points {
 			nonzero = nonzero || p[1] != 0
 		}
 	}
 	if len(kept) == 0 || !nonzero {
 		return
 	}
-	c.series = kept
-	fmt.Fprintf(b, "<figure>%s</figure>", c.svg())
+	c.Series = kept
+	fmt.Fprintf(b, "<figure>%s</figure>", c.SVG())
 }
 
 // evalCurves are the eval/BENCH/MODE/METRIC keys of metrics.jsonl, one chart
 // per benchmark with a series per mode and metric.
-func evalCurves(rows []map[string]any) []chart {
+func evalCurves(rows []map[string]any) []Chart {
 	var keys []string
 	seen := map[string]bool{}
 	for _, r := range rows {
@@ -122,7 +132,7 @@ func evalCurves(rows []map[string]any) []chart {
 		}
 	}
 	sort.Strings(keys)
-	byBench := map[string]*chart{}
+	byBench := map[string]*Chart{}
 	var order []string
 	for _, k := range keys {
 		parts := strings.SplitN(strings.TrimPrefix(k, "eval/"), "/", 2)
@@ -131,15 +141,15 @@ func evalCurves(rows []map[string]any) []chart {
 		}
 		c := byBench[parts[0]]
 		if c == nil {
-			c = &chart{title: "evaluation: " + parts[0], xLabel: "training step", yLabel: "accuracy"}
+			c = &Chart{Title: "evaluation: " + parts[0], XLabel: "training step", YLabel: "accuracy"}
 			byBench[parts[0]] = c
 			order = append(order, parts[0])
 		}
-		s := metricSeries(rows, k)
-		s.name = parts[1]
-		c.series = append(c.series, s)
+		s := MetricSeries(rows, k)
+		s.Name = parts[1]
+		c.Series = append(c.Series, s)
 	}
-	var out []chart
+	var out []Chart
 	for _, b := range order {
 		out = append(out, *byBench[b])
 	}
@@ -195,4 +205,5 @@ func writeEvalTable(b *strings.Builder, sums []Summary) {
 	b.WriteString("</table>")
 }
 
-func readMetrics(path string) ([]map[string]any, error) { return jsonl.Read[map[string]any](path) }
+// ReadMetrics reads a metrics.jsonl.
+func ReadMetrics(path string) ([]map[string]any, error) { return jsonl.Read[map[string]any](path) }

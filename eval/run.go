@@ -4,19 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"os"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog/log"
 
-	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
@@ -24,8 +19,6 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
-	"github.com/lanpo-rl/lanpo/reward"
-	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // Evaluation modes (LANPO's three inference modes).
@@ -44,11 +37,13 @@ type Options struct {
 	Modes      []string
 	K          int                  // samples per problem (per first attempt in self-correct)
 	Sampling   model.SamplingParams // temperature (0: greedy), top-p/k, max new tokens, seed
-	// Config gives the prompts: data.prompt_template, data.system_prompt,
-	// rollout.enable_thinking and the lanpo section (retrieval's scorer,
-	// γ, condenser; the reflection prompt).
-	Config trainer.Config
-	Pool   *pool.Pool // retrieval's pool
+	// Feedback gives the prompts: the solve prompt's format
+	// (data.prompt_template, data.system_prompt, rollout.enable_thinking),
+	// the lanpo section (retrieval's scorer, γ, condenser; the reflection
+	// prompt), rollout's memory caps and the run seed (Config.FeedbackSettings
+	// in package trainer).
+	Feedback feedback.Settings
+	Pool     *pool.Pool // retrieval's pool
 	// NearDuplicate is the pool.Similarity at or above which a pool or
 	// training problem is a benchmark problem's twin, for the contamination
 	// count and Decontaminate; 0: the pool's threshold (pool.Config), or
@@ -61,25 +56,6 @@ type Options struct {
 	Resume        bool
 	Batch         int       // problems per generation call
 	Progress      io.Writer // a terminal for the progress line, or nil
-}
-
-// runRecord is what eval.json records of a run, so --resume continues
-// only the same evaluation.
-type runRecord struct {
-	Benchmarks  []string `json:"benchmarks"` // name=path:count
-	Modes       []string `json:"modes"`
-	K           int      `json:"k"`
-	Temperature float64  `json:"temperature"`
-	TopP        float64  `json:"top_p"`
-	TopK        int64    `json:"top_k"`
-	MaxNew      int      `json:"max_new_tokens"`
-	Seed        uint64   `json:"seed"`
-	Batch       int      `json:"batch"`
-	Template    string   `json:"prompt_template"`
-	System      string   `json:"system_prompt"`
-	// Decontaminate: the training files benchmark problems were checked
-	// against (Benchmarks counts what is left).
-	Decontaminate []string `json:"decontaminate,omitempty"`
 }
 
 // Files of an evaluation directory.
@@ -107,9 +83,9 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	if o.Benchmarks, contamination.Dropped, err = Decontaminate(o.Benchmarks, o.Decontaminate, contamination.NearDuplicate); err != nil {
 		return nil, err
 	}
-	cfg := o.Config
-	cfg.Rollout.MaxNewTokens = o.Sampling.MaxNewTokens
-	fb, err := feedback.NewBuilder(m, tk, cfg.FeedbackSettings(), o.Pool)
+	fs := o.Feedback
+	fs.MaxNewTokens = o.Sampling.MaxNewTokens
+	fb, err := feedback.NewBuilder(m, tk, fs, o.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -208,143 +184,6 @@ func (o *Options) validate() error {
 	return o.Sampling.Validate()
 }
 
-func (o *Options) record() runRecord {
-	r := runRecord{Modes: o.Modes, K: o.K, Temperature: o.Sampling.Temperature, TopP: o.Sampling.TopP, TopK: o.Sampling.TopK,
-		MaxNew: o.Sampling.MaxNewTokens, Seed: o.Sampling.Seed, Batch: o.Batch, Template: o.Config.Data.PromptTemplate, System: o.Config.Data.SystemPrompt,
-		Decontaminate: o.Decontaminate}
-	for _, b := range o.Benchmarks {
-		r.Benchmarks = append(r.Benchmarks, fmt.Sprintf("%s=%s:%d", b.Name, b.Path, len(b.Problems)))
-	}
-	return r
-}
-
-type batchKey struct {
-	bench, mode string
-	first       int
-}
-
-// open prepares the output directory: a new one gets eval.json; with
-// Resume, an existing one must hold the same evaluation, and its complete
-// batches are returned (a batch cut short by a kill is dropped from the
-// file and run again).
-func (o *Options) open() (map[batchKey][]SampleLine, *os.File, error) {
-	done := map[batchKey][]SampleLine{}
-	if o.Out == "" {
-		return done, nil, nil
-	}
-	if err := os.MkdirAll(o.Out, 0o755); err != nil {
-		return nil, nil, err
-	}
-	rec, _ := json.MarshalIndent(o.record(), "", "  ")
-	recPath, samples := filepath.Join(o.Out, recordFile), filepath.Join(o.Out, SamplesFile)
-	_, statErr := os.Stat(samples)
-	switch {
-	case statErr == nil && !o.Resume:
-		return nil, nil, fmt.Errorf("%s already has results (%s): pass --resume to continue them, or choose another --out", o.Out, SamplesFile)
-	case statErr == nil:
-		old, err := os.ReadFile(recPath)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--resume: %w", err)
-		}
-		var was runRecord
-		if err := json.Unmarshal(old, &was); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", recPath, err)
-		}
-		if diff := recordDiff(was, o.record()); diff != "" {
-			return nil, nil, fmt.Errorf("--resume: %s holds another evaluation (%s differs); choose another --out", o.Out, diff)
-		}
-		lines, err := readSamples(samples)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, l := range lines {
-			k := batchKey{l.Bench, l.Mode, l.Batch}
-			done[k] = append(done[k], l)
-		}
-		for k, ls := range done {
-			if len(ls) != o.batchLines(k) {
-				delete(done, k)
-			}
-		}
-		var keep []SampleLine
-		for _, l := range lines {
-			if _, ok := done[batchKey{l.Bench, l.Mode, l.Batch}]; ok {
-				keep = append(keep, l)
-			}
-		}
-		if err := jsonl.WriteFile(samples, keep); err != nil {
-			return nil, nil, err
-		}
-		log.Info().Int("batches", len(done)).Str("dir", o.Out).Msg("resuming an evaluation")
-	default:
-		if err := fsutil.WriteFileSync(recPath, append(rec, '\n')); err != nil {
-			return nil, nil, err
-		}
-	}
-	f, err := os.OpenFile(samples, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	return done, f, err
-}
-
-// batchLines is how many sample lines a complete batch has.
-func (o *Options) batchLines(k batchKey) int {
-	for _, b := range o.Benchmarks {
-		if b.Name == k.bench {
-			n := min(o.Batch, len(b.Problems)-k.first) * o.K
-			if k.mode == ModeSelfCorrect {
-				n *= 2
-			}
-			return n
-		}
-	}
-	return -1
-}
-
-func recordDiff(a, b runRecord) string {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	for i := 0; i < va.NumField(); i++ {
-		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
-			return va.Type().Field(i).Tag.Get("json")
-		}
-	}
-	return ""
-}
-
-// readSamples reads samples.jsonl; a last line cut short (a kill while it
-// was written) is dropped, any other bad line is an error naming it.
-func readSamples(path string) ([]SampleLine, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []SampleLine
-	lines := strings.Split(string(raw), "\n")
-	for i, l := range lines {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		var s SampleLine
-		if err := json.Unmarshal([]byte(l), &s); err != nil {
-			if i == len(lines)-1 {
-				log.Warn().Str("file", path).Int("line", i+1).Msg("dropping a line cut short")
-				break
-			}
-			return nil, fmt.Errorf("%s:%d: %w", path, i+1, err)
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-func appendLines(f *os.File, lines []SampleLine) error {
-	enc := jsonl.Encoder(f)
-	for _, l := range lines {
-		if err := enc.Encode(l); err != nil {
-			return err
-		}
-	}
-	return f.Sync()
-}
-
 // SampleLine is one line of samples.jsonl: one sample of one problem.
 type SampleLine struct {
 	Bench     string  `json:"bench"`
@@ -362,135 +201,4 @@ type SampleLine struct {
 	Context   bool    `json:"context,omitempty"` // retrieval: the prompt carried a plan
 	Nearest   string  `json:"nearest_pool_problem,omitempty"`
 	NearSim   float64 `json:"nearest_similarity,omitempty"`
-}
-
-// evaluator runs batches.
-type evaluator struct {
-	m  *model.Model
-	tk *tokenizer.Tokenizer
-	fb *feedback.Builder
-	o  Options
-}
-
-// streamBase keys a benchmark and mode's random streams.
-func streamSeed(seed uint64, bench, mode string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(bench + "\x00" + mode))
-	return seed ^ h.Sum64()
-}
-
-// batch evaluates problems [lo, hi) of b in one mode.
-func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, error) {
-	probs := b.Problems[lo:hi]
-	prompts := make([][]int64, len(probs))
-	withContext := make([]bool, len(probs))
-	for i, p := range probs {
-		ids, err := e.fb.Solve(p.Problem)
-		if err != nil {
-			return nil, fmt.Errorf("problem %s: %w", p.ID, err)
-		}
-		prompts[i] = ids
-	}
-	if mode == ModeRetrieval {
-		texts, idx := make([]string, len(probs)), make([]int, len(probs))
-		for i, p := range probs {
-			texts[i], idx[i] = p.Problem, lo+i
-		}
-		ids, err := e.fb.Abstraction(texts, idx)
-		if err != nil {
-			return nil, err
-		}
-		for i := range ids {
-			if ids[i] != nil {
-				prompts[i], withContext[i] = ids[i], true
-			}
-		}
-	}
-	first, err := e.sample(b, mode, lo, prompts, e.o.K, 0)
-	if err != nil {
-		return nil, err
-	}
-	var lines []SampleLine
-	for i, p := range probs {
-		for j, s := range first[i] {
-			l := e.line(b, mode, lo, p, j, prompts[i], s)
-			l.Context = withContext[i]
-			if mode == ModeRetrieval {
-				if id, sim, ok := e.o.Pool.NearestProblem(p.Problem); ok {
-					l.Nearest, l.NearSim = id, sim
-				}
-			}
-			if mode == ModeSelfCorrect {
-				l.Stage = "first"
-			}
-			lines = append(lines, l)
-		}
-	}
-	if mode != ModeSelfCorrect {
-		return lines, nil
-	}
-	// Second attempts: each first attempt, shown with the training run's
-	// reflection prompt (which never says whether it was right).
-	var second [][]int64
-	for i, p := range probs {
-		for _, s := range first[i] {
-			ids, ok, err := e.fb.Reflection(p.Problem, e.text(s))
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				ids = prompts[i] // did not fit: the problem alone
-			}
-			second = append(second, ids)
-		}
-	}
-	redo, err := e.sample(b, mode, lo*e.o.K, second, 1, 1)
-	if err != nil {
-		return nil, err
-	}
-	for i, p := range probs {
-		for j := range first[i] {
-			r := i*e.o.K + j
-			l := e.line(b, mode, lo, p, j, second[r], redo[r][0])
-			l.Stage = "reflect"
-			lines = append(lines, l)
-		}
-	}
-	return lines, nil
-}
-
-// sample draws k samples for each prompt; prompt i's randomness is stream
-// first+i of (seed, benchmark, mode, stage).
-func (e *evaluator) sample(b Benchmark, mode string, first int, prompts [][]int64, k, stage int) ([][]model.Sample, error) {
-	reqs := make([]model.Request, len(prompts))
-	streams := make([]int, len(prompts))
-	for i, ids := range prompts {
-		reqs[i], streams[i] = model.Request{PromptIDs: ids, Samples: k}, first+i
-	}
-	p := e.o.Sampling
-	p.Seed = streamSeed(p.Seed, b.Name, fmt.Sprintf("%s/%d", mode, stage))
-	var res []model.Sample
-	err := csrc.NoGrad(func() (err error) {
-		res, err = e.m.GenerateAt(reqs, streams, p, e.o.Config.Rollout.GenerateOptions())
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]model.Sample, len(prompts))
-	for _, s := range res {
-		out[s.Prompt] = append(out[s.Prompt], s)
-	}
-	return out, nil
-}
-
-func (e *evaluator) text(s model.Sample) string { return e.tk.Decode(tokenizer.Ints(s.IDs), true) }
-
-// line verifies one sample and describes it.
-func (e *evaluator) line(b Benchmark, mode string, lo int, p Problem, j int, prompt []int64, s model.Sample) SampleLine {
-	text := e.text(s)
-	truncated := s.FinishReason == "length"
-	v := reward.VerifyResponse(text, p.Answer, truncated, reward.Options{})
-	return SampleLine{Bench: b.Name, Mode: mode, Batch: lo, ProblemID: p.ID, Sample: j, Prompt: e.tk.Decode(tokenizer.Ints(prompt), false),
-		Response: text, Extracted: v.Extracted, Correct: v.Correct, Tokens: len(s.IDs), Truncated: truncated}
 }

@@ -2,39 +2,35 @@ package eval
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/internal/modeltest"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
-	"github.com/lanpo-rl/lanpo/trainer"
+)
+
+// Set by main_test.go (package eval_test, which may import trainer; this
+// package may not): the built-in model writer and the default config's
+// feedback settings.
+var (
+	WriteBuiltin    func(name, dir string, seed int64) error
+	DefaultFeedback func() feedback.Settings
 )
 
 // tinyModel writes the built-in tiny model and loads it with its tokenizer.
 func tinyModel(t *testing.T) (*model.Model, *tokenizer.Tokenizer) {
 	t.Helper()
-	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
 	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := trainer.WriteBuiltin("tiny", dir, 1); err != nil {
+	if err := WriteBuiltin("tiny", dir, 1); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	tk, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, tk
+	return modeltest.Load(t, dir)
 }
 
 // handPool is a pool of a few arithmetic problems with written lessons.
@@ -57,12 +53,12 @@ func evalOptions(t *testing.T, out string, p *pool.Pool) Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := trainer.DefaultConfig()
-	cfg.LANPO.Similarity, cfg.LANPO.SimilarityThreshold, cfg.LANPO.MaxContextTokens = "bm25", 0, 64
+	fs := DefaultFeedback()
+	fs.LANPO.Similarity, fs.LANPO.SimilarityThreshold, fs.LANPO.MaxContextTokens = "bm25", 0, 64
 	noFloor := 0.0 // every candidate passes: the test reads plans
-	cfg.LANPO.RelevanceFloor = &noFloor
-	cfg.LANPO.PlanTokens, cfg.LANPO.AuxTemperature = 8, 1
-	return Options{Benchmarks: []Benchmark{b}, Modes: Modes, K: 2, Config: cfg, Pool: p, Out: out, Batch: 2,
+	fs.LANPO.RelevanceFloor = &noFloor
+	fs.LANPO.PlanTokens, fs.LANPO.AuxTemperature = 8, 1
+	return Options{Benchmarks: []Benchmark{b}, Modes: Modes, K: 2, Feedback: fs, Pool: p, Out: out, Batch: 2,
 		Sampling: model.SamplingParams{Temperature: 1, TopP: 1, MaxNewTokens: 12, Seed: 7}}
 }
 
@@ -99,7 +95,7 @@ func TestEvalAllModes(t *testing.T) {
 			t.Fatal("zero-shot prompt with an attempt")
 		}
 	}
-	if err := WriteReport(out); err != nil {
+	if err := WriteReport(out, nil); err != nil {
 		t.Fatal(err)
 	}
 	if page, _ := os.ReadFile(filepath.Join(out, "report.html")); !strings.Contains(string(page), "<th>pass@2</th>") || !strings.Contains(string(page), "first attempt") {
@@ -147,67 +143,5 @@ func TestEvalResume(t *testing.T) {
 	o.K = 3
 	if _, err := Run(m, tk, o); err == nil || !strings.Contains(err.Error(), `"k" differs`) && !strings.Contains(err.Error(), "k differs") {
 		t.Fatalf("resuming with another k: %v", err)
-	}
-}
-
-// TestTrainingWithEvaluationTrainsTheSame: a GRPO run that evaluates after
-// every step ends with the same weights as one that does not, and its
-// metrics lines carry the eval/ keys.
-func TestTrainingWithEvaluationTrainsTheSame(t *testing.T) {
-	dir := t.TempDir()
-	sft, err := trainer.LoadConfig("../configs/tiny-sft.yaml", []string{"run_dir=" + filepath.Join(dir, "sft"),
-		"data.train=../configs/data/tiny-arith-sft.jsonl", "data.eval=", "total_steps=60", "checkpoint.every=0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trainer.RunSFT(context.Background(), sft, "", trainer.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	warm := filepath.Join(sft.RunDir, "checkpoints", "step-000060")
-	run := func(name string, withEval bool) []byte {
-		sets := []string{"run_dir=" + filepath.Join(dir, name), "model=" + warm, "total_steps=3", "data.train=../configs/data/tiny-arith.jsonl"}
-		if withEval {
-			sets = append(sets, "eval.every=1", "eval.bench=[../configs/data/tiny-arith-lanpo.jsonl]", "eval.k=2", "eval.temperature=1",
-				"eval.max_new_tokens=8", "eval.modes=[zero-shot,self-correct]")
-		}
-		cfg, err := trainer.LoadConfig("../configs/tiny-grpo.yaml", sets)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := trainer.RunOptions{}
-		if withEval {
-			if opts.Evaluate, err = TrainingEvaluator(cfg, true); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := trainer.RunGRPO(context.Background(), cfg, "", opts); err != nil {
-			t.Fatal(err)
-		}
-		w, _ := os.ReadFile(filepath.Join(cfg.RunDir, "checkpoints", "step-000003", "model.safetensors"))
-		return w
-	}
-	without, with := run("without", false), run("with", true)
-	initial, _ := os.ReadFile(filepath.Join(warm, "model.safetensors"))
-	if bytes.Equal(without, initial) {
-		t.Fatal("training did not move the weights: the test compares nothing")
-	}
-	if !bytes.Equal(without, with) {
-		t.Fatal("evaluating during training changed the training")
-	}
-	rows, err := readMetrics(filepath.Join(dir, "with", "metrics.jsonl"))
-	if err != nil || len(rows) != 3 {
-		t.Fatalf("%d metric rows, %v", len(rows), err)
-	}
-	for _, k := range []string{"eval/tiny-arith-lanpo/zero-shot/mean@k", "eval/tiny-arith-lanpo/self-correct/first_attempt", "eval/tiny-arith-lanpo/zero-shot/pass@2"} {
-		if _, ok := rows[2][k].(float64); !ok {
-			t.Fatalf("metrics lack %s: %v", k, rows[2])
-		}
-	}
-	if err := WriteReport(filepath.Join(dir, "with")); err != nil {
-		t.Fatal(err)
-	}
-	page, _ := os.ReadFile(filepath.Join(dir, "with", "report.html"))
-	if !strings.Contains(string(page), "evaluation: tiny-arith-lanpo") || !strings.Contains(string(page), "Evaluation: eval/step-000003") {
-		t.Fatal("the run report lacks the evaluation curve or the last evaluation's table")
 	}
 }

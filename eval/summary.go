@@ -209,3 +209,22 @@ func PrintTable(w io.Writer, sums []Summary) {
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 }
+
+// Flatten names a summary's numbers BENCH/MODE/METRIC (mean@k, pass@K,
+// maj@k, and for self-correct first_attempt), as metrics.jsonl and reports
+// use them.
+func Flatten(sums []Summary) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range sums {
+		pre := s.Bench + "/" + s.Mode + "/"
+		out[pre+"mean@k"] = s.MeanAtK
+		out[pre+"maj@k"] = s.MajAtK
+		for _, kv := range s.PassAtK {
+			out[fmt.Sprintf("%spass@%d", pre, kv.K)] = kv.Value
+		}
+		if s.Mode == ModeSelfCorrect {
+			out[pre+"first_attempt"] = s.FirstAttempt
+		}
+	}
+	return out
+}

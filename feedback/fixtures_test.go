@@ -1,9 +1,9 @@
 package feedback
 
 import (
-	"runtime"
 	"testing"
 
+	"github.com/lanpo-rl/lanpo/internal/modeltest"
 	"github.com/lanpo-rl/lanpo/internal/pooltest"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -27,19 +27,7 @@ var (
 // loadWarm loads the warmed tiny model on the test's locked thread.
 func loadWarm(t *testing.T) (*model.Model, *tokenizer.Tokenizer) {
 	t.Helper()
-	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
-	dir := WarmTiny(t)
-	m, err := model.Load(dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	tk, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, tk
+	return modeltest.Load(t, WarmTiny(t))
 }
 
 // seededPool is pooltest.Seeded's pool of the tiny LANPO data set.

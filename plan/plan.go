@@ -69,49 +69,85 @@ type Result struct {
 
 const gib = 1 << 30
 
-// Plan computes the per-GPU memory of a run of cfg.
+// Plan computes the per-GPU memory of a run of cfg: the persistent state,
+// the update's peak and the rollout's, and with o.GPUMem whether they fit.
 func Plan(cfg *model.Config, o Options) (Result, error) {
+	if err := o.check(); err != nil {
+		return Result{}, err
+	}
+	b := &planner{cfg: cfg, o: o, r: Result{Params: cfg.ParamCount()}, phase: "always"}
+	b.state()
+	b.phase = "update"
+	b.update()
+	always := b.totals()
+	b.phase = "rollout"
+	b.rollout(always)
+	b.verdict(always)
+	return b.r, nil
+}
+
+func (o Options) check() error {
 	switch {
 	case o.GPUs < 1:
-		return Result{}, fmt.Errorf("--gpus must be ≥ 1")
+		return fmt.Errorf("--gpus must be ≥ 1")
 	case o.Zero < 0 || o.Zero > 2:
-		return Result{}, fmt.Errorf("--zero %d: lanpo has ZeRO stages 0, 1 and 2 (parameter sharding, stage 3, is not implemented)", o.Zero)
+		return fmt.Errorf("--zero %d: lanpo has ZeRO stages 0, 1 and 2 (parameter sharding, stage 3, is not implemented)", o.Zero)
 	case o.SeqLen < 1 || o.MicroTokens < 1:
-		return Result{}, fmt.Errorf("--seq-len and --micro-tokens must be ≥ 1")
+		return fmt.Errorf("--seq-len and --micro-tokens must be ≥ 1")
 	}
-	p := cfg.ParamCount()
-	r := Result{Params: p}
-	n := int64(o.GPUs)
-	shard := func(x int64, from int) (int64, string) {
-		if o.Zero >= from && o.GPUs > 1 {
-			return (x + n - 1) / n, fmt.Sprintf("sharded over %d GPUs (ZeRO-%d)", o.GPUs, o.Zero)
-		}
-		return x, "full on every GPU"
-	}
-	phase := "always"
-	add := func(name string, b int64, note string) { r.Lines = append(r.Lines, Line{name, b, phase, note}) }
+	return nil
+}
 
-	add("weights", p*o.DTypeBytes, fmt.Sprintf("%.2f B parameters × %d bytes", float64(p)/1e9, o.DTypeBytes))
+// planner builds a Result line by line, each line in the current phase.
+type planner struct {
+	cfg   *model.Config
+	o     Options
+	r     Result
+	phase string
+}
+
+func (b *planner) add(name string, bytes int64, note string) {
+	b.r.Lines = append(b.r.Lines, Line{name, bytes, b.phase, note})
+}
+
+// shard is x bytes as ZeRO stage from (or later) holds them on each GPU.
+func (b *planner) shard(x int64, from int) (int64, string) {
+	if n := int64(b.o.GPUs); b.o.Zero >= from && b.o.GPUs > 1 {
+		return (x + n - 1) / n, fmt.Sprintf("sharded over %d GPUs (ZeRO-%d)", b.o.GPUs, b.o.Zero)
+	}
+	return x, "full on every GPU"
+}
+
+// state is what every phase holds: weights, the reference model, fp32
+// masters and Adam's moments.
+func (b *planner) state() {
+	o, p := b.o, b.r.Params
+	b.add("weights", p*o.DTypeBytes, fmt.Sprintf("%.2f B parameters × %d bytes", float64(p)/1e9, o.DTypeBytes))
 	switch {
 	case o.KLBeta == 0:
-		add("reference model", 0, "none: kl_beta 0")
+		b.add("reference model", 0, "none: kl_beta 0")
 	case o.RefOffload:
-		add("reference model", 0, "offloaded to the host")
+		b.add("reference model", 0, "offloaded to the host")
 	default:
-		add("reference model", p*o.DTypeBytes, "a frozen copy for the KL term")
+		b.add("reference model", p*o.DTypeBytes, "a frozen copy for the KL term")
 	}
 	if o.MasterForWeight {
-		m, note := shard(4*p, 1)
-		add("fp32 master weights", m, note)
+		m, note := b.shard(4*p, 1)
+		b.add("fp32 master weights", m, note)
 	}
-	mom, note := shard(8*p, 1)
-	add("Adam moments (fp32 m, v)", mom, note)
-	phase = "update"
-	g, gnote := shard(p*o.DTypeBytes, 2)
+	mom, note := b.shard(8*p, 1)
+	b.add("Adam moments (fp32 m, v)", mom, note)
+}
+
+// update is what the update adds: gradients, a micro-batch's activations
+// and the fused log-prob op's buffers.
+func (b *planner) update() {
+	o, cfg, p := b.o, b.cfg, b.r.Params
+	g, gnote := b.shard(p*o.DTypeBytes, 2)
 	if o.Zero == 2 && !o.Checkpointing {
 		g, gnote = p*o.DTypeBytes, "full at the end of backward: ZeRO-2 frees gradient shards layer by layer only with activation checkpointing"
 	}
-	add("gradients", g, gnote)
+	b.add("gradients", g, gnote)
 
 	h, L, v := cfg.HiddenSize, cfg.NumHiddenLayers, cfg.VocabSize
 	tok := o.MicroTokens
@@ -136,25 +172,33 @@ func Plan(cfg *model.Config, o Options) (Result, error) {
 		act = tok*(perLayer+attn)*L + bwd
 		actNote = fmt.Sprintf("%d tokens × %d layers × %.0f KB per token and layer, and one layer's backward", tok, L, float64(perLayer+attn)/1024)
 	}
-	add("activations (micro-batch)", act, actNote)
+	b.add("activations (micro-batch)", act, actNote)
 	chunk := min(o.LogProbChunk, tok)
-	add("log-prob chunk buffer", chunk*v*4+tok*h*4, fmt.Sprintf("fp32 [%d, %d] logits chunk and fp32 hidden gradient", chunk, v))
-	var always int64
-	for _, l := range r.Lines {
+	b.add("log-prob chunk buffer", chunk*v*4+tok*h*4, fmt.Sprintf("fp32 [%d, %d] logits chunk and fp32 hidden gradient", chunk, v))
+}
+
+// totals sets the update's peak and returns what every phase holds.
+func (b *planner) totals() (always int64) {
+	for _, l := range b.r.Lines {
 		switch l.Phase {
 		case "always":
 			always += l.Bytes
 		case "update":
-			r.Update += l.Bytes
+			b.r.Update += l.Bytes
 		}
 	}
-	r.Update += always
-	// The rollout: the generation engine's own estimate (KV cache, decode
-	// and prefill buffers: model.Config.GenerationBytes), for every row at
-	// once or, where they do not fit beside the persistent state, for as
-	// many whole groups as do (rollout.gpu_memory_fraction splits a step's
-	// generation that way).
-	grp := max(o.RolloutGroup, 1)
+	b.r.Update += always
+	return always
+}
+
+// rollout is the generation engine's own estimate (KV cache, decode and
+// prefill buffers: model.Config.GenerationBytes), for every row at once
+// or, where they do not fit beside the persistent state, for as many whole
+// groups as do (rollout.gpu_memory_fraction splits a step's generation
+// that way).
+func (b *planner) rollout(always int64) {
+	o, cfg, r := b.o, b.cfg, &b.r
+	grp := groupSize(o)
 	lmax := o.RolloutPrompt
 	if lmax == 0 {
 		lmax = o.RolloutTokens / 4
@@ -163,43 +207,54 @@ func Plan(cfg *model.Config, o Options) (Result, error) {
 		return cfg.GenerationBytes(rows, (rows+grp-1)/grp, lmax, o.RolloutTokens, o.DTypeBytes, o.SDPA)
 	}
 	rows := o.RolloutRows
-	var head int64
 	if o.GPUMem > 0 {
-		head = int64(float64(o.GPUMem) * o.Headroom)
-		free := o.GPUMem - head - always
+		free := o.GPUMem - o.headroom() - always
 		r.RowsThatFit = 0
 		for n := grp; n <= max(o.RolloutRows, grp) && gen(n) <= free; n += grp {
 			r.RowsThatFit = n
 		}
 		rows = min(rows, r.RowsThatFit)
 	}
-	phase = "rollout"
 	if o.RolloutRows > 0 {
 		note := fmt.Sprintf("%d rows × %d positions: KV cache and decode buffers", rows, o.RolloutTokens)
 		if rows < o.RolloutRows && rows > 0 {
 			note = fmt.Sprintf("%d of the step's %d rows at once (%d generation batches) × %d positions", rows, o.RolloutRows, (o.RolloutRows+rows-1)/rows, o.RolloutTokens)
 		}
-		add("rollout (generation batch)", gen(rows), note)
+		b.add("rollout (generation batch)", gen(rows), note)
 		r.Rollout = always + gen(rows)
 	}
-	r.Total = max(r.Rollout, r.Update)
-	if o.GPUMem > 0 {
-		phase = "always"
-		add("headroom", head, fmt.Sprintf("%.0f%% of the GPU for the CUDA context and allocator fragmentation", 100*o.Headroom))
-		r.Total += head
-		// Generation splits into batches that fit, so the rollout fits when
-		// one group does; the update must fit whole.
-		updateFits := r.Update+head <= o.GPUMem
-		r.Fits = updateFits && (o.RolloutRows == 0 || r.RowsThatFit >= 1)
-		if o.RolloutRows > 0 && r.RowsThatFit == 0 {
-			r.Notes = append(r.Notes, fmt.Sprintf("not even one prompt's %d samples fit beside the persistent state (%.1f GiB)", grp, float64(always)/gib))
-		}
-		if !updateFits {
-			r.Notes = append(r.Notes, suggestions(r.Update+head-o.GPUMem, o)...)
-		}
-	}
-	return r, nil
 }
+
+// headroom is the share of the GPU kept for the CUDA context and the
+// allocator's fragmentation.
+func (o Options) headroom() int64 { return int64(float64(o.GPUMem) * o.Headroom) }
+
+// verdict sets the peak and, given the GPU's memory, whether the run fits
+// and what would make it fit.
+func (b *planner) verdict(always int64) {
+	o, r := b.o, &b.r
+	r.Total = max(r.Rollout, r.Update)
+	if o.GPUMem == 0 {
+		return
+	}
+	head := o.headroom()
+	b.phase = "always"
+	b.add("headroom", head, fmt.Sprintf("%.0f%% of the GPU for the CUDA context and allocator fragmentation", 100*o.Headroom))
+	r.Total += head
+	// Generation splits into batches that fit, so the rollout fits when
+	// one group does; the update must fit whole.
+	updateFits := r.Update+head <= o.GPUMem
+	r.Fits = updateFits && (o.RolloutRows == 0 || r.RowsThatFit >= 1)
+	if o.RolloutRows > 0 && r.RowsThatFit == 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("not even one prompt's %d samples fit beside the persistent state (%.1f GiB)", groupSize(o), float64(always)/gib))
+	}
+	if !updateFits {
+		r.Notes = append(r.Notes, suggestions(r.Update+head-o.GPUMem, o)...)
+	}
+}
+
+// groupSize is the rollout's group size (samples per prompt).
+func groupSize(o Options) int64 { return max(o.RolloutGroup, 1) }
 
 // suggestions name the settings that would lower the update's peak.
 func suggestions(over int64, o Options) []string {

@@ -1,9 +1,10 @@
 // Package pool is LANPO's experience pool: the policy's own past attempts
 // at training problems with its summaries of them, BM25 retrieval over
 // problem texts, near-duplicate detection, the relevance filter's cheap
-// scorer, and the text of every LANPO prompt (reflection, abstraction,
-// summarization, relevance rating). It is pure Go: it never touches
-// tensors; the trainer runs the model and hands text and numbers in.
+// scorer (the model-backed ones are in feedback/), and the text of every
+// LANPO prompt (reflection, abstraction, summarization, relevance rating).
+// It is pure Go: it never touches tensors; feedback/ runs the model and
+// hands text and numbers in.
 //
 // Two rules shape its API:
 //   - Reward-agnostic reflection: an Attempt (what a reflection prompt may

@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/demo"
 )
 
 func demoCommand() *cli.Command {
@@ -27,25 +27,25 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "run-dir", Value: "runs/demo"},
 			&cli.Int64Flag{Name: "seed", Value: 1},
 			&cli.BoolFlag{Name: "fast", Usage: "a short variant (for tests and a first look)"},
-			&cli.BoolFlag{Name: "compare", Usage: "run every RL arm: " + strings.Join(eval.Arms, ", ")},
+			&cli.BoolFlag{Name: "compare", Usage: "run every RL arm: " + strings.Join(demo.Arms, ", ")},
 			&cli.StringFlag{Name: "arms", Usage: "RL arms to run, comma-separated (default lanpo)"},
 			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default 0.75)"},
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
 		Action: func(c *cli.Context) error {
-			o := eval.DemoOptions{RunDir: c.String("run-dir"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
+			o := demo.Options{RunDir: c.String("run-dir"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
 				PT: c.Float64("p-t"), SFT: c.String("sft-from")}
 			switch {
 			case c.Bool("compare"):
-				o.Arms = eval.Arms
+				o.Arms = demo.Arms
 			case c.String("arms") != "":
 				o.Arms = strings.Split(c.String("arms"), ",")
 			}
 			if isTerminal(os.Stderr) {
 				o.Progress = os.Stderr
 			}
-			return eval.RunDemo(c.Context, o)
+			return demo.Run(c.Context, o)
 		},
 	}
 }
@@ -59,7 +59,7 @@ func reportCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usageError{errMissingRunDir}
 			}
-			return eval.WriteReport(c.Args().First())
+			return demo.WriteReport(c.Args().First())
 		},
 	}
 }

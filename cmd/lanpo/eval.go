@@ -179,7 +179,7 @@ func runEval(c *cli.Context) error {
 	if out == "" {
 		out = defaultEvalDir(modelDir)
 	}
-	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Config: cfg, Pool: p, Out: out, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
+	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Out: out, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
 		NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
 	if isTerminal(os.Stderr) {

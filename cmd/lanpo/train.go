@@ -12,7 +12,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/dist"
-	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -105,7 +104,7 @@ func runTraining(c *cli.Context, run runFunc) error {
 	}
 	if cfg.Eval.Every > 0 {
 		// Every rank evaluates alike; rank 0 writes the samples.
-		if opts.Evaluate, err = eval.TrainingEvaluator(cfg, comm == nil || comm.Rank() == 0); err != nil {
+		if opts.Evaluate, err = trainer.TrainingEvaluator(cfg, comm == nil || comm.Rank() == 0); err != nil {
 			return usageError{err}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lanpo-rl/lanpo/internal/modeltest"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/trainer"
@@ -84,17 +85,5 @@ func LANPOConfig(t testing.TB, sets ...string) trainer.Config {
 // locked thread (closed at its end).
 func LoadWarm(t testing.TB) (*model.Model, *tokenizer.Tokenizer) {
 	t.Helper()
-	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
-	dir := WarmTiny(t)
-	m, err := model.Load(dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	tk, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, tk
+	return modeltest.Load(t, WarmTiny(t))
 }

@@ -1,4 +1,4 @@
-package eval
+package demo
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/pool"
 )
@@ -18,8 +19,13 @@ import (
 // (against step, compute and wall time), LANPO's feedback accuracy and pool
 // growth, and what the model wrote into its pool and in one reflection.
 
-// stageNames are a demo's stage directories in the order shown.
-var stageNames = []string{"sft", ArmGRPO, ArmLANPO, ArmLANPOOriginal, "rl"}
+// stages are a demo's stage directories in the order shown.
+var stages = []eval.Stage{{Dir: "sft", Title: "Stage 1: SFT"}, {Dir: ArmGRPO, Title: "Stage 2: GRPO"}, {Dir: ArmLANPO, Title: "Stage 2: LANPO"},
+	{Dir: ArmLANPOOriginal, Title: "Stage 2: LANPO (train_prompt: original)"}, {Dir: "rl", Title: "Stage 2: GRPO"}}
+
+// WriteReport writes RUN_DIR/report.html for any run (eval.WriteReport),
+// with the demo's sections and stages when RUN_DIR is a demo's.
+func WriteReport(runDir string) error { return eval.WriteReport(runDir, stages, writeDemo) }
 
 func writeDemo(b *strings.Builder, runDir string) error {
 	raw, err := os.ReadFile(filepath.Join(runDir, "demo_results.json"))
@@ -29,7 +35,7 @@ func writeDemo(b *strings.Builder, runDir string) error {
 	if err != nil {
 		return err
 	}
-	var res DemoResults
+	var res Results
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(runDir, "demo_results.json"), err)
 	}
@@ -60,7 +66,7 @@ func sortedArms(m map[string]FeedbackUsage) []string {
 }
 
 // heldOutTable: levels down, stage × mode across.
-func heldOutTable(b *strings.Builder, res DemoResults) {
+func heldOutTable(b *strings.Builder, res Results) {
 	type col struct {
 		name string
 		m    ModeResult
@@ -112,9 +118,9 @@ func armCurves(b *strings.Builder, runDir string) {
 		rows []map[string]any
 	}
 	var arms []arm
-	for _, s := range stageNames[1:] {
-		if rows, err := readMetrics(filepath.Join(runDir, s, "metrics.jsonl")); err == nil {
-			arms = append(arms, arm{s, rows})
+	for _, s := range stages[1:] {
+		if rows, err := eval.ReadMetrics(filepath.Join(runDir, s.Dir, "metrics.jsonl")); err == nil {
+			arms = append(arms, arm{s.Dir, rows})
 		}
 	}
 	if len(arms) == 0 {
@@ -124,27 +130,27 @@ func armCurves(b *strings.Builder, runDir string) {
 	xs := []struct{ key, label string }{{"step", "step"}, {"compute", "tokens prefilled + generated (cumulative)"}, {"wall", "wall time, s (cumulative)"}}
 	for _, metric := range []struct{ key, label string }{{"heldout", "held-out accuracy (greedy, zero-shot)"}, {"accuracy", "training accuracy (sampled)"}} {
 		for _, x := range xs {
-			c := chart{title: metric.label + " vs " + x.key, xLabel: x.label, yLabel: "accuracy"}
+			c := eval.Chart{Title: metric.label + " vs " + x.key, XLabel: x.label, YLabel: "accuracy"}
 			for _, a := range arms {
-				c.series = append(c.series, armSeries(a.name, a.rows, metric.key, x.key))
+				c.Series = append(c.Series, armSeries(a.name, a.rows, metric.key, x.key))
 			}
-			writeChart(b, c)
+			eval.WriteChart(b, c)
 		}
 	}
-	fb := chart{title: "LANPO: accuracy of feedback-aware vs from-scratch prompts", xLabel: "step", yLabel: "training accuracy"}
-	growth := chart{title: "LANPO: pool size", xLabel: "step", yLabel: "entries"}
+	fb := eval.Chart{Title: "LANPO: accuracy of feedback-aware vs from-scratch prompts", XLabel: "step", YLabel: "training accuracy"}
+	growth := eval.Chart{Title: "LANPO: pool size", XLabel: "step", YLabel: "entries"}
 	for _, a := range arms {
 		for _, k := range []string{"accuracy_feedback", "accuracy_scratch"} {
-			s := metricSeries(a.rows, k)
-			s.name = a.name + " " + strings.TrimPrefix(k, "accuracy_")
-			fb.series = append(fb.series, s)
+			s := eval.MetricSeries(a.rows, k)
+			s.Name = a.name + " " + strings.TrimPrefix(k, "accuracy_")
+			fb.Series = append(fb.Series, s)
 		}
-		s := metricSeries(a.rows, "pool_entries")
-		s.name = a.name
-		growth.series = append(growth.series, s)
+		s := eval.MetricSeries(a.rows, "pool_entries")
+		s.Name = a.name
+		growth.Series = append(growth.Series, s)
 	}
-	writeChart(b, fb)
-	writeChart(b, growth)
+	eval.WriteChart(b, fb)
+	eval.WriteChart(b, growth)
 }
 
 // armSeries is one arm's metric against step, cumulative compute or wall
@@ -152,8 +158,8 @@ func armCurves(b *strings.Builder, runDir string) {
 // mean of the eval/levelN/zero-shot/mean@k keys weighted by problems is
 // not known here: levels are weighted equally, the curve's shape is what
 // it shows).
-func armSeries(name string, rows []map[string]any, metric, x string) series {
-	s := series{name: name}
+func armSeries(name string, rows []map[string]any, metric, x string) eval.Series {
+	s := eval.Series{Name: name}
 	var compute, wall float64
 	for _, r := range rows {
 		num := func(k string) float64 { v, _ := r[k].(float64); return v }
@@ -186,7 +192,7 @@ func armSeries(name string, rows []map[string]any, metric, x string) series {
 			y = v
 		}
 		xv := map[string]float64{"step": num("step"), "compute": compute, "wall": wall}[x]
-		s.points = append(s.points, [2]float64{xv, y})
+		s.Points = append(s.Points, [2]float64{xv, y})
 	}
 	return s
 }

@@ -1,6 +1,6 @@
 // Package eval runs held-out evaluations (greedy accuracy per difficulty
 // level), holds the demo's embedded math world, and writes run reports.
-package eval
+package demo
 
 import (
 	"fmt"

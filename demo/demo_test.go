@@ -1,4 +1,4 @@
-package eval
+package demo
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/lanpo-rl/lanpo/eval"
 )
 
 func TestMain(m *testing.M) {
@@ -91,14 +93,14 @@ func TestSolutionStepsAreRight(t *testing.T) {
 // (not the accuracy).
 func TestDemoFast(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "demo")
-	if err := RunDemo(context.Background(), DemoOptions{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
+	if err := Run(context.Background(), Options{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "demo_results.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res DemoResults
+	var res Results
 	if err := json.Unmarshal(raw, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func TestDemoFast(t *testing.T) {
 	if u.FeedbackAware == 0 || u.Reflection == 0 || u.Abstraction == 0 {
 		t.Fatalf("the pool was not used: %+v", u)
 	}
-	rows, err := readMetrics(filepath.Join(dir, ArmLANPO, "metrics.jsonl"))
+	rows, err := eval.ReadMetrics(filepath.Join(dir, ArmLANPO, "metrics.jsonl"))
 	if err != nil || len(rows) == 0 {
 		t.Fatalf("lanpo metrics: %v (%d rows)", err, len(rows))
 	}
@@ -171,7 +173,7 @@ func TestDemoRunDirIsClaimedSafely(t *testing.T) {
 	os.MkdirAll(dir, 0o755)
 	precious := filepath.Join(dir, "precious.jsonl")
 	os.WriteFile(precious, []byte("{}\n"), 0o644)
-	err := RunDemo(context.Background(), DemoOptions{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard})
+	err := Run(context.Background(), Options{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("err = %v", err)
 	}

@@ -1,0 +1,252 @@
+package trainer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"reflect"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"gopkg.in/yaml.v3"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/optim"
+)
+
+// LoadConfig reads a YAML file onto the defaults, applies --set overrides
+// and validates. Unknown keys are errors naming the file and line (or the
+// override).
+func LoadConfig(path string, sets []string) (Config, error) {
+	cfg := DefaultConfig()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, err
+	}
+	if err := decodeStrict(raw, &cfg); err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(sets) > 0 {
+		// Overrides go through a generic tree, so a key the file does not
+		// mention can still be set; the strict decode then checks names.
+		var tree map[string]any
+		if err := yaml.Unmarshal(raw, &tree); err != nil {
+			return cfg, fmt.Errorf("%s: %w", path, err)
+		}
+		if tree == nil {
+			tree = map[string]any{}
+		}
+		for _, kv := range sets {
+			if err := setPath(tree, kv); err != nil {
+				return cfg, err
+			}
+		}
+		merged, err := yaml.Marshal(tree)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = DefaultConfig()
+		if err := decodeStrict(merged, &cfg); err != nil {
+			return cfg, fmt.Errorf("--set: %w", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.Optim.WarmupSteps > cfg.TotalSteps {
+		log.Warn().Int("optim.warmup_steps", cfg.Optim.WarmupSteps).Int("total_steps", cfg.TotalSteps).
+			Msg("the warm-up is longer than the run: the learning rate never reaches optim.lr")
+	}
+	return cfg, nil
+}
+
+func decodeStrict(raw []byte, cfg *Config) error {
+	var tree map[string]any
+	if err := yaml.Unmarshal(raw, &tree); err == nil {
+		if err := checkIntegers(tree, reflect.TypeOf(*cfg), ""); err != nil {
+			return err
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// checkIntegers refuses a fractional number for an integer key (the YAML
+// decoder would silently truncate samples_per_prompt: 4.9 to 4).
+func checkIntegers(tree map[string]any, t reflect.Type, prefix string) error {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		v, ok := tree[name]
+		if !ok || name == "" {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch ft.Kind() {
+		case reflect.Struct:
+			if sub, ok := v.(map[string]any); ok {
+				if err := checkIntegers(sub, ft, prefix+name+"."); err != nil {
+					return err
+				}
+			}
+		case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint64, reflect.Uint32, reflect.Uint:
+			if x, ok := v.(float64); ok && x != math.Trunc(x) {
+				return fmt.Errorf("config key %s%s: want a whole number, got %v", prefix, name, x)
+			}
+		}
+	}
+	return nil
+}
+
+// setPath applies one key=value override (dotted key, YAML value).
+func setPath(tree map[string]any, kv string) error {
+	key, val, ok := strings.Cut(kv, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("--set %q: want key=value", kv)
+	}
+	var v any
+	if err := yaml.Unmarshal([]byte(val), &v); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
+	}
+	parts := strings.Split(key, ".")
+	node := tree
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := node[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			node[p] = next
+		}
+		node = next
+	}
+	node[parts[len(parts)-1]] = v
+	return nil
+}
+
+// Validate checks values and names the first bad key.
+func (c *Config) Validate() error {
+	bad := func(key string, format string, args ...any) error {
+		return fmt.Errorf("config key %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.RunDir == "":
+		return bad("run_dir", "is required")
+	case c.Model == "":
+		return bad("model", "is required (a Hugging Face model directory, or builtin:tiny)")
+	case c.TotalSteps < 1:
+		return bad("total_steps", "must be ≥ 1, got %d", c.TotalSteps)
+	case c.StopAfterSteps < 0:
+		return bad("stop_after_steps", "must be ≥ 0")
+	case c.Rollout.PromptsPerStep < 1:
+		return bad("rollout.prompts_per_step", "must be ≥ 1")
+	case c.Rollout.SamplesPerPrompt < 1:
+		return bad("rollout.samples_per_prompt", "must be ≥ 1")
+	case c.Rollout.SamplesPerPrompt < 2:
+		return bad("rollout.samples_per_prompt", "GRPO and LANPO need ≥ 2 samples per prompt: advantages are relative to the prompt's group, so with 1 every advantage is 0 and nothing is learned")
+	case c.Rollout.MaxNewTokens < 1:
+		return bad("rollout.max_new_tokens", "must be ≥ 1")
+	case c.Rollout.Temperature < 0:
+		return bad("rollout.temperature", "must be ≥ 0")
+	case c.Rollout.TopP <= 0 || c.Rollout.TopP > 1:
+		return bad("rollout.top_p", "must be in (0, 1]")
+	case c.Rollout.GPUMemoryFraction < 0 || c.Rollout.GPUMemoryFraction > 1:
+		return bad("rollout.gpu_memory_fraction", "must be in [0, 1] (0: no cap), got %g", c.Rollout.GPUMemoryFraction)
+	case c.Rollout.MaxBatchRows < 0:
+		return bad("rollout.max_batch_rows", "must be ≥ 0 (0: no cap)")
+	case c.Rollout.MaxBatchRows > 0 && c.Rollout.MaxBatchRows < c.Rollout.SamplesPerPrompt:
+		return bad("rollout.max_batch_rows", "%d is less than one prompt's group (samples_per_prompt %d)", c.Rollout.MaxBatchRows, c.Rollout.SamplesPerPrompt)
+	case c.Algo.ClipLow < 0 || c.Algo.ClipLow >= 1:
+		return bad("algo.clip_low", "must be in [0, 1)")
+	case c.Algo.ClipHigh < 0:
+		return bad("algo.clip_high", "must be ≥ 0")
+	case c.Algo.KLBeta < 0:
+		return bad("algo.kl_beta", "must be ≥ 0")
+	case c.Dist.ZeroStage < 0 || c.Dist.ZeroStage > 2:
+		return bad("dist.zero_stage", "%d: want 0, 1 or 2 (parameter sharding, stage 3, is not implemented)", c.Dist.ZeroStage)
+	case c.Dist.BucketMB < 1:
+		return bad("dist.bucket_mb", "must be ≥ 1")
+	case c.Dist.Backend != "" && c.Dist.Backend != "gloo" && c.Dist.Backend != "nccl":
+		return bad("dist.backend", "%q: want gloo, nccl or empty (nccl on CUDA, else gloo)", c.Dist.Backend)
+	case c.Dist.TimeoutDuration() <= 0:
+		return bad("dist.timeout", "%q: want a positive duration such as 5m or 90s", c.Dist.Timeout)
+	case c.Algo.TISCap < 1:
+		return bad("algo.tis_cap", "must be ≥ 1, got %g", c.Algo.TISCap)
+	case c.Algo.Epochs < 1:
+		return bad("algo.epochs", "must be ≥ 1")
+	case c.Algo.MicroBatchSize < 1:
+		return bad("algo.micro_batch_size", "must be ≥ 1")
+	case c.SFT.MicroBatchSize < 1 || c.SFT.GradAccum < 1 || c.SFT.MaxLen < 2:
+		return bad("sft", "micro_batch_size and grad_accum must be ≥ 1, max_len ≥ 2")
+	case c.SFT.MaxTokensPerMicroBatch < 0 || c.Algo.MaxTokensPerMicroBatch < 0:
+		return bad("max_tokens_per_micro_batch", "must be ≥ 0 (0: off)")
+	case c.Optim.LR <= 0:
+		return bad("optim.lr", "must be > 0")
+	case c.Optim.WarmupSteps < 0:
+		return bad("optim.warmup_steps", "must be ≥ 0")
+	case c.Checkpoint.Every < 0 || c.Checkpoint.Keep < 1:
+		return bad("checkpoint", "every must be ≥ 0 and keep ≥ 1")
+	case c.MaxBadSteps < 1:
+		return bad("max_bad_steps", "must be ≥ 1")
+	case c.Eval.Every < 0 || c.Eval.K < 1 || c.Eval.Limit < 0 || c.Eval.BatchSize < 1:
+		return bad("eval", "every and limit must be ≥ 0, k and batch_size ≥ 1")
+	case c.Eval.Every > 0 && len(c.Eval.Bench) == 0:
+		return bad("eval.bench", "is required with eval.every > 0")
+	case c.Eval.Temperature == 0 && c.Eval.K > 1:
+		return bad("eval.k", "%d samples at eval.temperature 0 are all the same", c.Eval.K)
+	}
+	switch c.Algo.Name {
+	case "", AlgoGRPO:
+		c.Algo.Name = AlgoGRPO
+	case AlgoLANPO:
+		if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
+			return err
+		}
+	default:
+		return bad("algo.name", "%q: want %s or %s", c.Algo.Name, AlgoGRPO, AlgoLANPO)
+	}
+	if _, err := TokenWeights([]int{1}, nil, c.Algo.LossAggMode, 1); err != nil {
+		return bad("algo.loss_agg_mode", "%v", err)
+	}
+	switch c.Algo.KLEstimator {
+	case KLK1, KLK2, KLK3:
+	default:
+		return bad("algo.kl_estimator", "%q: want k1, k2 or k3", c.Algo.KLEstimator)
+	}
+	if _, err := optim.LR(0, 1, 0, 1, 0, c.Optim.Schedule); err != nil {
+		return bad("optim.lr_schedule", "%v", err)
+	}
+	if c.DType != "" {
+		if _, err := csrc.ParseDType(c.DType); err != nil {
+			return bad("dtype", "%v", err)
+		}
+	}
+	if _, err := ParseDevice(c.Device); err != nil {
+		return bad("device", "%v", err)
+	}
+	if _, err := ParseDevice(c.Algo.RefDevice); err != nil {
+		return bad("algo.ref_device", "%v", err)
+	}
+	if f := c.Data.AnswerFormat; f != "" && f != AnswerGSM8K {
+		return bad("data.answer_format", "%q: want gsm8k or nothing (the answer as it is)", f)
+	}
+	if !strings.Contains(c.Data.PromptTemplate, "{problem}") {
+		return bad("data.prompt_template", "must contain {problem}")
+	}
+	return nil
+}
+
+// YAML renders the resolved configuration (written into the run
+// directory and printed by --dry-run).
+func (c Config) YAML() string {
+	b, _ := yaml.Marshal(c)
+	return string(b)
+}

@@ -1,0 +1,227 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/rl"
+)
+
+// rollout is one sampled response and what the update needs of it; the
+// embedded rl.Rollout is what an explorer sees of it.
+type rollout struct {
+	rl.Rollout
+	promptIDs []int64   // the prompt the update conditions on
+	ids       []int64   // generated ids
+	oldLogp   []float64 // the sampler's record (float32) or the trainer's
+	// behaviorLogp are the sampler's log-probs when oldLogp was recomputed
+	// by the trainer — on another prompt than the sampler saw
+	// (rl.Prompt.TrainIDs ≠ IDs) or on the same one
+	// (algo.recompute_old_logp) — and the loss is importance-weighted.
+	behaviorLogp []float64
+	adv          float64
+	refLogp      []float64
+	tis          []float32 // truncated importance weight of each token (nil: 1)
+	weight       float64   // loss weight of each of its tokens (TokenWeights)
+}
+
+// rolloutStat is what every rank learns of every rollout of the step: what
+// the metrics need.
+type rolloutStat struct {
+	Index   int     `json:"i"` // the prompt's global index in the step
+	Sample  int     `json:"s"`
+	Reward  float64 `json:"r"`
+	Correct bool    `json:"c,omitempty"`
+	Trunc   bool    `json:"t,omitempty"`
+	Len     int     `json:"n"`
+	Kept    bool    `json:"k,omitempty"`
+}
+
+// exchangeStats all-gathers the round's rollout statistics (kept: this
+// rank's rollouts that survived the filter), sorted by global index.
+func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
+	isKept := make(map[*rollout]bool, len(kept))
+	for _, r := range kept {
+		isKept[r] = true
+	}
+	mine := make([]rolloutStat, len(batch))
+	for i, r := range batch {
+		mine[i] = rolloutStat{Index: r.Prompt.Index, Sample: r.Sample, Reward: r.Reward, Correct: r.Correct, Trunc: r.Truncated,
+			Len: len(r.ids), Kept: isKept[r]}
+	}
+	if g.comm.Size() == 1 {
+		return mine, nil
+	}
+	return dist.GatherOrdered(g.comm, mine, func(r rolloutStat) (int, int) { return r.Index, r.Sample })
+}
+
+// rollout samples G responses to each prompt, each prompt's randomness
+// keyed by its index in the step.
+func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
+	cfg := g.cfg
+	reqs := make([]model.Request, len(ps))
+	streams := make([]int, len(ps))
+	problems := make([]int, len(ps))
+	for i, p := range ps {
+		reqs[i] = model.Request{PromptIDs: p.IDs, Samples: cfg.Rollout.SamplesPerPrompt}
+		streams[i], problems[i] = p.Index, p.Problem
+		g.stepTokens.prefilled += len(p.IDs) // once per prompt: the engine shares the prefix across the group
+	}
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
+		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: rl.StepSeed(cfg.Seed, g.state.Step)}
+	var res []model.Sample
+	err := csrc.NoGrad(func() (err error) {
+		res, err = g.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("problems %s: %w", g.problemIDs(problems), err)
+	}
+	batch := make([]*rollout, len(res))
+	for i, r := range res {
+		p := ps[r.Prompt]
+		batch[i] = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: r.Index, Tokens: len(r.IDs), Truncated: r.FinishReason == "length",
+			Text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}, promptIDs: p.IDs, ids: r.IDs, oldLogp: widen(r.Logprobs)}
+		g.stepTokens.generated += len(r.IDs)
+	}
+	return batch, nil
+}
+
+// problemIDs lists the ids of some problems for an error message.
+func (g *grpoRun) problemIDs(idx []int) string {
+	var ids []string
+	for i, k := range idx {
+		if i == 8 {
+			ids = append(ids, fmt.Sprintf("… (%d in all)", len(idx)))
+			break
+		}
+		ids = append(ids, g.problems[k].ID)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// score sets each rollout's verdict and reward: 1 for a verified answer
+// (a truncated response needs an explicit one), plus algo.format_reward
+// when the answer is in a complete \boxed{}.
+func (g *grpoRun) score(batch []*rollout) {
+	pairs := make([]reward.Pair, len(batch))
+	for i, r := range batch {
+		pairs[i] = reward.Pair{Response: r.Text, Gold: g.problems[r.Prompt.Problem].Answer, Truncated: r.Truncated}
+	}
+	verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
+	for i, r := range batch {
+		r.Correct = verdicts[i].Correct
+		r.Reward = 0
+		if r.Correct {
+			r.Reward = 1
+		}
+		if w := g.cfg.Algo.FormatReward; w > 0 && reward.HasBoxedAnswer(r.Text, r.Truncated) {
+			r.Reward += w
+		}
+	}
+}
+
+// filterGroups computes advantages group by group (G consecutive rollouts)
+// and returns the groups to train on. With dynamic sampling a group whose
+// rewards are all equal is dropped (it has no gradient), except in the
+// last round, which keeps what it gets.
+func (g *grpoRun) filterGroups(batch []*rollout, lastRound bool) []*rollout {
+	G := g.cfg.Rollout.SamplesPerPrompt
+	var kept []*rollout
+	for start := 0; start < len(batch); start += G {
+		grp := batch[start : start+G]
+		rs := groupRewards(grp)
+		if g.cfg.Algo.DynamicSampling && allEqual(rs) && !lastRound {
+			continue
+		}
+		adv := Advantages([][]float64{rs}, g.cfg.Algo.AdvNoStd, 1e-6)[0]
+		for i, r := range grp {
+			r.adv = adv[i]
+		}
+		kept = append(kept, grp...)
+	}
+	return kept
+}
+
+func groupRewards(grp []*rollout) []float64 {
+	rs := make([]float64, len(grp))
+	for i, r := range grp {
+		rs[i] = r.Reward
+	}
+	return rs
+}
+
+// fillMetrics describes what the policy did — every rollout sampled on
+// any rank, before dynamic sampling's filter — and, under *_kept names,
+// the batch the update trained on. stats are in global order.
+func (g *grpoRun) fillMetrics(m *StepMetrics, stats []rolloutStat) {
+	G := g.cfg.Rollout.SamplesPerPrompt
+	var sum, sq, correct, lenSum, trunc float64
+	var keptN, keptSum, keptCorrect float64
+	maxLen := 0
+	for _, r := range stats {
+		sum += r.Reward
+		sq += r.Reward * r.Reward
+		if r.Correct {
+			correct++
+		}
+		lenSum += float64(r.Len)
+		maxLen = max(maxLen, r.Len)
+		if r.Trunc {
+			trunc++
+		}
+		m.Tokens += r.Len
+		if r.Kept {
+			keptN++
+			keptSum += r.Reward
+			if r.Correct {
+				keptCorrect++
+			}
+		}
+	}
+	if n := float64(len(stats)); n > 0 {
+		m.RewardMean = sum / n
+		m.RewardStd = math.Sqrt(math.Max(0, sq/n-m.RewardMean*m.RewardMean))
+		m.Accuracy = correct / n
+		m.RespLenMean, m.RespLenMax, m.TruncRatio = lenSum/n, maxLen, trunc/n
+	}
+	zero := 0
+	for start := 0; start+G <= len(stats); start += G {
+		rs := make([]float64, G)
+		for i := range rs {
+			rs[i] = stats[start+i].Reward
+		}
+		if allEqual(rs) {
+			zero++
+		}
+	}
+	m.ZeroVarFrac = float64(zero) / float64(max(len(stats)/G, 1))
+	m.GroupsKept = int(keptN) / G
+	m.GroupsDropped = (len(stats) - int(keptN)) / G
+	if keptN > 0 {
+		m.RewardMeanKept, m.AccuracyKept = keptSum/keptN, keptCorrect/keptN
+	}
+}
+
+func widen(xs []float32) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func allEqual(x []float64) bool {
+	for _, v := range x[1:] {
+		if v != x[0] {
+			return false
+		}
+	}
+	return true
+}

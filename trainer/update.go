@@ -1,0 +1,190 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/optim"
+)
+
+// microBatches splits the step's rollouts into the micro-batches every
+// forward pass of the update runs over: algo.micro_batch_size rollouts
+// each, or, with algo.max_tokens_per_micro_batch, rollouts packed by length
+// under that many padded tokens (packByTokens). The loss does not depend on
+// the split (token weights are fixed for the whole batch).
+func (g *grpoRun) microBatches(rolls []*rollout) [][]*rollout {
+	budget := g.cfg.Algo.MaxTokensPerMicroBatch
+	if budget <= 0 {
+		return slices.Collect(slices.Chunk(rolls, g.cfg.Algo.MicroBatchSize))
+	}
+	lengths := make([]int, len(rolls))
+	for i, r := range rolls {
+		lengths[i] = len(r.promptIDs) + len(r.ids)
+	}
+	var out [][]*rollout
+	for _, idx := range packByTokens(lengths, budget) {
+		mb := make([]*rollout, len(idx))
+		for j, i := range idx {
+			mb[j] = rolls[i]
+		}
+		out = append(out, mb)
+	}
+	return out
+}
+
+// update runs the μ epochs of optimizer steps over the batch.
+func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
+	cfg := g.cfg
+	lengths := make([]int, len(rolls))
+	masked := make([]bool, len(rolls))
+	for i, r := range rolls {
+		lengths[i] = len(r.ids)
+		masked[i] = cfg.Algo.OverlongMask && r.Truncated
+	}
+	// The loss is normalized over the global batch: every rank's share.
+	tokens, seqs := normalizer(lengths, masked)
+	tot, err := dist.SumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
+	if err != nil {
+		return err
+	}
+	w, err := tokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens, int(tot[0]), int(tot[1]))
+	if err != nil {
+		return err
+	}
+	for i, r := range rolls {
+		r.weight = w[i]
+	}
+	lr, err := optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
+	if err != nil {
+		return err
+	}
+	met.LR = lr
+	lossCfg := PolicyLossConfig{ClipLow: cfg.Algo.ClipLow, ClipHigh: cfg.Algo.ClipHigh, Beta: cfg.Algo.KLBeta, KL: cfg.Algo.KLEstimator}
+	for epoch := 0; epoch < cfg.Algo.Epochs; epoch++ {
+		g.opt.ZeroGrad()
+		var loss, ent float64
+		var st PolicyLossStats
+		done := 0 // rollouts of earlier micro-batches, for messages
+		padded, real := 0, 0
+		mbs := g.microBatches(rolls)
+		n, err := g.microBatchCount(len(mbs))
+		if err != nil {
+			return err
+		}
+		for i := len(mbs); i < n; i++ {
+			// Fewer micro-batches here than on another rank: take part in
+			// the collectives those backward passes issue.
+			if err := g.opt.SkipBackward(); err != nil {
+				return err
+			}
+		}
+		for _, mb := range mbs {
+			r, err := g.microBatch(mb, done, lossCfg, epoch == 0)
+			if err != nil {
+				return err
+			}
+			loss += r.loss
+			ent += r.ent
+			if epoch == 0 {
+				met.LogpMismatch = math.Max(met.LogpMismatch, r.gap)
+			}
+			st.ClipFrac += r.stats.ClipFrac
+			st.KL += r.stats.KL
+			st.Ratio += r.stats.Ratio
+			real += r.real
+			padded += r.padded
+			done += len(mb)
+		}
+		// Every rank's contributions are weighted by the global batch: sums.
+		tot, err := dist.SumFloats(g.comm, []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)})
+		if err != nil {
+			return err
+		}
+		if epoch == 0 {
+			if met.LogpMismatch, err = dist.MaxFloat(g.comm, met.LogpMismatch); err != nil {
+				return err
+			}
+		}
+		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio = tot[0], tot[1], tot[2], tot[3], tot[4]
+		met.PaddingFrac = 1 - tot[5]/math.Max(tot[6], 1)
+		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// microResult is one micro-batch's part of an epoch's sums.
+type microResult struct {
+	loss, ent    float64 // weighted by the global batch
+	stats        PolicyLossStats
+	gap          float64 // max |log π − log π_old| over its tokens (withGap)
+	real, padded int     // its tokens, and its token slots with padding
+}
+
+// microBatch runs one micro-batch's forward, loss and backward (gradients
+// accumulate); first is the number of rollouts of earlier micro-batches
+// (for messages), withGap asks for the sampler/trainer log-prob gap.
+func (g *grpoRun) microBatch(mb []*rollout, first int, lossCfg PolicyLossConfig, withGap bool) (r microResult, err error) {
+	cfg := g.cfg
+	var s tensor.Scope
+	defer s.Close()
+	b := buildBatch(&s, g.m.Device, mb)
+	r.padded = len(mb) * int(b.t)
+	for _, x := range mb {
+		r.real += len(x.promptIDs) + len(x.ids)
+		g.stepTokens.trained += len(x.promptIDs) + len(x.ids)
+	}
+	// An out-of-memory error lands in one of these: say which knob to turn.
+	where := func(err error) error {
+		return fmt.Errorf("micro-batch at rollout %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
+			first, len(mb), b.t, cfg.Algo.MicroBatchSize, cfg.Algo.MaxTokensPerMicroBatch, err)
+	}
+	lp, entropy, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
+	if err != nil {
+		return r, where(err)
+	}
+	in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis}
+	l, mst, err := PolicyLoss(&s, in, lossCfg)
+	if err != nil {
+		return r, err
+	}
+	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
+		return r, where(err)
+	}
+	// sync: loss, entropy and the sampler/trainer gap, once per micro-batch.
+	r.loss = tensor.Float64s(l)[0]
+	r.ent = tensor.Float64s(s.Keep(s.Keep(entropy.MustMul(b.weight, false)).MustSum(gotch.Double, false)))[0]
+	if withGap {
+		gap := s.Keep(s.Keep(s.Keep(lp.MustSub(b.old, false)).MustAbs(false)).MustMul(b.tmaskF, false))
+		r.gap = tensor.Float64s(s.Keep(gap.MustMax(false)))[0]
+	}
+	r.stats = mst
+	return r, nil
+}
+
+// microBatchCount is the most micro-batches any rank has this step: a
+// rank with fewer issues the missing backward passes' collectives
+// (Optimizer.SkipBackward) so every rank issues the same ones.
+func (s *session) microBatchCount(mine int) (int, error) {
+	if s.comm.Size() == 1 {
+		return mine, nil
+	}
+	m, err := dist.MaxFloat(s.comm, float64(mine))
+	return int(m), err
+}
+
+// logProbsForUpdate is the policy's log-probs of a micro-batch for the
+// update, with activation checkpointing when train.activation_checkpointing
+// (then the returned Checkpointed finishes the backward).
+func (g *grpoRun) logProbsForUpdate(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
+	return g.m.TokenLogProbsMaybeCheckpointed(g.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
+}
