@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/disttest"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -31,20 +31,22 @@ func onRanks(n int, fn func(c dist.Comm) error) []error {
 }
 
 // onGlooRanks runs fn as n ranks of a real Gloo process group (c10d over
-// TCP on 127.0.0.1, rank 0 serving the store), each rank a goroutine on its
-// own locked OS thread: the trainer's collectives as they run across
-// processes, in one test process.
+// TCP on 127.0.0.1), each rank a goroutine on its own locked OS thread: the
+// trainer's collectives as they run across processes, in one test process.
+// The store is served on a port the kernel picks and kept open, as
+// torchrun's agent serves it (a port found free and closed again can be
+// taken by a concurrently running test binary before rank 0 binds it: seen
+// once as a 3-rank join that never completed under go test ./...).
 func onGlooRanks(t *testing.T, n int, fn func(c dist.Comm) error) []error {
 	gloo, _, why := dist.Available()
 	disttest.Need(t, gloo, why)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	store, err := csrc.ServeDistStore("127.0.0.1", 0, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	defer store.Close()
 	return disttest.InGoroutines(n, func(r int) error {
-		env := dist.Env{Rank: r, LocalRank: r, World: n, LocalWorld: n, MasterAddr: "127.0.0.1", MasterPort: port}
+		env := dist.Env{Rank: r, LocalRank: r, World: n, LocalWorld: n, MasterAddr: "127.0.0.1", MasterPort: store.Port, AgentStore: true}
 		c, err := dist.Init(env, dist.Options{Backend: "gloo", Timeout: time.Minute, Device: gotch.CPU})
 		if err != nil {
 			return err
