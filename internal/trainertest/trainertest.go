@@ -8,7 +8,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 
@@ -18,10 +17,22 @@ import (
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
-// Root is the repository's root directory.
+// Root is the repository's root directory: the nearest directory above
+// the test's working directory (its package's) that holds go.mod. (Not
+// runtime.Caller's file name: with -trimpath it is the import path.)
 func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic("trainertest: no go.mod above " + dir)
+		}
+	}
 }
 
 // Path is a path under the repository's root.
