@@ -39,8 +39,9 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	if maxNew == 0 {
 		maxNew = cfg.Rollout.MaxNewTokens
 	}
+	fs := cfg.FeedbackSettings()
 	return func(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error) {
-		o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Batch: ec.BatchSize, Resume: true,
+		o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: fs, Pool: p, Batch: ec.BatchSize, Resume: true,
 			Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: maxNew, Seed: ec.Seed},
 			Out:      filepath.Join(cfg.RunDir, "eval", fmt.Sprintf("step-%06d", step))}
 		if !record {

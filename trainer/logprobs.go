@@ -117,14 +117,3 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 // otherPrompt reports whether r is trained as an answer to another prompt
 // than it was sampled from.
 func otherPrompt(r *rollout) bool { return !slices.Equal(r.Prompt.TrainIDs, r.Prompt.IDs) }
-
-// trainedOnOtherPrompts reports whether any rollout of rolls is trained on
-// another prompt than it was sampled from.
-func trainedOnOtherPrompts(rolls []*rollout) bool {
-	for _, r := range rolls {
-		if otherPrompt(r) {
-			return true
-		}
-	}
-	return false
-}

@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/rs/zerolog/log"
 
@@ -105,9 +106,10 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 // file and line of the first that does not.
 func (g *grpoRun) renderPrompts() error {
 	maxPos := g.m.Config.MaxPositionEmbeddings
+	format := g.cfg.PromptFormat()
 	g.prompts = make([][]int64, len(g.problems))
 	for i, p := range g.problems {
-		ids, err := g.cfg.PromptFormat().SolveIDs(g.tk, p.Problem)
+		ids, err := format.SolveIDs(g.tk, p.Problem)
 		if err != nil {
 			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
 		}
@@ -213,9 +215,14 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 // update's prompt when the sampler saw another, reference log-probs) and
 // runs the update.
 func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error {
-	other, err := dist.AnyRank(g.comm, trainedOnOtherPrompts(kept))
-	if err != nil {
-		return err
+	// Only an explorer gives prompts another training prompt: plain GRPO
+	// needs no collective to know there is none.
+	other := false
+	if g.explorer != nil {
+		var err error
+		if other, err = dist.AnyRank(g.comm, slices.ContainsFunc(kept, otherPrompt)); err != nil {
+			return err
+		}
 	}
 	if g.cfg.Algo.RecomputeOldLogp || other {
 		t.Enter("old_logprobs")
