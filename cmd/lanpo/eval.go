@@ -205,14 +205,25 @@ func runEval(c *cli.Context) error {
 	return nil
 }
 
+// checkpointRun splits a checkpoint directory RUN/checkpoints/NAME into
+// RUN and NAME; ok is false for any other directory.
+func checkpointRun(modelDir string) (run, name string, ok bool) {
+	clean := filepath.Clean(modelDir)
+	parent := filepath.Dir(clean)
+	if filepath.Base(parent) != "checkpoints" {
+		return "", filepath.Base(clean), false
+	}
+	return filepath.Dir(parent), filepath.Base(clean), true
+}
+
 // defaultEvalDir is RUN/eval/step-N for a checkpoint RUN/checkpoints/step-N,
 // else runs/eval/<model directory name>.
 func defaultEvalDir(modelDir string) string {
-	clean := filepath.Clean(modelDir)
-	if parent := filepath.Dir(clean); filepath.Base(parent) == "checkpoints" {
-		return filepath.Join(filepath.Dir(parent), "eval", filepath.Base(clean))
+	run, name, ok := checkpointRun(modelDir)
+	if ok {
+		return filepath.Join(run, "eval", name)
 	}
-	return filepath.Join("runs", "eval", filepath.Base(clean))
+	return filepath.Join("runs", "eval", name)
 }
 
 // evalTensorBoard is where an evaluation's TensorBoard scalars go and at
@@ -221,11 +232,10 @@ func defaultEvalDir(modelDir string) string {
 // the in-training evaluations' eval/ tags); anything else's into
 // OUT/tensorboard at step 0.
 func evalTensorBoard(modelDir, out string) (string, int64) {
-	clean := filepath.Clean(modelDir)
 	var step int64
-	if parent := filepath.Dir(clean); filepath.Base(parent) == "checkpoints" {
-		if _, err := fmt.Sscanf(filepath.Base(clean), "step-%d", &step); err == nil {
-			return filepath.Join(filepath.Dir(parent), "tensorboard"), step
+	if run, name, ok := checkpointRun(modelDir); ok {
+		if _, err := fmt.Sscanf(name, "step-%d", &step); err == nil {
+			return filepath.Join(run, "tensorboard"), step
 		}
 	}
 	return filepath.Join(out, "tensorboard"), 0
