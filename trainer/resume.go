@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,23 +162,15 @@ func (rc resumeCheck) apply(runDir string) error {
 	if len(rc.changes) == 0 {
 		return nil
 	}
-	f, err := os.OpenFile(filepath.Join(runDir, changesFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
+	var lines bytes.Buffer
+	enc := json.NewEncoder(&lines)
 	for _, c := range rc.changes {
 		log.Info().Str("key", c.Key).Str("from", c.From).Str("to", c.To).Str("how", c.How).Int("after_step", c.Step).Msg("config changed on resume")
 		if err := enc.Encode(c); err != nil {
-			f.Close()
 			return err
 		}
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return fsutil.AppendFileSync(filepath.Join(runDir, changesFile), lines.Bytes())
 }
 
 // under reports whether key is one of keys or under one of them.

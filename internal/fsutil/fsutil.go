@@ -17,7 +17,16 @@ func SyncDir(dir string) error {
 
 // WriteFileSync writes a file and fsyncs it.
 func WriteFileSync(path string, data []byte) error {
-	f, err := os.Create(path)
+	return writeSync(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o666, data) // as os.Create
+}
+
+// AppendFileSync appends data to a file (made if missing) and fsyncs it.
+func AppendFileSync(path string, data []byte) error {
+	return writeSync(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644, data)
+}
+
+func writeSync(path string, flag int, perm os.FileMode, data []byte) error {
+	f, err := os.OpenFile(path, flag, perm)
 	if err != nil {
 		return err
 	}
