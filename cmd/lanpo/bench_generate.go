@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/urfave/cli/v2"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/bench"
+	"github.com/lanpo-rl/lanpo/model"
+)
+
+func benchGenerateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "generate",
+		Usage: "rollout tokens/s of a random-weight Qwen2.5-shape model against transformers generate(), with the decode step's host and GPU time",
+		Description: "Samples --prompts prompts × --samples completions of exactly --new-tokens tokens (EOS never ends a\n" +
+			"sample, on either side) from random --prompt-len-token prompts with lanpo's engine (prefix sharing,\n" +
+			"static KV cache; on CUDA the rows decoded at once are capped by --memory-fraction of the GPU, and\n" +
+			"the batches it took are reported), then through --hf-python with transformers' generate() on the\n" +
+			"same device, dtype and shape (random weights of its own: speed depends on the shape, not the\n" +
+			"values; on an out-of-memory error it retries in 2, 4, … sequential batches and says so). A second\n" +
+			"lanpo run over --timing-tokens steps times every decode step: wall, sampling (with its device→host\n" +
+			"round trips), and the next forward's launch on the host against its GPU time from CUDA events\n" +
+			"(launch-bound when the two are close). On CPU, --nocache-steps also times the engine without KV cache.\n" +
+			"\n" +
+			"--shape: 0.5b (Qwen2.5-0.5B), 7b (Qwen2.5-7B) or a config.json; --layers cuts the layers.\n" +
+			"--json prints one object: shape, device, dtype, rows, new_tokens, lanpo_tokens_per_s, lanpo_ms,\n" +
+			"lanpo_batches, kv_cache_mb, hf (transformers' JSON: tokens_per_s, ms, batches, …, or hf_error),\n" +
+			"lanpo_over_hf, and step_* means over the timed steps (wall_ms, sample_ms, forward_host_ms,\n" +
+			"forward_gpu_ms) with host_share (sample + forward launch over wall) and launch_over_gpu\n" +
+			"(forward launch over its GPU time).\n" +
+			"\n" +
+			"The GRPO-shaped batch of the GPU benchmarks (docs/gpu.md):\n" +
+			"  lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 \\\n" +
+			"    --prompt-len 512 --new-tokens 512 --json",
+		Flags: append(benchModelFlags(),
+			&cli.StringFlag{Name: "shape", Value: "0.5b", Usage: "0.5b, 7b, or a config.json (or a directory holding one)"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+			&cli.StringFlag{Name: "dtype", Usage: "float32, bfloat16 or float16 (default float32 on CPU, bfloat16 on CUDA)"},
+			&cli.Int64Flag{Name: "prompts", Value: 8},
+			&cli.IntFlag{Name: "samples", Value: 4},
+			&cli.Int64Flag{Name: "prompt-len", Value: 128},
+			&cli.IntFlag{Name: "new-tokens", Value: 128},
+			&cli.IntFlag{Name: "timing-tokens", Value: 32, Usage: "decode steps of the timed run (0: none)"},
+			&cli.IntFlag{Name: "nocache-steps", Value: 2, Usage: "steps of the no-cache engine (0: skip; CPU only)"},
+			&cli.Float64Flag{Name: "memory-fraction", Value: 0.9, Usage: "on CUDA, the share of the GPU a generation batch may use"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+		),
+		Action: runBenchGenerate,
+	}
+}
+
+// genBench is what `lanpo bench generate --json` prints.
+type genBench struct {
+	Shape           string          `json:"shape"`
+	Device          string          `json:"device"`
+	DType           string          `json:"dtype"`
+	Layers          int64           `json:"layers"`
+	Prompts         int             `json:"prompts"`
+	Samples         int             `json:"samples"`
+	Rows            int             `json:"rows"`
+	PromptLen       int64           `json:"prompt_len"`
+	NewTokens       int             `json:"new_tokens"`
+	LanpoTokensPerS float64         `json:"lanpo_tokens_per_s"`
+	LanpoMS         float64         `json:"lanpo_ms"`
+	LanpoBatches    int             `json:"lanpo_batches"`
+	KVCacheMB       float64         `json:"kv_cache_mb"`
+	NoCacheTPS      float64         `json:"nocache_tokens_per_s,omitempty"`
+	HF              json.RawMessage `json:"hf,omitempty"`
+	HFError         string          `json:"hf_error,omitempty"`
+	LanpoOverHF     float64         `json:"lanpo_over_hf,omitempty"`
+	TimedSteps      int             `json:"timed_steps"`
+	StepWallMS      float64         `json:"step_wall_ms"`
+	StepSampleMS    float64         `json:"step_sample_ms"`
+	StepFwdHostMS   float64         `json:"step_forward_host_ms"`
+	StepFwdGPUMS    float64         `json:"step_forward_gpu_ms"`
+	HostShare       float64         `json:"host_share"`
+	LaunchOverGPU   float64         `json:"launch_over_gpu,omitempty"`
+}
+
+// benchShape is --shape's config with --layers applied.
+func benchShape(c *cli.Context) (*model.Config, error) {
+	var cfg *model.Config
+	switch shape := c.String("shape"); shape {
+	case "0.5b":
+		cfg = model.Qwen25_05BShape()
+	case "7b":
+		cfg = model.Qwen25_7BShape()
+	default:
+		var err error
+		if cfg, _, err = loadModelConfig(shape); err != nil {
+			return nil, usageError{fmt.Errorf("--shape %s: want 0.5b, 7b or a config.json: %w", shape, err)}
+		}
+	}
+	if c.IsSet("layers") {
+		cfg.NumHiddenLayers = c.Int64("layers")
+	}
+	return cfg, nil
+}
+
+func runBenchGenerate(c *cli.Context) error {
+	dev, err := parseDevice(c.String("device"))
+	if err != nil {
+		return err
+	}
+	dt := gotch.Float
+	if dev.IsCuda() {
+		dt = gotch.BFloat16
+	}
+	if s := c.String("dtype"); s != "" {
+		if dt, err = parseDTypeFlag(s); err != nil {
+			return err
+		}
+	}
+	cfg, err := benchShape(c)
+	if err != nil {
+		return err
+	}
+	info, err := csrc.BuildInfo()
+	if err != nil {
+		return err
+	}
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: dev, DType: dt}, 1)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	prompts := model.RandomIDs(c.Int64("prompts"), c.Int64("prompt-len"), cfg.VocabSize, 2)
+	var reqs []model.Request
+	for _, p := range prompts {
+		reqs = append(reqs, model.Request{PromptIDs: p, Samples: c.Int("samples")})
+	}
+	// No stop ids: every sample runs to exactly --new-tokens tokens.
+	p := model.SamplingParams{Temperature: 1, MaxNewTokens: c.Int("new-tokens"), Seed: 1}
+	r := genBench{Shape: c.String("shape"), Device: devString(dev), DType: csrc.DTypeName(dt), Layers: cfg.NumHiddenLayers,
+		Prompts: len(reqs), Samples: c.Int("samples"), Rows: len(reqs) * c.Int("samples"), PromptLen: c.Int64("prompt-len"), NewTokens: p.MaxNewTokens}
+	w := c.App.Writer
+	if !c.Bool("json") {
+		fmt.Fprintf(w, "generate: %s shape (%d layers), %s %s, %d prompts × %d samples, %d-token prompts, %d new tokens, %d CPU threads\n",
+			r.Shape, cfg.NumHiddenLayers, r.Device, r.DType, r.Prompts, r.Samples, r.PromptLen, p.MaxNewTokens, info.Threads)
+	}
+	opt := model.GenerateOptions{MemoryFraction: c.Float64("memory-fraction"),
+		Progress: func(step, _, _ int) {
+			if step == 1 {
+				r.LanpoBatches++
+			}
+		}}
+	if err := csrc.Synchronize(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := m.Generate(reqs, p, opt); err != nil {
+		return err
+	}
+	if err := csrc.Synchronize(); err != nil {
+		return err
+	}
+	r.LanpoMS = float64(time.Since(start).Microseconds()) / 1000
+	r.LanpoTokensPerS = float64(r.Rows*p.MaxNewTokens) / (r.LanpoMS / 1000)
+	r.KVCacheMB = float64(cfg.KVCacheBytes(int64(r.Rows/r.LanpoBatches), r.PromptLen+int64(p.MaxNewTokens), int64(dt.Size()))) / (1 << 20)
+
+	if n := c.Int("timing-tokens"); n > 1 {
+		var timing model.DecodeTiming
+		tp := p
+		tp.MaxNewTokens = n
+		topt := opt
+		topt.Progress, topt.Timing = nil, &timing
+		if _, err := m.Generate(reqs, tp, topt); err != nil {
+			return err
+		}
+		r.TimedSteps = len(timing.Steps)
+		for _, s := range timing.Steps {
+			r.StepWallMS += s.WallMS
+			r.StepSampleMS += s.SampleMS
+			r.StepFwdHostMS += s.ForwardHostMS
+			r.StepFwdGPUMS += s.ForwardGPUMS
+		}
+		if k := float64(r.TimedSteps); k > 0 {
+			r.StepWallMS, r.StepSampleMS, r.StepFwdHostMS, r.StepFwdGPUMS = r.StepWallMS/k, r.StepSampleMS/k, r.StepFwdHostMS/k, r.StepFwdGPUMS/k
+			r.HostShare = (r.StepSampleMS + r.StepFwdHostMS) / r.StepWallMS
+			if r.StepFwdGPUMS > 0 {
+				r.LaunchOverGPU = r.StepFwdHostMS / r.StepFwdGPUMS
+			}
+		}
+	}
+	if n := c.Int("nocache-steps"); n > 0 && !dev.IsCuda() {
+		nc := p
+		nc.MaxNewTokens = n
+		start = time.Now()
+		if _, err := m.GenerateNoCache(reqs, nc); err != nil {
+			return err
+		}
+		r.NoCacheTPS = float64(r.Rows*n) / time.Since(start).Seconds()
+	}
+	if py := c.String("hf-python"); py != "" {
+		hf, err := bench.RunHFConfig(cfg, prompts, py, bench.HFGenerate, devString(dev), r.DType, fmt.Sprint(info.Threads), fmt.Sprint(r.Samples), fmt.Sprint(p.MaxNewTokens))
+		if err != nil {
+			r.HFError = err.Error()
+		} else {
+			r.HF = hf
+			var v struct {
+				TokensPerS float64 `json:"tokens_per_s"`
+			}
+			if json.Unmarshal(hf, &v) == nil && v.TokensPerS > 0 {
+				r.LanpoOverHF = r.LanpoTokensPerS / v.TokensPerS
+			}
+		}
+	}
+	if c.Bool("json") {
+		return json.NewEncoder(w).Encode(r)
+	}
+	fmt.Fprintf(w, "  lanpo                   %8.1f tokens/s   %.0f ms, %d batch(es), KV cache %.1f MB a batch\n", r.LanpoTokensPerS, r.LanpoMS, r.LanpoBatches, r.KVCacheMB)
+	if r.TimedSteps > 0 {
+		fmt.Fprintf(w, "  decode step (mean of %d) wall %.2f ms: sampling %.2f ms, forward launch %.2f ms (host), forward on the GPU %.2f ms; host share %.2f\n",
+			r.TimedSteps, r.StepWallMS, r.StepSampleMS, r.StepFwdHostMS, r.StepFwdGPUMS, r.HostShare)
+	}
+	if r.NoCacheTPS > 0 {
+		fmt.Fprintf(w, "  lanpo without KV cache  %8.1f tokens/s (first %d steps)   lanpo/no-cache %.1fx\n", r.NoCacheTPS, c.Int("nocache-steps"), r.LanpoTokensPerS/r.NoCacheTPS)
+	}
+	switch {
+	case r.HFError != "":
+		fmt.Fprintf(w, "  transformers            unavailable: %s\n", r.HFError)
+	case r.HF != nil:
+		fmt.Fprintf(w, "  transformers generate() lanpo/transformers %.2fx   %s\n", r.LanpoOverHF, r.HF)
+	}
+	return nil
+}
