@@ -171,6 +171,22 @@ char *lanpo_cuda_current_device(int *device, int *supported);
 char *lanpo_set_deterministic(int enabled, int warn_only);
 char *lanpo_get_deterministic(int *enabled, int *warn_only);
 
+// ---- Operator counting (opcount.cpp) ----
+//
+// Counts the operators the calling thread dispatches between start and stop
+// (libtorch's RecordFunction observers; lanpo's fused ops announce
+// themselves too). kernels: leaf calls that do device work; views: calls
+// returning an alias (metadata only); allocs: allocation-only calls;
+// composite: calls whose work is done by the kernels they call; syncs:
+// calls that make the host wait for the device (item, nonzero …). *table
+// (malloc'd, the caller frees it) lists "name\tcount\n" for each kernel.
+typedef struct {
+  int64_t kernels, views, allocs, composite, syncs;
+} lanpo_opcount;
+
+char *lanpo_opcount_start(void);
+char *lanpo_opcount_stop(lanpo_opcount *out, char **table);
+
 // ---- CUDA events (events.cpp) ----
 //
 // Timing GPU work without synchronizing at every point: an event recorded on

@@ -60,6 +60,10 @@ type GenerateOptions struct {
 	MemoryFraction float64
 	// Timing, if set, receives each decode step's times (timing.go).
 	Timing *DecodeTiming
+	// Counts, if set, receives what the decode loop dispatched and copied
+	// (timing.go); with MaxRows or MemoryFraction splitting the requests,
+	// the last batch's.
+	Counts *DecodeCounts
 }
 
 // Generate samples from every request. Each distinct prompt is prefilled
@@ -154,94 +158,101 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		return nil, err
 	}
 	defer timer.close()
-	for step := 0; step < p.MaxNewTokens && len(active) > 0; step++ {
-		var st tensor.Scope
-		timer.begin(len(active))
-		u := make([]float64, len(active))
-		for i, r := range active {
-			u[i] = draws[r]()
-		}
-		d := drawStep(&st, logits, p, u, m.holdStops(&st, p, active, sc))
-		toks := d.tokens
-		changed := false
-		var ends []string // per batch row: finish reason, "" while running
-		for i, r := range active {
-			var reason string
-			if !done[r] {
-				var tok int64
-				tok, done[r], reason = sc.step(r, toks[i], &out[r])
-				changed = changed || tok != toks[i]
-				toks[i] = tok
+	err = countDecode(opt.Counts, func() (int, error) {
+		step := 0
+		for ; step < p.MaxNewTokens && len(active) > 0; step++ {
+			var st tensor.Scope
+			timer.begin(len(active))
+			u := make([]float64, len(active))
+			for i, r := range active {
+				u[i] = draws[r]()
 			}
-			ends = append(ends, reason)
-		}
-		lps := d.logprobs(&st, changed)
-		var keep []int64 // batch rows still running
-		for i, r := range active {
-			if ends[i] == "" && done[r] {
-				continue // finished earlier, still in the batch
+			d := drawStep(&st, logits, p, u, m.holdStops(&st, p, active, sc))
+			toks := d.tokens
+			changed := false
+			var ends []string // per batch row: finish reason, "" while running
+			for i, r := range active {
+				var reason string
+				if !done[r] {
+					var tok int64
+					tok, done[r], reason = sc.step(r, toks[i], &out[r])
+					changed = changed || tok != toks[i]
+					toks[i] = tok
+				}
+				ends = append(ends, reason)
 			}
-			smp := &out[r]
-			smp.IDs = append(smp.IDs, toks[i])
-			smp.Logprobs = append(smp.Logprobs, lps[i])
-			if ends[i] != "" {
-				smp.FinishReason = ends[i]
-				finished++
-				continue
+			lps := d.logprobs(&st, changed)
+			var keep []int64 // batch rows still running
+			for i, r := range active {
+				if ends[i] == "" && done[r] {
+					continue // finished earlier, still in the batch
+				}
+				smp := &out[r]
+				smp.IDs = append(smp.IDs, toks[i])
+				smp.Logprobs = append(smp.Logprobs, lps[i])
+				if ends[i] != "" {
+					smp.FinishReason = ends[i]
+					finished++
+					continue
+				}
+				keep = append(keep, int64(i))
 			}
-			keep = append(keep, int64(i))
-		}
-		if opt.Progress != nil {
-			opt.Progress(step+1, finished, int(rows))
-		}
-		if len(keep) == 0 || step+1 == p.MaxNewTokens {
-			st.Close()
-			break
-		}
-		if !opt.NoCompaction && 4*(len(active)-len(keep)) >= len(active) && len(keep) < len(active) {
-			// Drop the finished rows: later steps cost only the running ones.
-			if err := cache.Keep(keep); err != nil {
+			if opt.Progress != nil {
+				opt.Progress(step+1, finished, int(rows))
+			}
+			if len(keep) == 0 || step+1 == p.MaxNewTokens {
 				st.Close()
-				return nil, err
+				break
 			}
-			logits = m.keepLogitRows(&st, logits, keep, ownLogits)
-			ownLogits = true
-			next := make([]int, len(keep))
-			nt := make([]int64, len(keep))
-			for j, i := range keep {
-				next[j], nt[j] = active[i], toks[i]
+			if !opt.NoCompaction && 4*(len(active)-len(keep)) >= len(active) && len(keep) < len(active) {
+				// Drop the finished rows: later steps cost only the running ones.
+				if err := cache.Keep(keep); err != nil {
+					st.Close()
+					return step, err
+				}
+				logits = m.keepLogitRows(&st, logits, keep, ownLogits)
+				ownLogits = true
+				next := make([]int, len(keep))
+				nt := make([]int64, len(keep))
+				for j, i := range keep {
+					next[j], nt[j] = active[i], toks[i]
+				}
+				active, toks = next, nt
 			}
-			active, toks = next, nt
-		}
-		// Finished rows still in the batch decode a harmless token until
-		// the next compaction; their outputs are ignored.
-		if err := timer.sampled(); err != nil {
+			// Finished rows still in the batch decode a harmless token until
+			// the next compaction; their outputs are ignored.
+			if err := timer.sampled(); err != nil {
+				st.Close()
+				return step, err
+			}
+			b := int64(len(active))
+			pos := make([]int64, b)
+			ones := make([]int64, b)
+			for i, r := range active {
+				pos[i] = int64(len(reqs[rowPrompt[r]].PromptIDs)) + int64(step)
+				ones[i] = 1
+			}
+			col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{b, 1}, m.Device) }
+			h, err := m.Forward(&st, col(toks), col(pos), col(ones), cache)
+			if err != nil {
+				st.Close()
+				return step, err
+			}
+			nl := st.Release(m.Logits(&st, st.Keep(h.MustSqueezeDim(1, false))))
 			st.Close()
-			return nil, err
+			// Only the newest logits are kept: [rows, V] fp32 per step adds up.
+			if ownLogits {
+				logits.MustDrop()
+			}
+			logits, ownLogits = nl, true
+			if err := timer.launched(); err != nil {
+				return step, err
+			}
 		}
-		b := int64(len(active))
-		pos := make([]int64, b)
-		ones := make([]int64, b)
-		for i, r := range active {
-			pos[i] = int64(len(reqs[rowPrompt[r]].PromptIDs)) + int64(step)
-			ones[i] = 1
-		}
-		col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{b, 1}, m.Device) }
-		h, err := m.Forward(&st, col(toks), col(pos), col(ones), cache)
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		nl := st.Release(m.Logits(&st, st.Keep(h.MustSqueezeDim(1, false))))
-		st.Close()
-		// Only the newest logits are kept: [rows, V] fp32 per step adds up.
-		if ownLogits {
-			logits.MustDrop()
-		}
-		logits, ownLogits = nl, true
-		if err := timer.launched(); err != nil {
-			return nil, err
-		}
+		return step, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -4,7 +4,44 @@ import (
 	"time"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
+
+// DecodeCounts, set in GenerateOptions.Counts, counts what the decode loop
+// (every step after the prefill) dispatches and copies: the operators
+// (csrc.CountOps: kernels, views, syncs) and lanpo's host↔device copies.
+// lanpo bench generate divides them by Steps, and takes the difference of
+// a 2-layer and a 1-layer model for the kernels of one layer.
+type DecodeCounts struct {
+	Steps     int // decode steps counted: forward passes of one new token per row, each with its sampling
+	Ops       csrc.OpCount
+	Transfers tensor.Transfers
+}
+
+// SyncsPerStep is how often the host waits for the device per decode step:
+// blocking copies and operators that read device values.
+func (c DecodeCounts) SyncsPerStep() float64 {
+	if c.Steps == 0 {
+		return 0
+	}
+	return float64(c.Transfers.Syncs()+c.Ops.Syncs) / float64(c.Steps)
+}
+
+// countDecode runs the decode loop, counting into c when it is set.
+func countDecode(c *DecodeCounts, loop func() (steps int, err error)) error {
+	if c == nil {
+		_, err := loop()
+		return err
+	}
+	before := tensor.TransferCount()
+	var steps int
+	ops, err := csrc.CountOps(func() (err error) {
+		steps, err = loop()
+		return err
+	})
+	c.Steps, c.Ops, c.Transfers = steps, ops, tensor.TransferCount().Sub(before)
+	return err
+}
 
 // DecodeTiming, set in GenerateOptions.Timing, collects where each decode
 // step's time goes (lanpo bench generate). Collecting it adds one device

@@ -185,4 +185,3 @@ func parseAttention(s string) (model.AttentionImpl, error) {
 	}
 	return 0, usageError{fmt.Errorf("--attention %q: want auto, sdpa or reference", s)}
 }
-

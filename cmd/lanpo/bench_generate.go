@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sugarme/gotch"
@@ -47,6 +48,7 @@ func benchGenerateCommand() *cli.Command {
 			&cli.IntFlag{Name: "new-tokens", Value: 128},
 			&cli.IntFlag{Name: "timing-tokens", Value: 32, Usage: "decode steps of the timed run (0: none)"},
 			&cli.IntFlag{Name: "nocache-steps", Value: 2, Usage: "steps of the no-cache engine (0: skip; CPU only)"},
+			&cli.IntFlag{Name: "count-steps", Value: 8, Usage: "decode steps of the kernel and sync count (0: skip)"},
 			&cli.Float64Flag{Name: "memory-fraction", Value: 0.9, Usage: "on CUDA, the share of the GPU a generation batch may use"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		),
@@ -80,6 +82,61 @@ type genBench struct {
 	StepFwdGPUMS    float64         `json:"step_forward_gpu_ms"`
 	HostShare       float64         `json:"host_share"`
 	LaunchOverGPU   float64         `json:"launch_over_gpu,omitempty"`
+	Counts          *decodeCounts   `json:"counts,omitempty"`
+}
+
+// decodeCounts is what one decode step dispatches on the path a CUDA run
+// takes (SDPA attention), from a 1-layer and a 2-layer model of the shape:
+// one layer is their difference, the rest of the step (embedding, final
+// norm, head, sampling) what the 1-layer model adds to its layer.
+type decodeCounts struct {
+	Steps           int              `json:"steps"`
+	KernelsPerLayer float64          `json:"kernels_per_layer"`
+	ViewsPerLayer   float64          `json:"views_per_layer"`
+	LayerKernels    map[string]int64 `json:"layer_kernels"` // over all counted steps
+	KernelsOutside  float64          `json:"step_kernels_outside_layers"`
+	OutsideKernels  map[string]int64 `json:"outside_kernels"`
+	SyncsPerToken   float64          `json:"syncs_per_token"`
+	UploadsPerToken float64          `json:"uploads_per_token"`
+	AsyncPerToken   float64          `json:"async_uploads_per_token"`
+	Downloads       float64          `json:"downloads_per_token"`
+}
+
+// countDecode measures decodeCounts over steps decode steps of reqs.
+func countDecode(cfg *model.Config, opt model.LoadOptions, reqs []model.Request, p model.SamplingParams, steps int) (*decodeCounts, error) {
+	count := func(layers int64) (model.DecodeCounts, error) {
+		c := *cfg
+		c.NumHiddenLayers = layers
+		m, err := model.NewRandom(&c, opt, 1)
+		if err != nil {
+			return model.DecodeCounts{}, err
+		}
+		defer m.Close()
+		if err := m.SetAttention(model.AttentionSDPA); err != nil {
+			return model.DecodeCounts{}, err
+		}
+		var dc model.DecodeCounts
+		cp := p
+		cp.MaxNewTokens = steps + 1 // the first token comes from the prefill
+		_, err = m.Generate(reqs, cp, model.GenerateOptions{Counts: &dc})
+		return dc, err
+	}
+	one, err := count(1)
+	if err != nil {
+		return nil, err
+	}
+	two, err := count(2)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(one.Steps)
+	layer := two.Ops.Sub(one.Ops)
+	outside := one.Ops.Sub(layer)
+	t := one.Transfers
+	return &decodeCounts{Steps: one.Steps, KernelsPerLayer: float64(layer.Kernels) / n, ViewsPerLayer: float64(layer.Views) / n,
+		LayerKernels: layer.ByName, KernelsOutside: float64(outside.Kernels) / n, OutsideKernels: outside.ByName,
+		SyncsPerToken: one.SyncsPerStep(), UploadsPerToken: float64(t.Uploads) / n, AsyncPerToken: float64(t.AsyncUploads) / n,
+		Downloads: float64(t.Downloads) / n}, nil
 }
 
 // benchShape is --shape's config with --layers applied.
@@ -187,6 +244,11 @@ func runBenchGenerate(c *cli.Context) error {
 			}
 		}
 	}
+	if n := c.Int("count-steps"); n > 0 {
+		if r.Counts, err = countDecode(cfg, model.LoadOptions{Device: dev, DType: dt}, reqs, p, n); err != nil {
+			return err
+		}
+	}
 	if n := c.Int("nocache-steps"); n > 0 && !dev.IsCuda() {
 		nc := p
 		nc.MaxNewTokens = n
@@ -218,6 +280,12 @@ func runBenchGenerate(c *cli.Context) error {
 		fmt.Fprintf(w, "  decode step (mean of %d) wall %.2f ms: sampling %.2f ms, forward launch %.2f ms (host), forward on the GPU %.2f ms; host share %.2f\n",
 			r.TimedSteps, r.StepWallMS, r.StepSampleMS, r.StepFwdHostMS, r.StepFwdGPUMS, r.HostShare)
 	}
+	if k := r.Counts; k != nil {
+		fmt.Fprintf(w, "  decode step (SDPA, %d steps counted): %.1f kernels and %.1f views per layer, %.1f kernels outside the layers; %.2f host syncs per token (%.2f uploads, %.2f downloads; %.2f async uploads)\n",
+			k.Steps, k.KernelsPerLayer, k.ViewsPerLayer, k.KernelsOutside, k.SyncsPerToken, k.UploadsPerToken, k.Downloads, k.AsyncPerToken)
+		fmt.Fprintf(w, "    per layer: %s\n", perStep(k.LayerKernels, k.Steps))
+		fmt.Fprintf(w, "    outside:   %s\n", perStep(k.OutsideKernels, k.Steps))
+	}
 	if r.NoCacheTPS > 0 {
 		fmt.Fprintf(w, "  lanpo without KV cache  %8.1f tokens/s (first %d steps)   lanpo/no-cache %.1fx\n", r.NoCacheTPS, c.Int("nocache-steps"), r.LanpoTokensPerS/r.NoCacheTPS)
 	}
@@ -228,4 +296,14 @@ func runBenchGenerate(c *cli.Context) error {
 		fmt.Fprintf(w, "  transformers generate() lanpo/transformers %.2fx   %s\n", r.LanpoOverHF, r.HF)
 	}
 	return nil
+}
+
+// perStep lists kernels by name, divided by steps, most frequent first.
+func perStep(byName map[string]int64, steps int) string {
+	c := csrc.OpCount{ByName: byName}
+	var parts []string
+	for _, n := range c.Names() {
+		parts = append(parts, fmt.Sprintf("%s×%.3g", strings.TrimPrefix(n, "aten::"), float64(byName[n])/float64(steps)))
+	}
+	return strings.Join(parts, " ")
 }

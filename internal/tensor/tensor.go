@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sugarme/gotch"
@@ -64,9 +65,46 @@ func (s *Scope) Close() {
 	s.scalars = nil
 }
 
+// Transfers counts lanpo's copies between host and device memory through
+// this package (and csrc's pinned uploads): the round trips a decode step
+// makes (lanpo bench generate's syncs per token). On a CPU device the same
+// calls are counted, as the copies a CUDA run of the same code would make.
+type Transfers struct {
+	// Downloads are device→host reads: the host waits for the device.
+	Downloads int64
+	// Uploads are host→device copies from pageable memory, which the host
+	// waits for too; AsyncUploads come from pinned memory and do not block.
+	Uploads, AsyncUploads int64
+}
+
+var downloads, uploads, asyncUploads atomic.Int64
+
+// TransferCount returns the counts since the process started.
+func TransferCount() Transfers {
+	return Transfers{Downloads: downloads.Load(), Uploads: uploads.Load(), AsyncUploads: asyncUploads.Load()}
+}
+
+// Sub is t − o.
+func (t Transfers) Sub(o Transfers) Transfers {
+	return Transfers{Downloads: t.Downloads - o.Downloads, Uploads: t.Uploads - o.Uploads, AsyncUploads: t.AsyncUploads - o.AsyncUploads}
+}
+
+// Syncs are the transfers the host waits for.
+func (t Transfers) Syncs() int64 { return t.Downloads + t.Uploads }
+
+// CountUpload records a host→device copy made outside this package.
+func CountUpload(async bool) {
+	if async {
+		asyncUploads.Add(1)
+	} else {
+		uploads.Add(1)
+	}
+}
+
 // Float64s copies x's elements to the host as float64 (gotch's
 // Float64Values leaks its conversion).
 func Float64s(x *ts.Tensor) []float64 {
+	downloads.Add(1)
 	var s Scope
 	defer s.Close()
 	d := s.Keep(x.MustDetach(false))
@@ -123,6 +161,7 @@ func RSSBytes() (int64, error) {
 
 // Int64s copies an integer tensor's elements to the host.
 func Int64s(x *ts.Tensor) []int64 {
+	downloads.Add(1)
 	var s Scope
 	defer s.Close()
 	d := s.Keep(s.Keep(s.Keep(x.MustDetach(false)).MustTotype(gotch.Int64, false)).MustTo(gotch.CPU, false))
@@ -135,6 +174,7 @@ func Int64s(x *ts.Tensor) []int64 {
 // FromSlice copies a Go slice into a tensor of the given shape (nil: 1-D)
 // on device, registered in s.
 func FromSlice(s *Scope, data any, shape []int64, device gotch.Device) *ts.Tensor {
+	uploads.Add(1)
 	var t *ts.Tensor
 	if raw, dtype, n, ok := sliceBytes(data); ok {
 		// gotch's OfSlice encodes element by element through reflection
