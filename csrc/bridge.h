@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -31,12 +32,17 @@ inline lanpo_tensor new_handle(at::Tensor t) { return new at::Tensor(std::move(t
 
 // LANPO_GUARD runs body and turns any exception into a returned error
 // string naming the function; c10::Error loses its C++ backtrace, which
-// means nothing to a Go caller. The body is variadic so that commas in it
-// (declarations, template arguments) do not split it into macro arguments.
+// means nothing to a Go caller (LANPO_CPP_BACKTRACE=1 prints it to stderr
+// for lanpo's developers; TORCH_SHOW_CPP_STACKTRACES=1 makes it complete).
+// The body is variadic so that commas in it (declarations, template
+// arguments) do not split it into macro arguments.
 #define LANPO_GUARD(where, ...)                                 \
   try {                                                         \
     __VA_ARGS__ return nullptr;                                 \
   } catch (const c10::Error &e) {                               \
+    if (std::getenv("LANPO_CPP_BACKTRACE") != nullptr) {        \
+      std::fprintf(stderr, "%s: %s\n", where, e.what());        \
+    }                                                           \
     return lanpo::dup_error(where, e.what_without_backtrace()); \
   } catch (const std::exception &e) {                           \
     return lanpo::dup_error(where, e.what());                   \

@@ -25,10 +25,84 @@ typedef struct {
 
 char *lanpo_get_build_info(lanpo_build_info *out);
 
+// ---- Fused kernels of the forward (fused.cpp; CUDA in cuda/fused.cu) ----
+//
+// Each is one kernel on CPU and on CUDA, takes part in autograd, and rounds
+// to the element type where the ATen composition it replaces does.
+
 // RMSNorm as in Hugging Face Qwen2/Llama: statistics in fp32 (fp64 inputs
 // stay fp64), the normalized value cast back to x's dtype, then times weight.
-// x [..., H], weight [H]. Differentiable in x and weight.
+// x [..., H] contiguous, weight [H] of x's dtype. Differentiable in x and
+// weight.
 char *lanpo_rms_norm(lanpo_tensor x, lanpo_tensor weight, double eps, lanpo_tensor *out);
+
+// The residual add and RMSNorm of a pre-norm block in one pass:
+// *h = x + residual (rounded to the dtype), *y = rms_norm(*h, weight).
+char *lanpo_add_rms_norm(lanpo_tensor x, lanpo_tensor residual, lanpo_tensor weight, double eps, lanpo_tensor *y,
+                         lanpo_tensor *h);
+
+// The projections q [B, T, hq·D], k and v [B, T, hkv·D] (+ their biases; NULL:
+// none) to attention's layout [B, heads, T, D], q and k rotated by RoPE at
+// positions pos [B, T] (int64) with the tables cos, sin [P, D] (fp32, cast to
+// the dtype as transformers does): x·cos + rotate_half(x)·sin, bit for bit.
+char *lanpo_rope(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v, lanpo_tensor bq, lanpo_tensor bk, lanpo_tensor bv,
+                 lanpo_tensor cos, lanpo_tensor sin, lanpo_tensor pos, int64_t hq, int64_t hkv, lanpo_tensor *oq,
+                 lanpo_tensor *ok, lanpo_tensor *ov);
+
+// silu(gate) · up, elementwise (contiguous, same shape and dtype).
+char *lanpo_swiglu(lanpo_tensor gate, lanpo_tensor up, lanpo_tensor *out);
+
+// ---- Decoding (decode.cpp; CUDA in cuda/fused.cu) ----
+//
+// Every integer a decode step needs lives on the device: ctr [2] int64 holds
+// the output column and the cache slot of the latest token.
+
+// lanpo_rope for one new token per row (q, k, v [B, 1, ·]) that writes the
+// rotated keys and the values into kcache and vcache [B, hkv, Tmax, D] at slot
+// ctr[1], and returns q [B, hq, 1, D]. Not differentiable.
+char *lanpo_rope_cache(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v, lanpo_tensor bq, lanpo_tensor bk,
+                       lanpo_tensor bv, lanpo_tensor cos, lanpo_tensor sin, lanpo_tensor pos, lanpo_tensor kcache,
+                       lanpo_tensor vcache, lanpo_tensor ctr, lanpo_tensor *out);
+
+// One token per row from pick [R, V] (fp32): its argmax when greedy, else
+// the inverse CDF of pick (unnormalized probabilities) at u[r, ctr[0]]
+// (u [R, U] fp64; lanpo's summation order, fused_cuda.h). Records
+// rec[r, ctr[0]] = token | bits(lp[r, token]) << 32 (rec [R, U] int64),
+// writes the token to tok [R, 1], adds one to pos [R, 1] and sets
+// bias[r, ctr[1] + 1] = 0 (bias [R, Tmax], the attention mask; NULL: none).
+// Every argument is on one device; nothing is read back to the host.
+char *lanpo_sample(lanpo_tensor pick, lanpo_tensor lp, lanpo_tensor u, lanpo_tensor ctr, lanpo_tensor tok,
+                   lanpo_tensor pos, lanpo_tensor bias, lanpo_tensor rec, int greedy);
+
+// scaled_dot_product_attention with is_causal and, where this libtorch has it
+// (≥ 2.5: lanpo_sdpa_gqa_supported), enable_gqa; mask may be NULL.
+char *lanpo_sdpa(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v, lanpo_tensor mask, int is_causal, int enable_gqa,
+                 lanpo_tensor *out);
+int lanpo_sdpa_gqa_supported(void);
+
+// Copies a host buffer (dtype a c10::ScalarType code, contiguous) into a new
+// tensor on device (-1: CPU). On CUDA the copy goes through pinned memory and
+// the host does not wait for it (*async = 1).
+char *lanpo_upload(const void *data, const int64_t *shape, int ndim, int dtype, int device, int *async,
+                   lanpo_tensor *out);
+
+// CUDA graphs of decode steps. A side stream of a device is where capture
+// (and the warm-up before it) runs: enter makes it current after the work
+// queued so far, exit makes the previous stream current again, waiting for
+// the side stream. Graphs capture the calling thread's work between
+// capture_begin and capture_end (thread-local capture mode) into a memory
+// pool from lanpo_graph_pool; replay runs one on the current stream. On a
+// build without CUDA, supported is 0 and the others fail.
+char *lanpo_graph_supported(int *supported);
+char *lanpo_side_stream_new(int device, void **out);
+char *lanpo_side_stream_enter(void *s);
+char *lanpo_side_stream_exit(void *s);
+void lanpo_side_stream_free(void *s);
+char *lanpo_graph_pool(uint64_t pool[2]);
+char *lanpo_graph_capture_begin(const uint64_t pool[2], void **graph);
+char *lanpo_graph_capture_end(void *graph);
+char *lanpo_graph_replay(void *graph);
+void lanpo_graph_free(void *graph);
 
 // Fused linear + log-softmax + gather (+ entropy), without materializing
 // [N, V] logits: for each row i with mask[i] (all rows when mask is NULL),

@@ -39,6 +39,13 @@ func (s *Scope) Float(v float64) *ts.Scalar {
 	return sc
 }
 
+// Int returns an integer scalar that stays valid until the scope closes.
+func (s *Scope) Int(v int64) *ts.Scalar {
+	sc := ts.IntScalar(v)
+	s.scalars = append(s.scalars, sc)
+	return sc
+}
+
 // Keep registers t for freeing and returns it.
 func (s *Scope) Keep(t *ts.Tensor) *ts.Tensor { s.ts = append(s.ts, t); return t }
 
@@ -176,7 +183,7 @@ func Int64s(x *ts.Tensor) []int64 {
 func FromSlice(s *Scope, data any, shape []int64, device gotch.Device) *ts.Tensor {
 	uploads.Add(1)
 	var t *ts.Tensor
-	if raw, dtype, n, ok := sliceBytes(data); ok {
+	if raw, dtype, n, ok := SliceBytes(data); ok {
 		// gotch's OfSlice encodes element by element through reflection
 		// (9% of a tiny GRPO step in a profile); the bytes go in one copy.
 		if shape == nil {
@@ -195,8 +202,9 @@ func FromSlice(s *Scope, data any, shape []int64, device gotch.Device) *ts.Tenso
 	return s.Keep(t.MustTo(device, false))
 }
 
-// sliceBytes views a numeric slice's memory as bytes (no copy).
-func sliceBytes(data any) ([]byte, gotch.DType, int, bool) {
+// SliceBytes views a numeric slice's memory as bytes (no copy) and names
+// its dtype and length.
+func SliceBytes(data any) ([]byte, gotch.DType, int, bool) {
 	view := func(p unsafe.Pointer, n, size int) []byte {
 		if n == 0 {
 			return []byte{}
