@@ -1,6 +1,8 @@
 package model
 
 import (
+	"slices"
+
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -22,6 +24,16 @@ func newPadLayout(seqs [][]int64) padLayout {
 		l.pads = append(l.pads, l.t-int64(len(q)))
 	}
 	return l
+}
+
+// attention is the mask to give Forward: mask, or nil when no row is
+// padded (causal attention alone is then exact, and SDPA's causal kernel
+// runs without a mask).
+func (l padLayout) attention(mask *ts.Tensor) *ts.Tensor {
+	if slices.ContainsFunc(l.pads, func(p int64) bool { return p > 0 }) {
+		return mask
+	}
+	return nil
 }
 
 // at is the flat index of token j of row r.

@@ -58,7 +58,7 @@ func (m *Model) BenchForward(ids [][]int64, reps int) (r ForwardBench, err error
 	run := func() error {
 		var s tensor.Scope
 		defer s.Close()
-		h, err := m.Forward(&s, idsT, posT, maskT, nil)
+		h, err := m.Forward(&s, idsT, posT, l.attention(maskT), nil)
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func (m *Model) GenerateNoCache(reqs []Request, p SamplingParams) (out []Sample,
 		var s tensor.Scope
 		l, ids, pos, mask := m.leftPad(&s, rows)
 		n, tmax := l.b, l.t
-		h, err := m.Forward(&s, ids, pos, mask, nil)
+		h, err := m.Forward(&s, ids, pos, l.attention(mask), nil)
 		if err != nil {
 			s.Close()
 			return nil, err

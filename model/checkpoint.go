@@ -47,13 +47,16 @@ func (m *Model) ForwardCheckpointed(s *tensor.Scope, ids, positions, mask *ts.Te
 	defer tensor.Recover("checkpointed forward", &err)
 	c = &Checkpointed{m: m, ids: ids}
 	err = csrc.NoGrad(func() error {
-		t := ids.MustSize()[1]
-		c.in = &layerInputs{cfg: m.Config, sdpa: m.useSDPA, allowed: attentionMask(s, mask, t)}
-		c.in.cos, c.in.sin = m.rope.tables(s, positions, m.DType)
+		c.in = &layerInputs{cfg: m.Config, sdpa: m.useSDPA, rope: m.rope, pos: positions, causal: mask == nil}
+		if mask != nil {
+			c.in.allowed = attentionMask(s, mask, ids.MustSize()[1])
+		}
 		x := s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
 		for _, l := range m.Layers {
 			c.inputs = append(c.inputs, x)
-			x = layerStep(s, x, func(ls *tensor.Scope, x *ts.Tensor) *ts.Tensor { return l.Forward(ls, c.in, x, nil) })
+			x, _ = layerStep(s, x, nil, func(ls *tensor.Scope, x, _ *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
+				return l.forwardWhole(ls, c.in, x), nil
+			})
 		}
 		c.last = s.Keep(x.MustDetach(false))
 		return nil
@@ -107,7 +110,7 @@ func (c *Checkpointed) Backward(onLayer func(layer int) error) (err error) {
 		var ls tensor.Scope
 		x := ls.Keep(c.inputs[l].MustDetach(false))
 		x.MustRequiresGrad_(true)
-		y := c.m.Layers[l].Forward(&ls, c.in, x, nil)
+		y := c.m.Layers[l].forwardWhole(&ls, c.in, x)
 		err := csrc.Backward(y, grad)
 		grad.MustDrop()
 		if err != nil {

@@ -64,13 +64,27 @@ type GenerateOptions struct {
 	// (timing.go); with MaxRows or MemoryFraction splitting the requests,
 	// the last batch's.
 	Counts *DecodeCounts
+	// SyncEvery is how many decode steps run between two looks of the host
+	// at the sampled tokens (0: DefaultSyncEvery). Between looks every
+	// step stays on the device; a sample that ends in between drops what it
+	// sampled after its end, so outputs do not depend on it. Structured
+	// outputs (Segments) look every step.
+	SyncEvery int
+	// CUDAGraphs captures decode steps as CUDA graphs and replays them
+	// (graphs.go). On a CPU device only the bookkeeping runs (each step
+	// eagerly); outputs are the same either way. Structured outputs
+	// (Segments) run eagerly.
+	CUDAGraphs bool
+	// GraphStats, if set, receives what each decode step did with graphs.
+	GraphStats *GraphStats
 }
 
 // Generate samples from every request. Each distinct prompt is prefilled
 // once and its KV cache copied into its G rows; decoding runs over a static
-// cache written in place. Every row's randomness comes from (Seed, request
-// index, sample index), so results do not depend on batch composition.
-// Samples come back in request order, then sample order.
+// cache written in place, with every step on the device (decode.go). Every
+// row's randomness comes from (Seed, request index, sample index), so which
+// tokens a row can draw does not depend on the batch. Samples come back in
+// request order, then sample order.
 func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) ([]Sample, error) {
 	return m.GenerateAt(reqs, nil, p, opt)
 }
@@ -122,150 +136,42 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		}
 	}
 	out, rowPrompt, draws := sampleRows(reqs, streams, p.Seed)
-	rows := int64(len(rowPrompt))
-	cache, err := m.NewKVCache(rows, lmax+int64(p.MaxNewTokens))
+	rows := len(rowPrompt)
+	u := make([][]float64, rows) // row r's uniform for its token j: the j-th draw of its stream
+	for r := range u {
+		u[r] = make([]float64, p.MaxNewTokens)
+		for j := range u[r] {
+			u[r][j] = draws[r]()
+		}
+	}
+	// The batch runs at a bucketed size; padding rows decode a copy of row 0.
+	batch := append([]int(nil), rowPrompt...)
+	for len(batch) < bucketRows(rows) {
+		batch = append(batch, rowPrompt[0])
+	}
+	// The cache's length is a multiple of the attention window's step, so
+	// that every window (and the mask's row stride) is: attention kernels
+	// want aligned masks.
+	cache, err := m.NewKVCache(int64(len(batch)), (lmax+int64(p.MaxNewTokens)+windowStep-1)/windowStep*windowStep)
 	if err != nil {
 		return nil, err
 	}
 	defer cache.Close()
-
 	var s tensor.Scope
 	defer s.Close()
-	logits, err := m.prefill(&s, cache, reqs, rowPrompt, !opt.NoPrefixSharing)
+	logits, err := m.prefill(&s, cache, reqs, batch, !opt.NoPrefixSharing)
 	if err != nil {
 		return nil, err
 	}
-	ownLogits := false // the prefill's logits belong to s; later ones to this loop
-	defer func() {
-		if ownLogits {
-			logits.MustDrop()
-		}
-	}()
-	sc := newScript(p, opt.Detokenize, int(rows))
-	for r := range out {
-		sc.start(r, &out[r])
-	}
-	// active[i] is the sample row that batch row i holds; compaction drops
-	// finished rows from the batch, the cache and the logits.
-	active := make([]int, rows)
-	for i := range active {
-		active[i] = i
-	}
-	done := make([]bool, rows)
-	finished := 0
-	timer, err := newStepTimer(opt.Timing, m)
+	d, err := m.newDecoder(cache, reqs, rowPrompt, out, u, lmax, p, opt)
 	if err != nil {
 		return nil, err
 	}
-	defer timer.close()
-	err = countDecode(opt.Counts, func() (int, error) {
-		step := 0
-		for ; step < p.MaxNewTokens && len(active) > 0; step++ {
-			var st tensor.Scope
-			timer.begin(len(active))
-			u := make([]float64, len(active))
-			for i, r := range active {
-				u[i] = draws[r]()
-			}
-			d := drawStep(&st, logits, p, u, m.holdStops(&st, p, active, sc))
-			toks := d.tokens
-			changed := false
-			var ends []string // per batch row: finish reason, "" while running
-			for i, r := range active {
-				var reason string
-				if !done[r] {
-					var tok int64
-					tok, done[r], reason = sc.step(r, toks[i], &out[r])
-					changed = changed || tok != toks[i]
-					toks[i] = tok
-				}
-				ends = append(ends, reason)
-			}
-			lps := d.logprobs(&st, changed)
-			var keep []int64 // batch rows still running
-			for i, r := range active {
-				if ends[i] == "" && done[r] {
-					continue // finished earlier, still in the batch
-				}
-				smp := &out[r]
-				smp.IDs = append(smp.IDs, toks[i])
-				smp.Logprobs = append(smp.Logprobs, lps[i])
-				if ends[i] != "" {
-					smp.FinishReason = ends[i]
-					finished++
-					continue
-				}
-				keep = append(keep, int64(i))
-			}
-			if opt.Progress != nil {
-				opt.Progress(step+1, finished, int(rows))
-			}
-			if len(keep) == 0 || step+1 == p.MaxNewTokens {
-				st.Close()
-				break
-			}
-			if !opt.NoCompaction && 4*(len(active)-len(keep)) >= len(active) && len(keep) < len(active) {
-				// Drop the finished rows: later steps cost only the running ones.
-				if err := cache.Keep(keep); err != nil {
-					st.Close()
-					return step, err
-				}
-				logits = m.keepLogitRows(&st, logits, keep, ownLogits)
-				ownLogits = true
-				next := make([]int, len(keep))
-				nt := make([]int64, len(keep))
-				for j, i := range keep {
-					next[j], nt[j] = active[i], toks[i]
-				}
-				active, toks = next, nt
-			}
-			// Finished rows still in the batch decode a harmless token until
-			// the next compaction; their outputs are ignored.
-			if err := timer.sampled(); err != nil {
-				st.Close()
-				return step, err
-			}
-			b := int64(len(active))
-			pos := make([]int64, b)
-			ones := make([]int64, b)
-			for i, r := range active {
-				pos[i] = int64(len(reqs[rowPrompt[r]].PromptIDs)) + int64(step)
-				ones[i] = 1
-			}
-			col := func(v []int64) *ts.Tensor { return tensor.FromSlice(&st, v, []int64{b, 1}, m.Device) }
-			h, err := m.Forward(&st, col(toks), col(pos), col(ones), cache)
-			if err != nil {
-				st.Close()
-				return step, err
-			}
-			nl := st.Release(m.Logits(&st, st.Keep(h.MustSqueezeDim(1, false))))
-			st.Close()
-			// Only the newest logits are kept: [rows, V] fp32 per step adds up.
-			if ownLogits {
-				logits.MustDrop()
-			}
-			logits, ownLogits = nl, true
-			if err := timer.launched(); err != nil {
-				return step, err
-			}
-		}
-		return step, nil
-	})
-	if err != nil {
+	defer d.close()
+	if err := d.run(logits); err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// keepLogitRows returns rows keep of logits as a tensor the caller owns,
-// freeing logits when the caller owned it.
-func (m *Model) keepLogitRows(s *tensor.Scope, logits *ts.Tensor, keep []int64, owned bool) *ts.Tensor {
-	idx := tensor.FromSlice(s, keep, nil, m.Device)
-	kept := logits.MustIndexSelect(0, idx, false)
-	if owned {
-		logits.MustDrop()
-	}
-	return kept
 }
 
 func totalRows(reqs []Request) int {
@@ -388,7 +294,7 @@ func (m *Model) prefill(s *tensor.Scope, cache *KVCache, reqs []Request, rowProm
 		}
 		defer target.Close()
 	}
-	h, err := m.Forward(s, ids, pos, mask, target)
+	h, err := m.Forward(s, ids, pos, l.attention(mask), target)
 	if err != nil {
 		return nil, err
 	}

@@ -567,9 +567,9 @@ func TestGenerationRowsThatFit(t *testing.T) {
 	}
 }
 
-// Decode timing changes nothing sampled, and records one entry per step
-// that ran a forward (all but the last), with the host times filled in
-// (and no GPU time on the CPU).
+// Decode timing changes nothing sampled, and records one entry per decode
+// step (every token but the first, which the prefill gives), with the host
+// times filled in (and no GPU time on the CPU).
 func TestDecodeTimingLeavesSamplesAlone(t *testing.T) {
 	lockThread(t)
 	m := tinyModel(t, "qwen3-mha-untied")
@@ -591,8 +591,8 @@ func TestDecodeTimingLeavesSamplesAlone(t *testing.T) {
 		t.Fatalf("%d steps timed, want %d", len(timing.Steps), p.MaxNewTokens-1)
 	}
 	for i, s := range timing.Steps {
-		if s.Rows != rows || s.WallMS <= 0 || s.SampleMS < 0 || s.ForwardHostMS <= 0 || s.ForwardGPUMS != 0 ||
-			s.SampleMS+s.ForwardHostMS > s.WallMS+0.01 {
+		if s.Rows != rows || s.WallMS <= 0 || s.LookMS < 0 || s.ForwardHostMS <= 0 || s.ForwardGPUMS != 0 ||
+			s.LookMS+s.ForwardHostMS > s.WallMS+0.01 {
 			t.Errorf("step %d: %+v", i, s)
 		}
 	}

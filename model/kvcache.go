@@ -6,6 +6,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -96,7 +97,7 @@ func (c *KVCache) Keep(keep []int64) (err error) {
 	defer tensor.Recover("compact KV cache", &err)
 	var s tensor.Scope
 	defer s.Close()
-	idx := tensor.FromSlice(&s, keep, nil, c.Mask.MustDevice())
+	idx := csrc.Upload(&s, keep, nil, c.Mask.MustDevice())
 	sel := func(t *ts.Tensor) *ts.Tensor {
 		kept := t.MustIndexSelect(0, idx, false)
 		t.MustDrop()

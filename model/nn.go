@@ -21,6 +21,14 @@ func linear(s *tensor.Scope, x, w, b *ts.Tensor) *ts.Tensor {
 	return s.Keep(ts.MustLinear(x, w, b))
 }
 
+// addBias is x + b (b may be nil).
+func addBias(s *tensor.Scope, x, b *ts.Tensor) *ts.Tensor {
+	if b == nil {
+		return x
+	}
+	return s.Keep(x.MustAdd(b, false))
+}
+
 // rmsNorm is HF's Qwen2RMSNorm through csrc (statistics in fp32).
 func rmsNorm(s *tensor.Scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
 	y, err := csrc.RMSNorm(x, w, eps)
@@ -28,6 +36,89 @@ func rmsNorm(s *tensor.Scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
 		panic(err)
 	}
 	return s.Keep(y)
+}
+
+// addRMSNorm is the residual add and the norm after it in one kernel:
+// h = x + res, y = rmsNorm(h). With res nil, h is x (a new handle to it).
+func addRMSNorm(s *tensor.Scope, x, res, w *ts.Tensor, eps float64) (y, h *ts.Tensor) {
+	if res == nil {
+		return rmsNorm(s, x, w, eps), s.Keep(x.MustShallowClone())
+	}
+	y, h, err := csrc.AddRMSNorm(x, res, w, eps)
+	if err != nil {
+		panic(err)
+	}
+	return s.Keep(y), s.Keep(h)
+}
+
+// headNorm is Qwen3's RMSNorm of each head of x [B, T, n·D], as [B, T, n·D].
+func headNorm(s *tensor.Scope, x, w *ts.Tensor, n int64, c *Config) *ts.Tensor {
+	size := x.MustSize()
+	y := rmsNorm(s, s.Keep(x.MustView([]int64{size[0], size[1], n, c.HeadDim}, false)), w, c.RMSNormEps)
+	return s.Keep(y.MustView(size, false))
+}
+
+// swiGLU is silu(gate) · up in one kernel.
+func swiGLU(s *tensor.Scope, gate, up *ts.Tensor) *ts.Tensor {
+	y, err := csrc.SwiGLU(gate, up)
+	if err != nil {
+		panic(err)
+	}
+	return s.Keep(y)
+}
+
+// rope3 turns the projections q, k, v [B, T, n·D] (+ biases, nil: none) into
+// attention's [B, n, T, D] with q and k rotated at the positions: one kernel.
+func rope3(s *tensor.Scope, in *layerInputs, q, k, v, bq, bk, bv *ts.Tensor) (*ts.Tensor, *ts.Tensor, *ts.Tensor) {
+	c := in.cfg
+	oq, ok, ov, err := csrc.Rope(q, k, v, bq, bk, bv, in.rope.cos, in.rope.sin, in.pos, c.NumAttentionHeads, c.NumKeyValueHeads)
+	if err != nil {
+		panic(err)
+	}
+	return s.Keep(oq), s.Keep(ok), s.Keep(ov)
+}
+
+// attention is softmax(q·kᵀ/√D)·v over the keys in.allowed (or causal)
+// lets each query see: q [B, Hq, Tq, D], k and v [B, Hkv, Tk, D] →
+// [B, Hq, Tq, D]. SDPA without a mask runs its causal kernel, with
+// enable_gqa where libtorch has it; otherwise keys and values are repeated
+// for SDPA, or grouped for the reference.
+func attention(s *tensor.Scope, in *layerInputs, q, k, v *ts.Tensor) *ts.Tensor {
+	g := in.cfg.KVGroups()
+	if !in.sdpa {
+		allowed := in.allowed
+		if allowed == nil {
+			allowed = causalMask(s, q)
+		}
+		return attentionGrouped(s, q, k, v, allowed, g)
+	}
+	if in.allowed == nil && (g == 1 || csrc.SDPAGQA()) {
+		o, err := csrc.SDPA(q, k, v, nil, true, g > 1)
+		if err != nil {
+			panic(err)
+		}
+		return s.Keep(o)
+	}
+	// libtorch 2.1's SDPA wants as many key/value heads as query heads.
+	if g > 1 {
+		k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
+		v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
+	}
+	if in.allowed == nil {
+		o, err := csrc.SDPA(q, k, v, nil, true, false)
+		if err != nil {
+			panic(err)
+		}
+		return s.Keep(o)
+	}
+	return attentionSDPA(s, q, k, v, in.allowed)
+}
+
+// causalMask is the boolean [1, 1, T, T] causal mask for q [B, H, T, D].
+func causalMask(s *tensor.Scope, q *ts.Tensor) *ts.Tensor {
+	t := q.MustSize()[2]
+	m := s.Keep(s.Keep(ts.MustOnes([]int64{t, t}, gotch.Bool, q.MustDevice())).MustTril(0, false))
+	return s.Keep(m.MustView([]int64{1, 1, t, t}, false))
 }
 
 // rope holds cos and sin of every position's rotation angles, [Tmax, D] in
@@ -58,28 +149,6 @@ func newRope(headDim int64, theta float64, maxPos int64, device gotch.Device) *r
 func (r *rope) Close() {
 	r.cos.MustDrop()
 	r.sin.MustDrop()
-}
-
-// tables gathers cos and sin at positions [B, T] as [B, 1, T, D] in dtype.
-func (r *rope) tables(s *tensor.Scope, positions *ts.Tensor, dtype gotch.DType) (cos, sin *ts.Tensor) {
-	size := positions.MustSize()
-	flat := s.Keep(positions.MustReshape([]int64{-1}, false))
-	pick := func(t *ts.Tensor) *ts.Tensor {
-		g := s.Keep(t.MustIndexSelect(0, flat, false))
-		g = s.Keep(g.MustReshape([]int64{size[0], 1, size[1], -1}, false))
-		return s.Keep(g.MustTotype(dtype, false))
-	}
-	return pick(r.cos), pick(r.sin)
-}
-
-// applyRope rotates x [B, Hx, T, D]: x·cos + rotate_half(x)·sin, with
-// rotate_half(x) = [−x₂, x₁] for the two halves of the last dimension.
-func applyRope(s *tensor.Scope, x, cos, sin *ts.Tensor) *ts.Tensor {
-	d := x.MustSize()[3]
-	x1 := s.Keep(x.MustNarrow(3, 0, d/2, false))
-	x2 := s.Keep(x.MustNarrow(3, d/2, d/2, false))
-	rot := s.Keep(ts.MustCat([]*ts.Tensor{s.Keep(x2.MustNeg(false)), x1}, 3))
-	return s.Keep(s.Keep(x.MustMul(cos, false)).MustAdd(s.Keep(rot.MustMul(sin, false)), false))
 }
 
 // attentionMask is the boolean [B, 1, Tq, Tk] mask of allowed attention for

@@ -40,45 +40,44 @@ type Attention struct {
 
 // layerInputs are what every decoder layer of one forward pass shares.
 type layerInputs struct {
-	cfg      *Config
-	sdpa     bool       // attention through libtorch's SDPA
-	cos, sin *ts.Tensor // RoPE at the positions, [B, 1, T, D]
-	allowed  *ts.Tensor // attention mask [B, 1, Tq, Tk]
+	cfg  *Config
+	sdpa bool  // attention through libtorch's SDPA
+	rope *rope // cos and sin of every position
+	pos  *ts.Tensor
+	// causal: every row is a prefix (no left padding), so causal attention
+	// alone is exact for every token: SDPA's is_causal, no mask.
+	causal  bool
+	allowed *ts.Tensor   // else the attention mask [B, 1, Tq, Tk]
+	dec     *decodeInput // one token per row into the static cache (decode.go)
 }
 
 // Forward maps x [B, T, H] to [B, T, H]. With a cache, the new keys and
 // values are written into it and attention covers every cached position.
 func (a *Attention) Forward(s *tensor.Scope, in *layerInputs, x *ts.Tensor, cache *layerCache) *ts.Tensor {
 	c := in.cfg
-	size := x.MustSize()
-	b, t := size[0], size[1]
-	heads := func(y *ts.Tensor, n int64, norm *ts.Tensor) *ts.Tensor {
-		y = s.Keep(y.MustView([]int64{b, t, n, c.HeadDim}, false))
-		if norm != nil {
-			y = rmsNorm(s, y, norm, c.RMSNormEps)
-		}
-		return s.Keep(y.MustTranspose(1, 2, false)) // [B, n, T, D]
-	}
-	q := heads(linear(s, x, a.QProj, a.QBias), c.NumAttentionHeads, a.QNorm)
-	k := heads(linear(s, x, a.KProj, a.KBias), c.NumKeyValueHeads, a.KNorm)
-	v := heads(linear(s, x, a.VProj, a.VBias), c.NumKeyValueHeads, nil)
-	q = applyRope(s, q, in.cos, in.sin)
-	k = applyRope(s, k, in.cos, in.sin)
-	if cache != nil {
-		k, v = cache.update(s, k, v)
+	b, t := x.MustSize()[0], x.MustSize()[1]
+	hq, hkv := c.NumAttentionHeads, c.NumKeyValueHeads
+	bq, bk, bv := a.QBias, a.KBias, a.VBias
+	q, k, v := linear(s, x, a.QProj, nil), linear(s, x, a.KProj, nil), linear(s, x, a.VProj, nil) // [B, T, n·D]
+	if a.QNorm != nil {
+		// Qwen3 normalizes each head before RoPE (after the bias, where a
+		// family has both).
+		q = headNorm(s, addBias(s, q, bq), a.QNorm, hq, c)
+		k = headNorm(s, addBias(s, k, bk), a.KNorm, hkv, c)
+		bq, bk = nil, nil
 	}
 	var o *ts.Tensor
-	if in.sdpa {
-		// libtorch 2.1's SDPA wants as many key/value heads as query heads.
-		if g := c.KVGroups(); g > 1 {
-			k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
-			v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
-		}
-		o = attentionSDPA(s, q, k, v, in.allowed)
+	if in.dec != nil {
+		o = in.dec.attend(s, in, q, k, v, bq, bk, bv, cache)
 	} else {
-		o = attentionGrouped(s, q, k, v, in.allowed, c.KVGroups())
+		q, k, v = rope3(s, in, q, k, v, bq, bk, bv) // [B, n, T, D]
+		if cache != nil {
+			k, v = cache.update(s, k, v)
+		}
+		o = attention(s, in, q, k, v)
+		o = s.Keep(o.MustTranspose(1, 2, false))
 	}
-	o = s.Keep(s.Keep(o.MustTranspose(1, 2, false)).MustReshape([]int64{b, t, c.NumAttentionHeads * c.HeadDim}, false))
+	o = s.Keep(o.MustReshape([]int64{b, t, hq * c.HeadDim}, false))
 	return linear(s, o, a.OProj, a.OBias)
 }
 
@@ -88,9 +87,7 @@ type MLP struct {
 }
 
 func (p *MLP) Forward(s *tensor.Scope, x *ts.Tensor) *ts.Tensor {
-	gate := s.Keep(linear(s, x, p.GateProj, nil).MustSilu(false))
-	up := linear(s, x, p.UpProj, nil)
-	return linear(s, s.Keep(gate.MustMul(up, false)), p.DownProj, nil)
+	return linear(s, swiGLU(s, linear(s, x, p.GateProj, nil), linear(s, x, p.UpProj, nil)), p.DownProj, nil)
 }
 
 // DecoderLayer is pre-norm attention and MLP with residuals.
@@ -100,15 +97,22 @@ type DecoderLayer struct {
 	MLP                     MLP
 }
 
-func (l *DecoderLayer) Forward(s *tensor.Scope, in *layerInputs, h *ts.Tensor, cache *layerCache) *ts.Tensor {
-	residual := h
-	h = rmsNorm(s, h, l.InputNorm, in.cfg.RMSNormEps)
+// Forward takes the hidden state as x + res (res nil: x alone) and returns
+// the next one the same way, as out + next: each residual add is done by
+// the norm that follows it (addRMSNorm), the last one by the next layer's.
+func (l *DecoderLayer) Forward(s *tensor.Scope, in *layerInputs, x, res *ts.Tensor, cache *layerCache) (out, next *ts.Tensor) {
+	h, residual := addRMSNorm(s, x, res, l.InputNorm, in.cfg.RMSNormEps)
 	h = l.Attn.Forward(s, in, h, cache)
-	h = s.Keep(residual.MustAdd(h, false))
-	residual = h
-	h = rmsNorm(s, h, l.PostAttnNorm, in.cfg.RMSNormEps)
-	h = l.MLP.Forward(s, h)
-	return s.Keep(residual.MustAdd(h, false))
+	h, residual = addRMSNorm(s, h, residual, l.PostAttnNorm, in.cfg.RMSNormEps)
+	return l.MLP.Forward(s, h), residual
+}
+
+// forwardWhole is Forward from and to one hidden-state tensor (activation
+// checkpointing keeps those). The sum rounds as addRMSNorm's does, so both
+// ways compute the same values.
+func (l *DecoderLayer) forwardWhole(s *tensor.Scope, in *layerInputs, h *ts.Tensor) *ts.Tensor {
+	out, next := l.Forward(s, in, h, nil, nil)
+	return s.Keep(out.MustAdd(next, false))
 }
 
 // Model is a loaded causal LM. Its parameters are named exactly as the
@@ -164,47 +168,63 @@ func (m *Model) SetAttention(impl AttentionImpl) error {
 func (m *Model) UsesSDPA() bool { return m.useSDPA }
 
 // Forward returns the final hidden states [B, T, H] (after the last norm)
-// for ids [B, T] at positions [B, T] with mask [B, T] (1 for tokens, 0 for
-// left padding). With a cache (nil: none) the tokens are the next T
-// positions of every row: their keys and values are written into the
-// cache, attention covers everything cached before them, and the cache
-// advances by T. A prefill is one call with the whole (left-padded) prompt;
-// each decode step is a call with T = 1. Tensors it returns belong to s.
+// for ids [B, T] at positions [B, T]. mask [B, T] is 1 for tokens and 0 for
+// left padding; nil means every row starts at its first column (right
+// padding or none), where causal attention alone is exact for every token
+// and SDPA runs its causal kernel without a mask. With a cache (nil: none)
+// the tokens are the next T positions of every row: their keys and values
+// are written into it, attention covers everything cached before them, and
+// the cache advances by T. A prefill is one call with the whole
+// (left-padded) prompt. Tensors it returns belong to s.
 func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor, cache *KVCache) (h *ts.Tensor, err error) {
 	defer tensor.Recover("forward", &err)
 	t := ids.MustSize()[1]
-	keyMask := mask
+	in := &layerInputs{cfg: m.Config, sdpa: m.useSDPA, rope: m.rope, pos: positions}
 	if cache != nil {
 		if cache.Len+t > cache.Tmax {
 			return nil, fmt.Errorf("KV cache full: %d + %d positions exceed its %d", cache.Len, t, cache.Tmax)
 		}
+		if mask == nil {
+			mask = s.Keep(ids.MustOnesLike(false))
+		}
 		s.Keep(cache.Mask.MustNarrow(1, cache.Len, t, false)).Copy_(mask)
-		keyMask = s.Keep(cache.Mask.MustNarrow(1, 0, cache.Len+t, false))
+		mask = s.Keep(cache.Mask.MustNarrow(1, 0, cache.Len+t, false))
 	}
-	in := &layerInputs{cfg: m.Config, sdpa: m.useSDPA, allowed: attentionMask(s, keyMask, t)}
-	in.cos, in.sin = m.rope.tables(s, positions, m.DType)
-	h = s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
+	if mask == nil {
+		in.causal = true
+	} else {
+		in.allowed = attentionMask(s, mask, t)
+	}
+	x := s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))
+	var res *ts.Tensor
 	for i, l := range m.Layers {
 		var lc *layerCache
 		if cache != nil {
 			lc = &layerCache{k: cache.K[i], v: cache.V[i], start: cache.Len, n: t}
 		}
-		h = layerStep(s, h, func(ls *tensor.Scope, x *ts.Tensor) *ts.Tensor { return l.Forward(ls, in, x, lc) })
+		x, res = layerStep(s, x, res, func(ls *tensor.Scope, x, res *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
+			return l.Forward(ls, in, x, res, lc)
+		})
 	}
 	if cache != nil {
 		cache.Len += t
 	}
-	return rmsNorm(s, h, m.Norm, m.Config.RMSNormEps), nil
+	h, _ = addRMSNorm(s, x, res, m.Norm, m.Config.RMSNormEps)
+	return h, nil
 }
 
 // layerStep runs one layer in a scope of its own and frees its temporaries
-// as soon as it returns, keeping only the output (in s): holding every
+// as soon as it returns, keeping only its outputs (in s): holding every
 // layer's intermediates to the end of the forward costs memory and, from
 // fresh pages, time. Autograd keeps what backward needs by itself.
-func layerStep(s *tensor.Scope, h *ts.Tensor, f func(*tensor.Scope, *ts.Tensor) *ts.Tensor) *ts.Tensor {
+func layerStep(s *tensor.Scope, x, res *ts.Tensor, f func(ls *tensor.Scope, x, res *ts.Tensor) (*ts.Tensor, *ts.Tensor)) (*ts.Tensor, *ts.Tensor) {
 	var ls tensor.Scope
 	defer ls.Close()
-	return s.Keep(ls.Release(f(&ls, h)))
+	out, next := f(&ls, x, res)
+	if next != nil {
+		next = s.Keep(ls.Release(next))
+	}
+	return s.Keep(ls.Release(out)), next
 }
 
 // Logits maps hidden states [..., H] to fp32 logits [..., V]. Training and
@@ -217,7 +237,8 @@ func (m *Model) Logits(s *tensor.Scope, h *ts.Tensor) *ts.Tensor {
 // for an fp64 model) for every position where targetMask is true, 0
 // elsewhere, through csrc's fused op: the [B·T, V] logits are never held.
 // With Entropy it also returns each position's entropy. Differentiable when
-// grad mode is on and the parameters require grad.
+// grad mode is on and the parameters require grad. mask is Forward's (nil
+// for right-padded rows).
 func (m *Model) TokenLogProbs(s *tensor.Scope, ids, positions, mask, targets, targetMask *ts.Tensor, opt csrc.LogProbOptions) (logp, entropy *ts.Tensor, err error) {
 	defer tensor.Recover("token log-probs", &err)
 	h, err := m.Forward(s, ids, positions, mask, nil)

@@ -104,134 +104,49 @@ func rowRNG(seed uint64, prompt, sample int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(prompt)<<32|uint64(uint32(sample))))
 }
 
-// sampleStep picks one token per row from logits [R, V] (fp32) and returns
-// the tokens and their log-probabilities under the full distribution at the
-// sampling temperature (T = 1 when greedy): the values the trainer
-// recomputes for the PPO ratio. Filtering (top-k, min-p, top-p) only
-// narrows what can be drawn; u holds one uniform number in (0, 1] per row.
-// The draw is an exact inverse-CDF in float64 (drawInverseCDF).
-func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64) (tokens []int64, logprobs []float32) {
-	d := drawStep(s, logits, p, u, nil)
-	return d.tokens, d.logprobs(s, false)
-}
-
-// stepDraw is one decode step's draw: the tokens on the host, and what
-// their log-probabilities are read from.
-type stepDraw struct {
-	lp     *ts.Tensor // [R, V] log-probabilities at the scoring temperature
-	tok    *ts.Tensor // [R, 1] the drawn tokens on the device
-	tokens []int64
-}
-
-// drawStep draws one token per row (sampleStep's draw, without reading the
-// log-probabilities yet: a structured output may replace some tokens
-// first). restrict, if set, returns the log-probabilities with the tokens
-// that may not be drawn at −Inf; the recorded log-probabilities stay
-// those of the full distribution, which the trainer recomputes.
-func drawStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64, restrict func(*ts.Tensor) *ts.Tensor) stepDraw {
-	r := int64(len(u))
-	t := csrc.ScoringTemperature(p.Temperature)
+// scaledLogprobs is log_softmax(logits / T) [R, V] (fp32) at the scoring
+// temperature (T = 1 when greedy): the distribution whose log-probabilities
+// a sample records, the values the trainer recomputes for the PPO ratio.
+func scaledLogprobs(s *tensor.Scope, logits *ts.Tensor, temperature float64) *ts.Tensor {
 	scaled := logits
-	if t != 1 {
+	if t := csrc.ScoringTemperature(temperature); t != 1 {
 		scaled = s.Keep(logits.MustDivScalar(s.Float(t), false))
 	}
-	d := stepDraw{lp: s.Keep(scaled.MustLogSoftmax(-1, gotch.Float, false))} // [R, V]
-	allowed := d.lp
-	if restrict != nil {
-		allowed = restrict(d.lp)
-	}
-	if p.Temperature == 0 {
-		d.tok = s.Keep(allowed.MustArgmax([]int64{-1}, true, false)) // [R, 1]
-		d.tokens = tensor.Int64s(d.tok)                              // sync: stop checks need the tokens on the host
-	} else {
-		filtered := filterLogprobs(s, allowed, p)
-		probs := s.Keep(filtered.MustExp(false)) // removed tokens: exp(−Inf) = 0
-		d.tokens = drawInverseCDF(s, probs, u)
-		d.tok = tensor.FromSlice(s, d.tokens, []int64{r, 1}, logits.MustDevice())
-	}
-	return d
+	return s.Keep(scaled.MustLogSoftmax(-1, gotch.Float, false))
 }
 
-// logprobs reads each row's token's log-probability; changed says the
-// caller replaced some of d.tokens (forced tokens), which are uploaded.
-func (d stepDraw) logprobs(s *tensor.Scope, changed bool) []float32 {
-	tok := d.tok
-	if changed {
-		tok = tensor.FromSlice(s, d.tokens, []int64{int64(len(d.tokens)), 1}, d.lp.MustDevice())
+// sampleStep picks one token per row from logits [R, V] (fp32) with the
+// uniform u[i] ∈ (0, 1] of each row, through the decode loop's device
+// sampler (csrc.Sample: the inverse CDF in fp64, or the argmax when
+// greedy), and returns the tokens and their log-probabilities under the
+// full distribution at the sampling temperature. Filtering (top-k, min-p,
+// top-p) only narrows what can be drawn. For callers outside the decode
+// loop (the no-cache baseline, tests); it reads the result back.
+func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float64) (tokens []int64, logprobs []float32) {
+	r := int64(len(u))
+	dev := logits.MustDevice()
+	lp := scaledLogprobs(s, logits, p.Temperature)
+	a := csrc.SampleArgs{Pick: lp, LP: lp, Greedy: p.Temperature == 0,
+		Ctr: tensor.FromSlice(s, []int64{0, 0}, nil, dev), Tok: s.Keep(ts.MustZeros([]int64{r, 1}, gotch.Int64, dev)),
+		Pos: s.Keep(ts.MustZeros([]int64{r, 1}, gotch.Int64, dev)), Rec: s.Keep(ts.MustZeros([]int64{r, 1}, gotch.Int64, dev))}
+	if !a.Greedy {
+		a.Pick = s.Keep(filterLogprobs(s, lp, p, !dev.IsCuda()).MustExp(false))
+		a.U = tensor.FromSlice(s, u, []int64{r, 1}, dev)
 	}
-	picked := s.Keep(d.lp.MustGather(1, tok, false, false))
-	var out []float32
-	for _, v := range tensor.Float64s(picked) {
-		out = append(out, float32(v))
+	if err := csrc.Sample(a); err != nil {
+		panic(err)
 	}
-	return out
-}
-
-// cdfBlock is how many vocabulary entries drawInverseCDF sums per block.
-const cdfBlock = 1024
-
-// drawInverseCDF picks, for each row of unnormalized probabilities probs
-// [R, V] (fp32, 0 for removed tokens), the first index at which the running
-// sum reaches u·total. The device only exponentiates and sums blocks of
-// cdfBlock entries; the host walks the R×(V/cdfBlock) block sums and then
-// the one chosen block per row in float64, so the draw is exact without a
-// full-vocabulary cumulative sum.
-func drawInverseCDF(s *tensor.Scope, probs *ts.Tensor, u []float64) []int64 {
-	size := probs.MustSize()
-	r, v := size[0], size[1]
-	nb := (v + cdfBlock - 1) / cdfBlock
-	padded := probs
-	if nb*cdfBlock != v {
-		padded = s.Keep(probs.MustConstantPadNd([]int64{0, nb*cdfBlock - v}, false))
+	for _, rv := range tensor.Int64s(a.Rec) {
+		tokens = append(tokens, rv&0xffffffff)
+		logprobs = append(logprobs, math.Float32frombits(uint32(uint64(rv)>>32)))
 	}
-	blocks := s.Keep(padded.MustView([]int64{r, nb, cdfBlock}, false))
-	sums := tensor.Float64s(s.Keep(blocks.MustSumDimIntlist([]int64{-1}, false, gotch.Double, false))) // sync: [R, nb]
-	chosen := make([]int64, r)
-	remain := make([]float64, r)
-	for i := int64(0); i < r; i++ {
-		row := sums[i*nb : (i+1)*nb]
-		total := 0.0
-		for _, x := range row {
-			total += x
-		}
-		target := u[i] * total
-		cum, b := 0.0, int64(-1)
-		for j, x := range row {
-			if x > 0 {
-				b = int64(j) // rounding fallback: the last block with mass
-			}
-			if x > 0 && cum+x >= target {
-				b = int64(j)
-				break
-			}
-			cum += x
-		}
-		chosen[i], remain[i] = b, target-cum
-	}
-	idx := tensor.FromSlice(s, chosen, []int64{r, 1, 1}, probs.MustDevice())
-	idx = s.Keep(idx.MustExpand([]int64{r, 1, cdfBlock}, false, false))
-	within := tensor.Float64s(s.Keep(blocks.MustGather(1, idx, false, false))) // sync: [R, cdfBlock]
-	tokens := make([]int64, r)
-	for i := int64(0); i < r; i++ {
-		row := within[i*cdfBlock : (i+1)*cdfBlock]
-		cum, pick := 0.0, int64(-1)
-		for j, x := range row {
-			if x <= 0 {
-				continue
-			}
-			pick = int64(j)
-			cum += x
-			if cum >= remain[i] {
-				break
-			}
-		}
-		tokens[i] = chosen[i]*cdfBlock + pick
-	}
-	return tokens
+	return tokens, logprobs
 }
 
 // filterLogprobs sets to −Inf every token top-k, min-p or top-p removes.
-func filterLogprobs(s *tensor.Scope, lp *ts.Tensor, p SamplingParams) *ts.Tensor {
+// hostBranch lets top-p read a value on the host to skip the full sort
+// when it can (free on a CPU device, a sync on CUDA).
+func filterLogprobs(s *tensor.Scope, lp *ts.Tensor, p SamplingParams, hostBranch bool) *ts.Tensor {
 	out := lp
 	v := lp.MustSize()[1]
 	if p.TopK > 0 && p.TopK < v {
@@ -249,7 +164,11 @@ func filterLogprobs(s *tensor.Scope, lp *ts.Tensor, p SamplingParams) *ts.Tensor
 		out = s.Keep(out.MustMaskedFill(s.Keep(lp.MustLtTensor(limit, false)), s.Float(math.Inf(-1)), false))
 	}
 	if p.TopP > 0 && p.TopP < 1 {
-		out = topP(s, out, p.TopP, topPCandidates)
+		k := v // the full sort
+		if hostBranch {
+			k = topPCandidates
+		}
+		out = topP(s, out, p.TopP, k)
 	}
 	return out
 }
@@ -263,8 +182,9 @@ const topPCandidates = 1024
 
 // topP drops, per row, every token once the more likely tokens before it
 // hold more than topP of the probability (the most likely token is always
-// kept). It looks at the k most likely tokens first and sorts the whole
-// vocabulary only when some row's nucleus is larger than that.
+// kept). With k < V it looks at the k most likely tokens first and sorts the
+// whole vocabulary only when some row's nucleus is larger than that (which
+// it learns on the host); with k ≥ V it sorts at once.
 func topP(s *tensor.Scope, lp *ts.Tensor, topP float64, k int64) *ts.Tensor {
 	v := lp.MustSize()[1]
 	if k < v {
@@ -274,7 +194,7 @@ func topP(s *tensor.Scope, lp *ts.Tensor, topP float64, k int64) *ts.Tensor {
 		lse := s.Keep(lp.MustLogsumexp([]int64{-1}, true, false))
 		probs := s.Keep(s.Keep(s.Keep(vals.MustTotype(gotch.Double, false)).MustSub(s.Keep(lse.MustTotype(gotch.Double, false)), false)).MustExp(false))
 		cum := s.Keep(probs.MustCumsum(-1, gotch.Double, false))
-		least := s.Keep(s.Keep(cum.MustNarrow(1, k-1, 1, false)).MustMin(false)).Float64Values()[0]
+		least := tensor.Float64s(s.Keep(s.Keep(cum.MustNarrow(1, k-1, 1, false)).MustMin(false)))[0] // sync
 		if least > topP {
 			// Every row's nucleus is inside its top k: keep those of its
 			// top k that are needed, drop the rest of the vocabulary.

@@ -49,7 +49,7 @@ func (m *Model) Score(seqs [][]int64) (out [][]float32, err error) {
 		}
 	}
 	shape := []int64{l.b, l.t}
-	lp, _, err := m.TokenLogProbs(&s, ids, pos, mask, tensor.FromSlice(&s, targets, shape, m.Device),
+	lp, _, err := m.TokenLogProbs(&s, ids, pos, l.attention(mask), tensor.FromSlice(&s, targets, shape, m.Device),
 		tensor.FromSlice(&s, tmask, shape, m.Device), csrc.LogProbOptions{})
 	if err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func (m *Model) NextTokenLogProbs(prompts [][]int64, tokens []int64, batch int) 
 			}
 			var s tensor.Scope
 			l, ids, pos, mask := m.leftPad(&s, seqs)
-			h, err := m.Forward(&s, ids, pos, mask, nil)
+			h, err := m.Forward(&s, ids, pos, l.attention(mask), nil)
 			if err != nil {
 				s.Close()
 				return err
@@ -127,8 +127,8 @@ func (m *Model) MeanHidden(seqs [][]int64, batch int) (out [][]float32, err erro
 				group[r] = seqs[i]
 			}
 			var s tensor.Scope
-			_, ids, pos, mask := m.leftPad(&s, group)
-			h, err := m.Forward(&s, ids, pos, mask, nil)
+			l, ids, pos, mask := m.leftPad(&s, group)
+			h, err := m.Forward(&s, ids, pos, l.attention(mask), nil)
 			if err != nil {
 				s.Close()
 				return err

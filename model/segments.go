@@ -7,6 +7,7 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
@@ -192,12 +193,13 @@ func (m *stopMatcher) add(row int, id int64, stops []string) string {
 
 // holdStops returns, when some rows may not stop yet (MinNewTokens into
 // their segment), what puts the stop ids of those rows at −Inf in a step's
-// log-probabilities; nil when no row is held.
-func (m *Model) holdStops(s *tensor.Scope, p SamplingParams, active []int, sc *script) func(*ts.Tensor) *ts.Tensor {
+// log-probabilities [rows, V]; nil when no row is held. active[i] is the
+// sample row of batch row i; batch rows past active (padding) are not held.
+func (m *Model) holdStops(s *tensor.Scope, p SamplingParams, active []int, sc *script, rows int) func(*ts.Tensor) *ts.Tensor {
 	if p.MinNewTokens == 0 || len(p.StopIDs) == 0 {
 		return nil
 	}
-	held := make([]bool, len(active))
+	held := make([]bool, rows)
 	n := 0
 	for i, r := range active {
 		if sc.blocksStops(r, p.MinNewTokens) {
@@ -209,12 +211,12 @@ func (m *Model) holdStops(s *tensor.Scope, p SamplingParams, active []int, sc *s
 		return nil
 	}
 	return func(lp *ts.Tensor) *ts.Tensor {
-		ids := tensor.FromSlice(s, p.StopIDs, nil, m.Device)
+		ids := csrc.Upload(s, p.StopIDs, nil, m.Device)
 		blocked := s.Keep(lp.MustIndexFill(1, ids, s.Float(math.Inf(-1)), false))
-		if n == len(active) {
+		if n == rows {
 			return blocked
 		}
-		mask := tensor.FromSlice(s, held, []int64{int64(len(held)), 1}, m.Device)
+		mask := csrc.Upload(s, held, []int64{int64(rows), 1}, m.Device)
 		return s.Keep(blocked.MustWhereSelf(mask, lp, false))
 	}
 }

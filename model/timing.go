@@ -54,28 +54,28 @@ type DecodeTiming struct {
 // StepTime is one decode step.
 type StepTime struct {
 	Rows int
-	// WallMS: host clock from the step's start to the completion of all its
-	// GPU work.
+	// WallMS: host clock from the step's start to the end of its look (or
+	// of its GPU work, when it has no look).
 	WallMS float64
-	// SampleMS: host clock from the step's start until its tokens are
-	// chosen and checked for stops — on CUDA this includes the round trips
-	// that copy the sampler's numbers to the host and wait for them.
-	SampleMS float64
-	// ForwardHostMS: host clock spent enqueueing the next token's forward
-	// pass and logits; ForwardGPUMS: CUDA events around that work, the GPU
-	// time from its first to its last kernel (0 on CPU). When the two are
-	// close, the GPU waited for the host to launch kernels (launch-bound);
-	// when the GPU time is much longer, the host ran ahead (GPU-bound).
+	// ForwardHostMS: host clock spent enqueueing the step (forward and
+	// sampling: every kernel, or a graph replay); ForwardGPUMS: CUDA events
+	// around that work, the GPU time from its first to its last kernel (0 on
+	// CPU). When the two are close, the GPU waited for the host to launch
+	// kernels (launch-bound); when the GPU time is much longer, the host ran
+	// ahead (GPU-bound).
 	ForwardHostMS, ForwardGPUMS float64
+	// LookMS: host clock of the look after the step (reading the sampled
+	// tokens, stops, compaction); 0 between looks.
+	LookMS float64
 }
 
 // stepTimer measures one step for a DecodeTiming; a nil timer does
 // nothing.
 type stepTimer struct {
-	t          *DecodeTiming
-	start, fwd time.Time
-	st         StepTime
-	ev0, ev1   *csrc.CUDAEvent
+	t             *DecodeTiming
+	start, lookAt time.Time
+	st            StepTime
+	ev0, ev1      *csrc.CUDAEvent
 }
 
 func newStepTimer(t *DecodeTiming, m *Model) (*stepTimer, error) {
@@ -103,44 +103,44 @@ func (s *stepTimer) close() {
 	}
 }
 
+// begin marks the start of a step's enqueueing.
 func (s *stepTimer) begin(rows int) {
 	if s != nil {
 		s.st = StepTime{Rows: rows}
 		s.start = time.Now()
+		_ = s.ev0.Record()
 	}
 }
 
-// sampled marks the end of sampling and the start of the forward's launch.
-func (s *stepTimer) sampled() error {
-	if s == nil {
-		return nil
-	}
-	s.fwd = time.Now()
-	s.st.SampleMS = ms(s.fwd.Sub(s.start))
-	return s.ev0.Record()
-}
-
-// launched marks the end of the forward's launch; it waits for the GPU and
-// records the step.
+// launched marks the end of the step's enqueueing and waits for the GPU.
 func (s *stepTimer) launched() error {
 	if s == nil {
 		return nil
 	}
-	s.st.ForwardHostMS = ms(time.Since(s.fwd))
+	s.st.ForwardHostMS = ms(time.Since(s.start))
 	if err := s.ev1.Record(); err != nil {
 		return err
 	}
 	if err := csrc.Synchronize(); err != nil { // sync: timing only
 		return err
 	}
-	s.st.WallMS = ms(time.Since(s.start))
 	g, err := csrc.ElapsedMS(s.ev0, s.ev1)
 	if err != nil {
 		return err
 	}
 	s.st.ForwardGPUMS = g
-	s.t.Steps = append(s.t.Steps, s.st)
+	s.lookAt = time.Now()
 	return nil
+}
+
+// looked marks the end of the step's look (if any) and records the step.
+func (s *stepTimer) looked() {
+	if s == nil {
+		return
+	}
+	s.st.LookMS = ms(time.Since(s.lookAt))
+	s.st.WallMS = ms(time.Since(s.start))
+	s.t.Steps = append(s.t.Steps, s.st)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

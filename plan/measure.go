@@ -254,8 +254,8 @@ func measuredRSS() int64 {
 }
 
 // memoryBenchBatch is the memory benchmarks' micro-batch: rows × seq random
-// token ids (targets = inputs), positions and an all-ones mask, on the CPU,
-// registered in s.
+// token ids (targets = inputs), positions, no attention mask (nil) and an
+// all-true target mask, on the CPU, registered in s.
 func memoryBenchBatch(s *tensor.Scope, cfg *model.Config, rows, seq, seed int64) (ids, pos, mask, tmask *ts.Tensor) {
 	flat, p, m := make([]int64, 0, rows*seq), make([]int64, 0, rows*seq), make([]int64, 0, rows*seq)
 	for _, row := range model.RandomIDs(rows, seq, cfg.VocabSize, seed) {
@@ -266,6 +266,7 @@ func memoryBenchBatch(s *tensor.Scope, cfg *model.Config, rows, seq, seed int64)
 	shape := []int64{rows, seq}
 	ids = tensor.FromSlice(s, flat, shape, gotch.CPU)
 	pos = tensor.FromSlice(s, p, shape, gotch.CPU)
-	mask = tensor.FromSlice(s, m, shape, gotch.CPU)
-	return ids, pos, mask, s.Keep(mask.MustTotype(gotch.Bool, false))
+	// No attention mask: rows of one length, as the trainer's right-padded
+	// batches, need only causal attention.
+	return ids, pos, nil, s.Keep(tensor.FromSlice(s, m, shape, gotch.CPU).MustTotype(gotch.Bool, false))
 }

@@ -11,9 +11,11 @@ import (
 
 // batch is one micro-batch of prompt+response sequences, right-padded to
 // T: row i holds prompt then response; the targets at response positions
-// are the response tokens (position t predicts token t+1).
+// are the response tokens (position t predicts token t+1). Every row starts
+// at column 0, so causal attention alone is exact for its tokens: the model
+// gets no attention mask (and SDPA runs its causal kernel).
 type batch struct {
-	ids, pos, mask   *ts.Tensor // [B, T] int64
+	ids, pos         *ts.Tensor // [B, T] int64
 	targets, tmask   *ts.Tensor // [B, T] int64, bool
 	tmaskF           *ts.Tensor // [B, T] float64
 	old, ref, weight *ts.Tensor // [B, T] float64 (ref nil without reference log-probs)
@@ -31,7 +33,7 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 		b.t = max(b.t, int64(len(r.promptIDs)+len(r.ids)))
 	}
 	n := int64(len(rolls)) * b.t
-	ids, pos, mask, targets := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	ids, pos, targets := make([]int64, n), make([]int64, n), make([]int64, n)
 	tmask := make([]bool, n)
 	tmaskF, old, ref, w := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	adv := make([]float64, len(rolls))
@@ -47,7 +49,7 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 		row := int64(i) * b.t
 		seq := append(append([]int64(nil), r.promptIDs...), r.ids...)
 		for j, id := range seq {
-			ids[row+int64(j)], pos[row+int64(j)], mask[row+int64(j)] = id, int64(j), 1
+			ids[row+int64(j)], pos[row+int64(j)] = id, int64(j)
 		}
 		start := len(r.promptIDs) - 1
 		b.starts = append(b.starts, start)
@@ -73,7 +75,6 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 	shape := []int64{int64(len(rolls)), b.t}
 	b.ids = tensor.FromSlice(s, ids, shape, dev)
 	b.pos = tensor.FromSlice(s, pos, shape, dev)
-	b.mask = tensor.FromSlice(s, mask, shape, dev)
 	b.targets = tensor.FromSlice(s, targets, shape, dev)
 	b.tmask = tensor.FromSlice(s, tmask, shape, dev)
 	b.tmaskF = tensor.FromSlice(s, tmaskF, shape, dev)

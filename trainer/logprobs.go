@@ -28,7 +28,7 @@ func (g *grpoRun) logprobs(m *model.Model, rolls []*rollout, set func(*rollout, 
 		for _, mb := range g.microBatches(rolls) {
 			var s tensor.Scope
 			b := buildBatch(&s, m.Device, mb)
-			lp, _, err := m.TokenLogProbs(&s, b.ids, b.pos, b.mask, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
+			lp, _, err := m.TokenLogProbs(&s, b.ids, b.pos, nil, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
 			if err != nil {
 				s.Close()
 				return err

@@ -287,13 +287,13 @@ func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
 		T = max(T, int64(len(ex.ids)))
 	}
 	B := int64(len(exs))
-	ids, pos, mask, targets := make([]int64, B*T), make([]int64, B*T), make([]int64, B*T), make([]int64, B*T)
+	ids, pos, targets := make([]int64, B*T), make([]int64, B*T), make([]int64, B*T)
 	tmask := make([]bool, B*T)
 	w := make([]float64, B*T)
 	for i, ex := range exs {
 		row := int64(i) * T
 		for j, id := range ex.ids {
-			ids[row+int64(j)], pos[row+int64(j)], mask[row+int64(j)] = id, int64(j), 1
+			ids[row+int64(j)], pos[row+int64(j)] = id, int64(j) // right-padded: no attention mask
 			if j+1 < len(ex.ids) && ex.loss[j+1] {
 				targets[row+int64(j)], tmask[row+int64(j)], w[row+int64(j)] = ex.ids[j+1], true, 1/denom
 			}
@@ -301,7 +301,7 @@ func (r *sftRun) nll(exs []example, denom float64, grad bool) (float64, error) {
 	}
 	dev := r.m.Device
 	shape := []int64{B, T}
-	args := []*ts.Tensor{tensor.FromSlice(&s, ids, shape, dev), tensor.FromSlice(&s, pos, shape, dev), tensor.FromSlice(&s, mask, shape, dev),
+	args := []*ts.Tensor{tensor.FromSlice(&s, ids, shape, dev), tensor.FromSlice(&s, pos, shape, dev), nil,
 		tensor.FromSlice(&s, targets, shape, dev), tensor.FromSlice(&s, tmask, shape, dev)}
 	lp, _, ckpt, err := r.m.TokenLogProbsMaybeCheckpointed(grad && r.cfg.Train.ActivationCheckpointing, &s, args[0], args[1], args[2], args[3], args[4], csrc.LogProbOptions{})
 	if err != nil {

@@ -186,5 +186,5 @@ func (s *session) microBatchCount(mine int) (int, error) {
 // update, with activation checkpointing when train.activation_checkpointing
 // (then the returned Checkpointed finishes the backward).
 func (g *grpoRun) logProbsForUpdate(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
-	return g.m.TokenLogProbsMaybeCheckpointed(g.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, b.mask, b.targets, b.tmask, opt)
+	return g.m.TokenLogProbsMaybeCheckpointed(g.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, nil, b.targets, b.tmask, opt)
 }

@@ -200,11 +200,13 @@ func runBenchGenerate(c *cli.Context) error {
 		fmt.Fprintf(w, "generate: %s shape (%d layers), %s %s, %d prompts × %d samples, %d-token prompts, %d new tokens, %d CPU threads\n",
 			r.Shape, cfg.NumHiddenLayers, r.Device, r.DType, r.Prompts, r.Samples, r.PromptLen, p.MaxNewTokens, info.Threads)
 	}
+	lastStep := 0
 	opt := model.GenerateOptions{MemoryFraction: c.Float64("memory-fraction"),
 		Progress: func(step, _, _ int) {
-			if step == 1 {
+			if r.LanpoBatches == 0 || step <= lastStep { // a batch's first look
 				r.LanpoBatches++
 			}
+			lastStep = step
 		}}
 	if err := csrc.Synchronize(); err != nil {
 		return err
@@ -232,7 +234,7 @@ func runBenchGenerate(c *cli.Context) error {
 		r.TimedSteps = len(timing.Steps)
 		for _, s := range timing.Steps {
 			r.StepWallMS += s.WallMS
-			r.StepSampleMS += s.SampleMS
+			r.StepSampleMS += s.LookMS
 			r.StepFwdHostMS += s.ForwardHostMS
 			r.StepFwdGPUMS += s.ForwardGPUMS
 		}
