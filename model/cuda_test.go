@@ -368,7 +368,7 @@ func TestCUDAGenerationMemoryFraction(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("CUDA memory: %v (supported %v)", err, ok)
 	}
-	need := m.Config.GenerationBytes(group, 1, 4, 4+maxNew, int64(m.DType.Size()), m.UsesSDPA())
+	need := m.Config.GenerationBytes(group, 1, 4, 4+maxNew, int64(m.DType.Size()), m.UsesSDPA(), false)
 	fraction := (float64(info.Allocated) + 2.5*float64(need)) / float64(info.Total)
 	split, rows, err := gen(fraction)
 	if err != nil {

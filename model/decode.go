@@ -40,6 +40,13 @@ const windowStep = 128
 // host at the sampled tokens when GenerateOptions.SyncEvery is 0.
 const DefaultSyncEvery = 16
 
+// compactEvery: finished rows leave the batch only at steps that are
+// multiples of this (or of the multiple of it at or above SyncEvery), so
+// that the batch shapes every later step runs at — and with them the
+// low bits of the logits — do not depend on how often the host looks,
+// for any SyncEvery up to 16.
+const compactEvery = 16
+
 // bucketRows is the batch size a decode batch of n live rows runs at: a
 // power of two up to 8, then a multiple of 8.
 func bucketRows(n int) int {
@@ -120,6 +127,7 @@ type decoder struct {
 	col                         int        // ctr[0] as the host knows it
 	looked                      int        // columns read so far
 	every                       int        // steps between looks
+	compactAt                   int        // compaction only at multiples of this
 	graphs                      *stepGraphs
 	timer                       *stepTimer
 }
@@ -138,6 +146,7 @@ func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out 
 	if len(p.Segments) > 0 {
 		d.every = 1 // headers replace sampled tokens before the next step
 	}
+	d.compactAt = (d.every + compactEvery - 1) / compactEvery * compactEvery
 	d.sc = newScript(p, opt.Detokenize, rows)
 	for r := range out {
 		d.sc.start(r, &out[r])
@@ -245,10 +254,12 @@ func (d *decoder) step(s *tensor.Scope) (lp *ts.Tensor, err error) {
 	return lp, err
 }
 
-// afterStep advances the host's column and looks when one is due.
+// afterStep advances the host's column and looks when one is due: every
+// SyncEvery steps, at the steps where the batch may be compacted, and at
+// the end.
 func (d *decoder) afterStep(lp *ts.Tensor) error {
 	d.col++
-	if d.col%d.every == 0 || d.col == d.p.MaxNewTokens {
+	if d.col%d.every == 0 || d.col%d.compactAt == 0 || d.col == d.p.MaxNewTokens {
 		return d.look(lp)
 	}
 	return nil
@@ -328,8 +339,8 @@ func (d *decoder) heldRows(s *tensor.Scope) func(*ts.Tensor) *ts.Tensor {
 // live row's script: a row that finishes drops whatever it sampled after
 // its end. In a structured output a header id may replace a sampled token
 // (lp, the step's log-probabilities, gives the log-probability recorded for
-// it) before the next step. Rows that finished leave the batch once a
-// quarter of it has.
+// it) before the next step. At the steps where it may (compactAt), rows
+// that finished leave the batch once a quarter of it has.
 func (d *decoder) look(lp *ts.Tensor) (err error) {
 	defer tensor.Recover("decode look", &err)
 	n := d.col - d.looked
@@ -363,6 +374,9 @@ func (d *decoder) look(lp *ts.Tensor) (err error) {
 	}
 	if d.opt.Progress != nil {
 		d.opt.Progress(d.col, d.ended, len(d.out))
+	}
+	if d.col%d.compactAt != 0 {
+		return nil
 	}
 	return d.compact()
 }

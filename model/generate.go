@@ -35,7 +35,8 @@ type GenerateOptions struct {
 	NoPrefixSharing bool
 	// NoCompaction keeps finished rows in the batch until every row is done
 	// (for tests and measurements); by default they are dropped from the KV
-	// cache and the decode batch once a quarter of the rows are finished.
+	// cache and the decode batch once a quarter of the rows are finished
+	// (looked at every 16 steps).
 	NoCompaction bool
 	// Detokenize starts an incremental decoder for one sample: it is called
 	// with each generated id and returns the text that id completes (a
@@ -67,8 +68,12 @@ type GenerateOptions struct {
 	// SyncEvery is how many decode steps run between two looks of the host
 	// at the sampled tokens (0: DefaultSyncEvery). Between looks every
 	// step stays on the device; a sample that ends in between drops what it
-	// sampled after its end, so outputs do not depend on it. Structured
-	// outputs (Segments) look every step.
+	// sampled after its end. Finished rows leave the batch only at
+	// multiples of 16 steps (of the first multiple of 16 at or above
+	// SyncEvery), so any SyncEvery up to 16 gives the same outputs bit for
+	// bit; above, finished rows leave later, which moves the low bits of
+	// later steps' logits (other batch shapes). Structured outputs
+	// (Segments) look every step.
 	SyncEvery int
 	// CUDAGraphs captures decode steps as CUDA graphs and replays them
 	// (graphs.go). On a CPU device only the bookkeeping runs (each step
@@ -123,7 +128,7 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		return nil, fmt.Errorf("prompt of %d tokens + max_new_tokens %d exceed max_position_embeddings %d", lmax, p.MaxNewTokens, mp)
 	}
 	if opt.MemoryFraction > 0 && m.Device.IsCuda() {
-		fit, err := m.rowsThatFit(reqs, lmax, int64(p.MaxNewTokens), opt.MemoryFraction)
+		fit, err := m.rowsThatFit(reqs, lmax, int64(p.MaxNewTokens), opt.MemoryFraction, opt.CUDAGraphs)
 		if err != nil {
 			return nil, err
 		}
@@ -185,20 +190,20 @@ func totalRows(reqs []Request) int {
 // rowsThatFit is how many rows of a batch like reqs fit under the memory
 // fraction on this CUDA device: an error when not even the largest
 // request's group does, saying what it needs and what there is.
-func (m *Model) rowsThatFit(reqs []Request, lmax, maxNew int64, fraction float64) (int, error) {
+func (m *Model) rowsThatFit(reqs []Request, lmax, maxNew int64, fraction float64, graphs bool) (int, error) {
 	info, ok, err := csrc.CUDAMemory(m.Device)
 	if err != nil || !ok {
 		return 0, fmt.Errorf("generation: device memory of %v: %v (supported: %v)", m.Device, err, ok)
 	}
-	return m.fitRows(info, reqs, lmax, maxNew, fraction)
+	return m.fitRows(info, reqs, lmax, maxNew, fraction, graphs)
 }
 
 // fitRows is rowsThatFit's arithmetic for a device in the state info.
-func (m *Model) fitRows(info csrc.CUDAMemInfo, reqs []Request, lmax, maxNew int64, fraction float64) (int, error) {
+func (m *Model) fitRows(info csrc.CUDAMemInfo, reqs []Request, lmax, maxNew int64, fraction float64, graphs bool) (int, error) {
 	budget := min(int64(fraction*float64(info.Total))-info.Allocated, info.Free+info.Reserved-info.Allocated)
 	dt := int64(m.DType.Size())
 	per := func(rows int64) int64 {
-		return m.Config.GenerationBytes(rows, 1, lmax, lmax+maxNew, dt, m.useSDPA)
+		return m.Config.GenerationBytes(rows, 1, lmax, lmax+maxNew, dt, m.useSDPA, graphs)
 	}
 	group := 0
 	for _, q := range reqs {

@@ -545,23 +545,23 @@ func TestGenerationRowsThatFit(t *testing.T) {
 	m := tinyModel(t, "qwen3-mha-untied")
 	reqs := []Request{{PromptIDs: make([]int64, 10), Samples: 4}, {PromptIDs: make([]int64, 10), Samples: 4}, {PromptIDs: make([]int64, 10), Samples: 4}}
 	dt := int64(m.DType.Size())
-	group := m.Config.GenerationBytes(4, 1, 10, 30, dt, m.useSDPA)
+	group := m.Config.GenerationBytes(4, 1, 10, 30, dt, m.useSDPA, false)
 	const gib = 1 << 30
 	big := csrc.CUDAMemInfo{Free: 70 * gib, Total: 80 * gib, Allocated: 10 * gib, Reserved: 10 * gib}
-	if rows, err := m.fitRows(big, reqs, 10, 20, 0.9); err != nil || rows != 12 {
+	if rows, err := m.fitRows(big, reqs, 10, 20, 0.9, false); err != nil || rows != 12 {
 		t.Errorf("large budget: %d rows, %v; want all 12", rows, err)
 	}
 	two := csrc.CUDAMemInfo{Free: 2*group + group/2, Total: 100 * gib, Allocated: gib, Reserved: gib}
-	if rows, err := m.fitRows(two, reqs, 10, 20, 0.9); err != nil || rows < 8 || rows >= 12 {
+	if rows, err := m.fitRows(two, reqs, 10, 20, 0.9, false); err != nil || rows < 8 || rows >= 12 {
 		t.Errorf("budget for 2.5 groups: %d rows, %v; want 8 to 11", rows, err)
 	}
 	// The fraction binds before the driver's free memory.
 	frac := csrc.CUDAMemInfo{Free: 80 * gib, Total: 2*group + gib, Allocated: gib, Reserved: gib}
-	if rows, err := m.fitRows(frac, reqs, 10, 20, 1); err != nil || rows < 8 || rows >= 12 {
+	if rows, err := m.fitRows(frac, reqs, 10, 20, 1, false); err != nil || rows < 8 || rows >= 12 {
 		t.Errorf("fraction-bound budget: %d rows, %v; want 8 to 11", rows, err)
 	}
 	small := csrc.CUDAMemInfo{Free: group / 2, Total: 80 * gib, Allocated: 79 * gib, Reserved: 79 * gib}
-	if _, err := m.fitRows(small, reqs, 10, 20, 0.9); err == nil || !strings.Contains(err.Error(), "one prompt's 4 samples of up to 30 tokens need") ||
+	if _, err := m.fitRows(small, reqs, 10, 20, 0.9, false); err == nil || !strings.Contains(err.Error(), "one prompt's 4 samples of up to 30 tokens need") ||
 		!strings.Contains(err.Error(), "rollout.gpu_memory_fraction") {
 		t.Errorf("a group that cannot fit: %v", err)
 	}

@@ -49,21 +49,33 @@ func (c *Config) KVCacheBytes(rows, tmax int64, dtypeBytes int64) int64 {
 	return 2 * c.NumHiddenLayers * rows * c.NumKeyValueHeads * tmax * c.HeadDim * dtypeBytes
 }
 
-// GenerationBytes estimates the device memory one generation batch holds:
-// the KV cache of rows sequences of up to tmax positions, per row the
-// decode step's transients (logits in the model's dtype, their fp32
-// copy, sorted values and indices for top-p: V·(dtypeBytes + 16), and one
-// layer's hidden, q/k/v and MLP intermediates), and the prefill of
-// prompts distinct prompts of up to lmax tokens, one layer at a time
-// (plus the reference attention's fp32 scores unless sdpa).
-func (c *Config) GenerationBytes(rows, prompts, lmax, tmax, dtypeBytes int64, sdpa bool) int64 {
+// GenerationBytes estimates the device memory one generation batch holds
+// (decode.go): the KV cache of rows sequences of up to tmax positions, with
+// rows rounded up to their bucket; per row the decode step's transients
+// (logits in the model's dtype and the fp32 distributions the sampler
+// filters and draws from, with top-p's sort: V·(dtypeBytes + 48), and one
+// layer's hidden, q/k/v and MLP intermediates) — twice with CUDA graphs,
+// whose memory pool holds a step's transients beside the eager step's —,
+// the decode state (uniforms and records of every new token, the attention
+// mask over the cache); and the prefill of prompts distinct prompts of up
+// to lmax tokens, one layer at a time (plus the reference attention's fp32
+// scores, or SDPA's keys and values repeated per query head).
+func (c *Config) GenerationBytes(rows, prompts, lmax, tmax, dtypeBytes int64, sdpa, graphs bool) int64 {
+	rows = int64(bucketRows(int(rows)))
 	h, i := c.HiddenSize, c.IntermediateSize
 	qd, kvd := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
 	layer := (4*h + qd + 2*kvd + 3*i) * dtypeBytes
 	b := c.KVCacheBytes(rows, tmax, dtypeBytes)
-	b += rows * (c.VocabSize*(dtypeBytes+16) + layer)
+	step := rows * (c.VocabSize*(dtypeBytes+48) + layer)
+	b += step
+	if graphs {
+		b += step
+	}
+	b += rows * ((tmax-lmax)*16 + tmax*dtypeBytes)
 	prefill := prompts * lmax * layer
-	if !sdpa {
+	if sdpa {
+		prefill += prompts * lmax * 2 * qd * dtypeBytes
+	} else {
 		prefill += prompts * c.NumAttentionHeads * lmax * lmax * 4
 	}
 	return b + prefill

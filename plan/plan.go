@@ -33,6 +33,7 @@ type Options struct {
 	MicroTokens     int64   // tokens per micro-batch (algo.max_tokens_per_micro_batch)
 	Checkpointing   bool    // train.activation_checkpointing
 	SDPA            bool    // attention through SDPA (CUDA): no kept probabilities
+	CUDAGraphs      bool    // rollout.cuda_graphs: the graphs' memory pool
 	KLBeta          float64 // > 0: a reference model
 	RefOffload      bool    // the reference model lives off the GPU
 	RolloutRows     int64   // sequences a step generates per GPU (prompts × G)
@@ -204,7 +205,7 @@ func (b *planner) rollout(always int64) {
 		lmax = o.RolloutTokens / 4
 	}
 	gen := func(rows int64) int64 {
-		return cfg.GenerationBytes(rows, (rows+grp-1)/grp, lmax, o.RolloutTokens, o.DTypeBytes, o.SDPA)
+		return cfg.GenerationBytes(rows, (rows+grp-1)/grp, lmax, o.RolloutTokens, o.DTypeBytes, o.SDPA, o.CUDAGraphs)
 	}
 	rows := o.RolloutRows
 	if o.GPUMem > 0 {

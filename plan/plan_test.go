@@ -63,8 +63,8 @@ func TestPlanArithmetic(t *testing.T) {
 		"reference model":            2 * p,
 		"fp32 master weights":        (4*p + 3) / 4,
 		"Adam moments (fp32 m, v)":   (8*p + 3) / 4,
-		"gradients":                  2 * p,                                            // ZeRO-1 keeps them whole
-		"rollout (generation batch)": cfg.GenerationBytes(16, 16, 256, 1024, 2, false), // G 1, prompts 1024/4
+		"gradients":                  2 * p,                                                   // ZeRO-1 keeps them whole
+		"rollout (generation batch)": cfg.GenerationBytes(16, 16, 256, 1024, 2, false, false), // G 1, prompts 1024/4
 		"log-prob chunk buffer":      1024*32000*4 + 4096*512*4,
 	}
 	for k, v := range want {

@@ -129,12 +129,22 @@ type RolloutConfig struct {
 	// device (0: no cap). Neither changes the samples.
 	GPUMemoryFraction float64 `yaml:"gpu_memory_fraction"`
 	MaxBatchRows      int     `yaml:"max_batch_rows"`
+	// SyncEvery: decode steps run on the device without the host between
+	// two reads of the sampled tokens (0: 16): fewer host round trips
+	// against a few wasted steps per finished row. A response that ends in
+	// between drops what it sampled after its end; any value up to 16
+	// samples bit for bit the same (model.GenerateOptions.SyncEvery).
+	SyncEvery int `yaml:"sync_every"`
+	// CUDAGraphs replays decode steps as CUDA graphs on a CUDA device
+	// (fewer kernel launches from the host; the same samples). Off by
+	// default: not yet measured on a GPU.
+	CUDAGraphs bool `yaml:"cuda_graphs"`
 }
 
-// GenerateOptions are the generation engine's memory caps from the
-// rollout section.
+// GenerateOptions are the generation engine's settings from the rollout
+// section.
 func (r RolloutConfig) GenerateOptions() model.GenerateOptions {
-	return model.GenerateOptions{MaxRows: r.MaxBatchRows, MemoryFraction: r.GPUMemoryFraction}
+	return model.GenerateOptions{MaxRows: r.MaxBatchRows, MemoryFraction: r.GPUMemoryFraction, SyncEvery: r.SyncEvery, CUDAGraphs: r.CUDAGraphs}
 }
 
 // AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).

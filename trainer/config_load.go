@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
 )
 
@@ -160,6 +161,8 @@ func (c *Config) Validate() error {
 		return bad("rollout.top_p", "must be in (0, 1]")
 	case c.Rollout.GPUMemoryFraction < 0 || c.Rollout.GPUMemoryFraction > 1:
 		return bad("rollout.gpu_memory_fraction", "must be in [0, 1] (0: no cap), got %g", c.Rollout.GPUMemoryFraction)
+	case c.Rollout.SyncEvery < 0:
+		return bad("rollout.sync_every", "must be ≥ 0 (0: the default, %d)", model.DefaultSyncEvery)
 	case c.Rollout.MaxBatchRows < 0:
 		return bad("rollout.max_batch_rows", "must be ≥ 0 (0: no cap)")
 	case c.Rollout.MaxBatchRows > 0 && c.Rollout.MaxBatchRows < c.Rollout.SamplesPerPrompt:

@@ -46,7 +46,7 @@ func (e ConfigError) Unwrap() error { return e.Err }
 // extending a run is what it is for), or only how it is watched, saved
 // and placed: a key equal to one of these or under one (prefix + ".").
 var harmlessKeys = []string{"total_steps", "stop_after_steps", "max_bad_steps", "run_dir", "device",
-	"checkpoint", "log", "eval", "dist", "train.activation_checkpointing"}
+	"checkpoint", "log", "eval", "dist", "train.activation_checkpointing", "rollout.cuda_graphs"}
 
 // ConfigChange is one key that differs from the checkpoint's config.
 type ConfigChange struct {

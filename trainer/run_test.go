@@ -661,6 +661,34 @@ func TestGenerationBatchesDoNotChangeTheRun(t *testing.T) {
 	}
 }
 
+// rollout.sync_every (up to 16) and rollout.cuda_graphs change how the
+// decode loop runs, not what it samples: the same run, metric for metric
+// and weight for weight; cuda_graphs may change on a resume; a negative
+// sync_every is refused, naming the key.
+func TestDecodeSettingsDoNotChangeTheRun(t *testing.T) {
+	base := tinyConfig(t, "total_steps=2")
+	runGRPO(t, base, "")
+	want := stableMetrics(t, base.RunDir)
+	for _, set := range [][]string{{"rollout.sync_every=1"}, {"rollout.sync_every=5", "rollout.cuda_graphs=true"}} {
+		cfg := tinyConfig(t, append([]string{"total_steps=2"}, set...)...)
+		runGRPO(t, cfg, "")
+		if got := stableMetrics(t, cfg.RunDir); !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: metrics %v, want %v", set, got, want)
+		}
+		if !bytes.Equal(weights(t, filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(2))), weights(t, filepath.Join(base.RunDir, checkpointsDir, checkpointName(2)))) {
+			t.Errorf("%v: other weights after 2 steps", set)
+		}
+	}
+	longer := base
+	longer.TotalSteps, longer.Rollout.CUDAGraphs = 3, true
+	if err := RunGRPO(context.Background(), longer, "auto", RunOptions{}); err != nil {
+		t.Errorf("a resume changing rollout.cuda_graphs: %v", err)
+	}
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.sync_every=-1"}); err == nil || !strings.Contains(err.Error(), "config key rollout.sync_every") {
+		t.Errorf("a negative sync_every: %v", err)
+	}
+}
+
 // algo.recompute_old_logp: π_old comes from the trainer, so the update's
 // first-epoch ratio sees no sampler/trainer gap (fp64: none beyond
 // rounding), the gap to the sampler's float32 record is reported instead,

@@ -30,7 +30,9 @@ func generateCommand() *cli.Command {
 			"by its samples. With --seed every sample's randomness derives from (seed, prompt line, sample), so\n" +
 			"results do not depend on --batch-size. Generation stops at the model's eos_token_id (config.json and\n" +
 			"generation_config.json, as transformers does) unless --ignore-eos, at any --stop-id or --stop string,\n" +
-			"or after --max-new-tokens.",
+			"or after --max-new-tokens. Decoding stays on the device between reads of the sampled tokens every\n" +
+			"--sync-every steps; with --cuda-graphs a CUDA device replays each step as a graph. Neither changes\n" +
+			"what is sampled.",
 		Flags: append(append(modelFlags(), tokenizerFlags(false)...),
 			skipBadLinesFlag,
 			&cli.Float64Flag{Name: "temperature", Value: 1, Usage: "0 is greedy"},
@@ -46,6 +48,8 @@ func generateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "skip-special-tokens", Value: true, Usage: "leave special tokens out of \"text\""},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the model's eos_token_id"},
 			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "prompts generated together"},
+			&cli.IntFlag{Name: "sync-every", Value: model.DefaultSyncEvery, Usage: "decode steps between two reads of the sampled tokens by the host (speed only)"},
+			&cli.BoolFlag{Name: "cuda-graphs", Usage: "on CUDA, replay decode steps as CUDA graphs (speed only)"},
 		),
 		Action: runGenerate,
 	}
@@ -90,8 +94,12 @@ func runGenerate(c *cli.Context) error {
 		}
 		p.StopIDs = append(p.StopIDs, eos...)
 	}
+	if c.Int("sync-every") < 1 {
+		return usageError{fmt.Errorf("--sync-every must be ≥ 1, got %d", c.Int("sync-every"))}
+	}
 	g := generator{m: m, tk: tk, p: p, samples: c.Int("samples"), batch: c.Int("batch-size"),
-		chat: chatOpt, skipSpecial: c.Bool("skip-special-tokens"), skipBad: c.Bool("skip-bad-lines")}
+		chat: chatOpt, skipSpecial: c.Bool("skip-special-tokens"), skipBad: c.Bool("skip-bad-lines"),
+		opt: model.GenerateOptions{SyncEvery: c.Int("sync-every"), CUDAGraphs: c.Bool("cuda-graphs")}}
 	if isTerminal(os.Stderr) {
 		g.progress = os.Stderr
 	}
@@ -124,11 +132,12 @@ type generator struct {
 	skipSpecial bool
 	progress    io.Writer // a terminal for the progress line, or nil
 	skipBad     bool
+	opt         model.GenerateOptions // the engine's switches
 }
 
 func (g *generator) run(r io.Reader, w io.Writer) error {
 	s := newLineStream(w, g.skipBad)
-	opt := model.GenerateOptions{}
+	opt := g.opt
 	if g.tk != nil {
 		opt.Detokenize = func() func(int64) string {
 			s := g.tk.NewStream(g.skipSpecial)

@@ -42,6 +42,7 @@ func planCommand() *cli.Command {
 			&cli.Int64Flag{Name: "prompt-len", Usage: "longest prompt in tokens (default a quarter of --rollout-tokens)"},
 			&cli.Int64Flag{Name: "rollout-tokens", Usage: "longest prompt + max_new_tokens (default --seq-len)"},
 			&cli.BoolFlag{Name: "reference-attention", Usage: "attention without SDPA (keeps the probabilities; lanpo's CPU default)"},
+			&cli.BoolFlag{Name: "cuda-graphs", Usage: "rollout.cuda_graphs: count the CUDA graphs' memory pool (a decode step's transients again)"},
 			&cli.Float64Flag{Name: "headroom", Value: 0.08},
 			&cli.Int64Flag{Name: "logprob-chunk", Value: csrc.DefaultLogProbChunk(true), Usage: "rows of the fused log-prob's fp32 buffer"},
 			&cli.BoolFlag{Name: "json"},
@@ -64,7 +65,7 @@ func planCommand() *cli.Command {
 				rt = c.Int64("seq-len")
 			}
 			o := plan.Options{GPUs: c.Int("gpus"), Zero: c.Int("zero"), DTypeBytes: int64(dt.Size()), SeqLen: c.Int64("seq-len"),
-				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"),
+				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"), CUDAGraphs: c.Bool("cuda-graphs"),
 				KLBeta: c.Float64("kl-beta"), RefOffload: c.Bool("ref-offload"), RolloutRows: c.Int64("rollout-rows"), RolloutGroup: c.Int64("samples"), RolloutPrompt: c.Int64("prompt-len"), RolloutTokens: rt,
 				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4}
 			r, err := plan.Plan(cfg, o)
