@@ -58,3 +58,92 @@ func BenchmarkRMSNorm(b *testing.B) {
 	composed := timeIt(false)
 	b.ReportMetric(float64(composed)/float64(fused), "composed/fused")
 }
+
+// BenchmarkFusedOps times each fused kernel of the forward against the
+// ATen composition it replaces (fused_test.go's references), forward and
+// backward, in this run, at a Qwen2.5-0.5B training shape (4 × 256 tokens,
+// H 896, 14/2 heads of 64, I 4864, fp32). composed/fused above 1 means the
+// kernel is faster.
+func BenchmarkFusedOps(b *testing.B) {
+	lockThread(b)
+	const bt, tt, h, hq, hkv, d, inter = 4, 256, 896, 14, 2, 64, 4864
+	r := rand.New(rand.NewSource(2))
+	s := &tensor.Scope{}
+	defer s.Close()
+	mk := func(n int, shape []int64, grad bool) *ts.Tensor {
+		x := s.Keep(s.Keep(ts.MustOfSlice(randVals(r, n)).MustView(shape, true)).MustTotype(gotch.Float, false))
+		if grad {
+			x = s.Keep(x.MustSetRequiresGrad(true, false))
+		}
+		return x
+	}
+	x, res, w := mk(bt*tt*h, []int64{bt, tt, h}, true), mk(bt*tt*h, []int64{bt, tt, h}, true), mk(h, []int64{h}, true)
+	q, k, v := mk(bt*tt*hq*d, []int64{bt, tt, hq * d}, true), mk(bt*tt*hkv*d, []int64{bt, tt, hkv * d}, true), mk(bt*tt*hkv*d, []int64{bt, tt, hkv * d}, true)
+	bq := mk(hq*d, []int64{hq * d}, true)
+	g, u := mk(bt*tt*inter, []int64{bt, tt, inter}, true), mk(bt*tt*inter, []int64{bt, tt, inter}, true)
+	cos, sin := ropeTables(s, tt, d)
+	pv := make([]int64, bt*tt)
+	for i := range pv {
+		pv[i] = int64(i % tt)
+	}
+	pos := tensor.FromSlice(s, pv, []int64{bt, tt}, gotch.CPU)
+	ops := []struct {
+		name            string
+		fused, composed func(*tensor.Scope) []*ts.Tensor
+	}{
+		{"add_rms_norm", func(st *tensor.Scope) []*ts.Tensor {
+			y, hs, err := AddRMSNorm(x, res, w, 1e-6)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return []*ts.Tensor{st.Keep(y), st.Keep(hs)}
+		}, func(st *tensor.Scope) []*ts.Tensor {
+			hs := st.Keep(x.MustAdd(res, false))
+			return []*ts.Tensor{rmsNormComposed(st, hs, w, 1e-6), hs}
+		}},
+		{"rope", func(st *tensor.Scope) []*ts.Tensor {
+			a, c, e, err := Rope(q, k, v, bq, nil, nil, cos, sin, pos, hq, hkv)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return []*ts.Tensor{st.Keep(a), st.Keep(c), st.Keep(e)}
+		}, func(st *tensor.Scope) []*ts.Tensor {
+			return []*ts.Tensor{ropeComposed(st, q, bq, cos, sin, pos, hq, true), ropeComposed(st, k, nil, cos, sin, pos, hkv, true),
+				ropeComposed(st, v, nil, cos, sin, pos, hkv, false)}
+		}},
+		{"swiglu", func(st *tensor.Scope) []*ts.Tensor {
+			y, err := SwiGLU(g, u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return []*ts.Tensor{st.Keep(y)}
+		}, func(st *tensor.Scope) []*ts.Tensor {
+			return []*ts.Tensor{st.Keep(st.Keep(g.MustSilu(false)).MustMul(u, false))}
+		}},
+	}
+	run := func(f func(*tensor.Scope) []*ts.Tensor) time.Duration {
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			st := &tensor.Scope{}
+			var loss *ts.Tensor
+			for _, o := range f(st) {
+				part := st.Keep(o.MustSum(gotch.Float, false))
+				if loss == nil {
+					loss = part
+				} else {
+					loss = st.Keep(loss.MustAdd(part, false))
+				}
+			}
+			loss.MustBackward()
+			st.Close()
+		}
+		return time.Since(start) // sync: CPU ops have finished when they return
+	}
+	for _, o := range ops {
+		run(o.fused)
+		run(o.composed)
+		fused, composed := run(o.fused), run(o.composed)
+		b.ReportMetric(float64(fused.Microseconds())/float64(b.N)/1000, "ms/"+o.name)
+		b.ReportMetric(float64(composed)/float64(fused), "composed/fused-"+o.name)
+	}
+}

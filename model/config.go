@@ -32,7 +32,7 @@ type Config struct {
 	UseSlidingWindow      bool            `json:"use_sliding_window"`
 	SlidingWindow         *int64          `json:"sliding_window"`
 	MaxWindowLayers       *int64          `json:"max_window_layers"`
-	TorchDType            string          `json:"torch_dtype"`
+	TorchDType            string          `json:"torch_dtype,omitempty"` // "" is no key: transformers 4.x reads "" as torch.""
 	BOSTokenID            *int64          `json:"bos_token_id"`
 	EOSTokenID            json.RawMessage `json:"eos_token_id"` // an id or a list of ids
 

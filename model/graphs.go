@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 
@@ -122,7 +123,8 @@ func (g *stepGraphs) run(key graphKey, step func() error) error {
 	gr, err := g.capture(step)
 	if err = firstErr(err, g.stream.Exit()); err != nil {
 		gr.Close()
-		return err
+		return fmt.Errorf("capturing a decode step as a CUDA graph (rows %d, attention window %d): %w; "+
+			"rollout.cuda_graphs: false (lanpo generate without --cuda-graphs) runs without graphs", key.rows, key.window, err)
 	}
 	g.graphs[key] = gr
 	g.record(key, "capture")

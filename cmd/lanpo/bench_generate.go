@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -17,27 +18,36 @@ import (
 func benchGenerateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "generate",
-		Usage: "rollout tokens/s of a random-weight Qwen2.5-shape model against transformers generate(), with the decode step's host and GPU time",
+		Usage: "rollout tokens/s of a random-weight Qwen2.5-shape model against transformers generate(), with the decode step's kernels, host syncs, host and GPU time",
 		Description: "Samples --prompts prompts × --samples completions of exactly --new-tokens tokens (EOS never ends a\n" +
 			"sample, on either side) from random --prompt-len-token prompts with lanpo's engine (prefix sharing,\n" +
-			"static KV cache; on CUDA the rows decoded at once are capped by --memory-fraction of the GPU, and\n" +
-			"the batches it took are reported), then through --hf-python with transformers' generate() on the\n" +
-			"same device, dtype and shape (random weights of its own: speed depends on the shape, not the\n" +
-			"values; on an out-of-memory error it retries in 2, 4, … sequential batches and says so). A second\n" +
-			"lanpo run over --timing-tokens steps times every decode step: wall, sampling (with its device→host\n" +
-			"round trips), and the next forward's launch on the host against its GPU time from CUDA events\n" +
-			"(launch-bound when the two are close). On CPU, --nocache-steps also times the engine without KV cache.\n" +
+			"static KV cache, every decode step on the device with a look by the host every --sync-every steps; on\n" +
+			"CUDA the rows decoded at once are capped by --memory-fraction of the GPU, and the batches it took\n" +
+			"are reported), then through --hf-python with transformers' generate() on the same device, dtype and\n" +
+			"shape (random weights of its own: speed depends on the shape, not the values; on an out-of-memory\n" +
+			"error it retries in 2, 4, … sequential batches and says so). With --cuda-graphs the same run again\n" +
+			"with decode steps replayed as CUDA graphs (on CPU: the bookkeeping only), against the eager run.\n" +
+			"\n" +
+			"--count-steps counts what a decode step does on the path a CUDA run takes (SDPA attention), from a\n" +
+			"1-layer and a 2-layer model of the shape: leaf kernels per layer (operators that reach a backend\n" +
+			"kernel, counted at the dispatcher; a composite operator counts as the kernels it calls), views,\n" +
+			"kernels outside the layers, and host↔device synchronizations per generated token. --timing-tokens\n" +
+			"steps time every decode step: the host's enqueueing of the step against its GPU time from CUDA\n" +
+			"events (launch-bound when the two are close), and the looks. On CPU, --nocache-steps also times the\n" +
+			"engine without KV cache.\n" +
 			"\n" +
 			"--shape: 0.5b (Qwen2.5-0.5B), 7b (Qwen2.5-7B) or a config.json; --layers cuts the layers.\n" +
-			"--json prints one object: shape, device, dtype, rows, new_tokens, lanpo_tokens_per_s, lanpo_ms,\n" +
-			"lanpo_batches, kv_cache_mb, hf (transformers' JSON: tokens_per_s, ms, batches, …, or hf_error),\n" +
-			"lanpo_over_hf, and step_* means over the timed steps (wall_ms, sample_ms, forward_host_ms,\n" +
-			"forward_gpu_ms) with host_share (sample + forward launch over wall) and launch_over_gpu\n" +
-			"(forward launch over its GPU time).\n" +
+			"--json prints one object: shape, device, dtype, rows, new_tokens, sync_every, lanpo_tokens_per_s,\n" +
+			"lanpo_ms, lanpo_batches, kv_cache_mb, graphs_tokens_per_s, graphs_over_eager, graph_captures,\n" +
+			"graph_replays (with --cuda-graphs), hf (transformers' JSON: tokens_per_s, ms, batches, …, or\n" +
+			"hf_error), lanpo_over_hf, step_* means over the timed steps (wall_ms, forward_host_ms,\n" +
+			"forward_gpu_ms, look_ms) with host_share (the step's enqueueing and looks over wall) and\n" +
+			"launch_over_gpu (enqueueing over GPU time), and counts (kernels_per_layer, views_per_layer,\n" +
+			"layer_kernels, step_kernels_outside_layers, outside_kernels, syncs_per_token, …).\n" +
 			"\n" +
 			"The GRPO-shaped batch of the GPU benchmarks (docs/gpu.md):\n" +
 			"  lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 \\\n" +
-			"    --prompt-len 512 --new-tokens 512 --json",
+			"    --prompt-len 512 --new-tokens 512 --cuda-graphs --json",
 		Flags: append(benchModelFlags(),
 			&cli.StringFlag{Name: "shape", Value: "0.5b", Usage: "0.5b, 7b, or a config.json (or a directory holding one)"},
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
@@ -46,9 +56,12 @@ func benchGenerateCommand() *cli.Command {
 			&cli.IntFlag{Name: "samples", Value: 4},
 			&cli.Int64Flag{Name: "prompt-len", Value: 128},
 			&cli.IntFlag{Name: "new-tokens", Value: 128},
+			&cli.IntFlag{Name: "sync-every", Value: model.DefaultSyncEvery, Usage: "decode steps between two looks of the host"},
+			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling (1: off); on CUDA it sorts the vocabulary on the device every step"},
+			&cli.BoolFlag{Name: "cuda-graphs", Usage: "also run with decode steps replayed as CUDA graphs"},
 			&cli.IntFlag{Name: "timing-tokens", Value: 32, Usage: "decode steps of the timed run (0: none)"},
 			&cli.IntFlag{Name: "nocache-steps", Value: 2, Usage: "steps of the no-cache engine (0: skip; CPU only)"},
-			&cli.IntFlag{Name: "count-steps", Value: 8, Usage: "decode steps of the kernel and sync count (0: skip)"},
+			&cli.IntFlag{Name: "count-steps", Value: 16, Usage: "decode steps of the kernel and sync count (0: skip)"},
 			&cli.Float64Flag{Name: "memory-fraction", Value: 0.9, Usage: "on CUDA, the share of the GPU a generation batch may use"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		),
@@ -67,19 +80,25 @@ type genBench struct {
 	Rows            int             `json:"rows"`
 	PromptLen       int64           `json:"prompt_len"`
 	NewTokens       int             `json:"new_tokens"`
+	TopP            float64         `json:"top_p"`
+	SyncEvery       int             `json:"sync_every"`
 	LanpoTokensPerS float64         `json:"lanpo_tokens_per_s"`
 	LanpoMS         float64         `json:"lanpo_ms"`
 	LanpoBatches    int             `json:"lanpo_batches"`
 	KVCacheMB       float64         `json:"kv_cache_mb"`
+	GraphsTPS       float64         `json:"graphs_tokens_per_s,omitempty"`
+	GraphsOverEager float64         `json:"graphs_over_eager,omitempty"`
+	GraphCaptures   int             `json:"graph_captures,omitempty"`
+	GraphReplays    int             `json:"graph_replays,omitempty"`
 	NoCacheTPS      float64         `json:"nocache_tokens_per_s,omitempty"`
 	HF              json.RawMessage `json:"hf,omitempty"`
 	HFError         string          `json:"hf_error,omitempty"`
 	LanpoOverHF     float64         `json:"lanpo_over_hf,omitempty"`
 	TimedSteps      int             `json:"timed_steps"`
 	StepWallMS      float64         `json:"step_wall_ms"`
-	StepSampleMS    float64         `json:"step_sample_ms"`
 	StepFwdHostMS   float64         `json:"step_forward_host_ms"`
 	StepFwdGPUMS    float64         `json:"step_forward_gpu_ms"`
+	StepLookMS      float64         `json:"step_look_ms"`
 	HostShare       float64         `json:"host_share"`
 	LaunchOverGPU   float64         `json:"launch_over_gpu,omitempty"`
 	Counts          *decodeCounts   `json:"counts,omitempty"`
@@ -173,6 +192,9 @@ func runBenchGenerate(c *cli.Context) error {
 			return err
 		}
 	}
+	if c.Int("sync-every") < 1 {
+		return usageError{fmt.Errorf("--sync-every must be ≥ 1, got %d", c.Int("sync-every"))}
+	}
 	cfg, err := benchShape(c)
 	if err != nil {
 		return err
@@ -192,58 +214,40 @@ func runBenchGenerate(c *cli.Context) error {
 		reqs = append(reqs, model.Request{PromptIDs: p, Samples: c.Int("samples")})
 	}
 	// No stop ids: every sample runs to exactly --new-tokens tokens.
-	p := model.SamplingParams{Temperature: 1, MaxNewTokens: c.Int("new-tokens"), Seed: 1}
+	p := model.SamplingParams{Temperature: 1, TopP: c.Float64("top-p"), MaxNewTokens: c.Int("new-tokens"), Seed: 1}
+	if err := p.Validate(); err != nil {
+		return usageError{err}
+	}
 	r := genBench{Shape: c.String("shape"), Device: devString(dev), DType: csrc.DTypeName(dt), Layers: cfg.NumHiddenLayers,
-		Prompts: len(reqs), Samples: c.Int("samples"), Rows: len(reqs) * c.Int("samples"), PromptLen: c.Int64("prompt-len"), NewTokens: p.MaxNewTokens}
+		Prompts: len(reqs), Samples: c.Int("samples"), Rows: len(reqs) * c.Int("samples"), PromptLen: c.Int64("prompt-len"),
+		NewTokens: p.MaxNewTokens, TopP: p.TopP, SyncEvery: c.Int("sync-every")}
 	w := c.App.Writer
 	if !c.Bool("json") {
 		fmt.Fprintf(w, "generate: %s shape (%d layers), %s %s, %d prompts × %d samples, %d-token prompts, %d new tokens, %d CPU threads\n",
 			r.Shape, cfg.NumHiddenLayers, r.Device, r.DType, r.Prompts, r.Samples, r.PromptLen, p.MaxNewTokens, info.Threads)
 	}
-	lastStep := 0
-	opt := model.GenerateOptions{MemoryFraction: c.Float64("memory-fraction"),
-		Progress: func(step, _, _ int) {
-			if r.LanpoBatches == 0 || step <= lastStep { // a batch's first look
-				r.LanpoBatches++
-			}
-			lastStep = step
-		}}
-	if err := csrc.Synchronize(); err != nil {
+	opt := model.GenerateOptions{MemoryFraction: c.Float64("memory-fraction"), SyncEvery: r.SyncEvery}
+	tps, err := timeGenerate(m, reqs, p, opt, &r.LanpoBatches)
+	if err != nil {
 		return err
 	}
-	start := time.Now()
-	if _, err := m.Generate(reqs, p, opt); err != nil {
-		return err
-	}
-	if err := csrc.Synchronize(); err != nil {
-		return err
-	}
-	r.LanpoMS = float64(time.Since(start).Microseconds()) / 1000
-	r.LanpoTokensPerS = float64(r.Rows*p.MaxNewTokens) / (r.LanpoMS / 1000)
+	r.LanpoTokensPerS = tps
+	r.LanpoMS = float64(r.Rows*p.MaxNewTokens) / tps * 1000
 	r.KVCacheMB = float64(cfg.KVCacheBytes(int64(r.Rows/r.LanpoBatches), r.PromptLen+int64(p.MaxNewTokens), int64(dt.Size()))) / (1 << 20)
-
-	if n := c.Int("timing-tokens"); n > 1 {
-		var timing model.DecodeTiming
-		tp := p
-		tp.MaxNewTokens = n
-		topt := opt
-		topt.Progress, topt.Timing = nil, &timing
-		if _, err := m.Generate(reqs, tp, topt); err != nil {
+	if c.Bool("cuda-graphs") {
+		var stats model.GraphStats
+		gopt := opt
+		gopt.CUDAGraphs, gopt.GraphStats = true, &stats
+		var batches int
+		if r.GraphsTPS, err = timeGenerate(m, reqs, p, gopt, &batches); err != nil {
 			return err
 		}
-		r.TimedSteps = len(timing.Steps)
-		for _, s := range timing.Steps {
-			r.StepWallMS += s.WallMS
-			r.StepSampleMS += s.LookMS
-			r.StepFwdHostMS += s.ForwardHostMS
-			r.StepFwdGPUMS += s.ForwardGPUMS
-		}
-		if k := float64(r.TimedSteps); k > 0 {
-			r.StepWallMS, r.StepSampleMS, r.StepFwdHostMS, r.StepFwdGPUMS = r.StepWallMS/k, r.StepSampleMS/k, r.StepFwdHostMS/k, r.StepFwdGPUMS/k
-			r.HostShare = (r.StepSampleMS + r.StepFwdHostMS) / r.StepWallMS
-			if r.StepFwdGPUMS > 0 {
-				r.LaunchOverGPU = r.StepFwdHostMS / r.StepFwdGPUMS
-			}
+		r.GraphsOverEager = r.GraphsTPS / r.LanpoTokensPerS
+		r.GraphCaptures, r.GraphReplays = stats.Count("capture"), stats.Count("replay")
+	}
+	if n := c.Int("timing-tokens"); n > 1 {
+		if err := r.timeSteps(m, reqs, p, opt, n); err != nil {
+			return err
 		}
 	}
 	if n := c.Int("count-steps"); n > 0 {
@@ -254,7 +258,7 @@ func runBenchGenerate(c *cli.Context) error {
 	if n := c.Int("nocache-steps"); n > 0 && !dev.IsCuda() {
 		nc := p
 		nc.MaxNewTokens = n
-		start = time.Now()
+		start := time.Now()
 		if _, err := m.GenerateNoCache(reqs, nc); err != nil {
 			return err
 		}
@@ -277,13 +281,78 @@ func runBenchGenerate(c *cli.Context) error {
 	if c.Bool("json") {
 		return json.NewEncoder(w).Encode(r)
 	}
-	fmt.Fprintf(w, "  lanpo                   %8.1f tokens/s   %.0f ms, %d batch(es), KV cache %.1f MB a batch\n", r.LanpoTokensPerS, r.LanpoMS, r.LanpoBatches, r.KVCacheMB)
+	r.print(w, c)
+	return nil
+}
+
+// timeGenerate is the output tokens/s of one generation of reqs (prefill
+// included), counting its generation batches.
+func timeGenerate(m *model.Model, reqs []model.Request, p model.SamplingParams, opt model.GenerateOptions, batches *int) (float64, error) {
+	last := 0
+	opt.Progress = func(step, _, _ int) {
+		if *batches == 0 || step <= last { // a batch's first look
+			*batches++
+		}
+		last = step
+	}
+	if err := csrc.Synchronize(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	out, err := m.Generate(reqs, p, opt)
+	if err != nil {
+		return 0, err
+	}
+	if err := csrc.Synchronize(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range out {
+		n += len(s.IDs)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// timeSteps times n decode steps one by one (model.DecodeTiming).
+func (r *genBench) timeSteps(m *model.Model, reqs []model.Request, p model.SamplingParams, opt model.GenerateOptions, n int) error {
+	var timing model.DecodeTiming
+	tp := p
+	tp.MaxNewTokens = n
+	opt.Timing = &timing
+	if _, err := m.Generate(reqs, tp, opt); err != nil {
+		return err
+	}
+	r.TimedSteps = len(timing.Steps)
+	for _, s := range timing.Steps {
+		r.StepWallMS += s.WallMS
+		r.StepLookMS += s.LookMS
+		r.StepFwdHostMS += s.ForwardHostMS
+		r.StepFwdGPUMS += s.ForwardGPUMS
+	}
+	if k := float64(r.TimedSteps); k > 0 {
+		r.StepWallMS, r.StepLookMS, r.StepFwdHostMS, r.StepFwdGPUMS = r.StepWallMS/k, r.StepLookMS/k, r.StepFwdHostMS/k, r.StepFwdGPUMS/k
+		r.HostShare = (r.StepLookMS + r.StepFwdHostMS) / r.StepWallMS
+		if r.StepFwdGPUMS > 0 {
+			r.LaunchOverGPU = r.StepFwdHostMS / r.StepFwdGPUMS
+		}
+	}
+	return nil
+}
+
+// print writes the report as text.
+func (r *genBench) print(w io.Writer, c *cli.Context) {
+	fmt.Fprintf(w, "  lanpo                   %8.1f tokens/s   %.0f ms, %d batch(es), KV cache %.1f MB a batch, a host look every %d steps\n",
+		r.LanpoTokensPerS, r.LanpoMS, r.LanpoBatches, r.KVCacheMB, r.SyncEvery)
+	if r.GraphsTPS > 0 {
+		fmt.Fprintf(w, "  lanpo, CUDA graphs      %8.1f tokens/s   graphs/eager %.2fx (%d captures, %d replays)\n",
+			r.GraphsTPS, r.GraphsOverEager, r.GraphCaptures, r.GraphReplays)
+	}
 	if r.TimedSteps > 0 {
-		fmt.Fprintf(w, "  decode step (mean of %d) wall %.2f ms: sampling %.2f ms, forward launch %.2f ms (host), forward on the GPU %.2f ms; host share %.2f\n",
-			r.TimedSteps, r.StepWallMS, r.StepSampleMS, r.StepFwdHostMS, r.StepFwdGPUMS, r.HostShare)
+		fmt.Fprintf(w, "  decode step (mean of %d) wall %.2f ms: enqueued by the host in %.2f ms, %.2f ms on the GPU, looks %.2f ms; host share %.2f\n",
+			r.TimedSteps, r.StepWallMS, r.StepFwdHostMS, r.StepFwdGPUMS, r.StepLookMS, r.HostShare)
 	}
 	if k := r.Counts; k != nil {
-		fmt.Fprintf(w, "  decode step (SDPA, %d steps counted): %.1f kernels and %.1f views per layer, %.1f kernels outside the layers; %.2f host syncs per token (%.2f uploads, %.2f downloads; %.2f async uploads)\n",
+		fmt.Fprintf(w, "  decode step (SDPA, %d steps counted): %.1f kernels and %.1f views per layer, %.1f kernels outside the layers; %.3f host syncs per token (%.3f uploads, %.3f downloads; %.3f async uploads)\n",
 			k.Steps, k.KernelsPerLayer, k.ViewsPerLayer, k.KernelsOutside, k.SyncsPerToken, k.UploadsPerToken, k.Downloads, k.AsyncPerToken)
 		fmt.Fprintf(w, "    per layer: %s\n", perStep(k.LayerKernels, k.Steps))
 		fmt.Fprintf(w, "    outside:   %s\n", perStep(k.OutsideKernels, k.Steps))
@@ -297,7 +366,6 @@ func runBenchGenerate(c *cli.Context) error {
 	case r.HF != nil:
 		fmt.Fprintf(w, "  transformers generate() lanpo/transformers %.2fx   %s\n", r.LanpoOverHF, r.HF)
 	}
-	return nil
 }
 
 // perStep lists kernels by name, divided by steps, most frequent first.

@@ -22,7 +22,7 @@ func TestBenchGenerateJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"bench", "generate", "--layers", "1", "--prompts", "2", "--samples", "3", "--prompt-len", "5",
-		"--new-tokens", "4", "--timing-tokens", "3", "--nocache-steps", "0", "--json"}
+		"--new-tokens", "4", "--timing-tokens", "3", "--nocache-steps", "0", "--count-steps", "2", "--cuda-graphs", "--json"}
 	out, err := runApp(t, append(args, "--hf-python", fake)...)
 	if err != nil {
 		t.Fatal(err, out)
@@ -53,6 +53,17 @@ func TestBenchGenerateJSON(t *testing.T) {
 	}
 	if h := num("host_share"); h <= 0 || h > 1.001 {
 		t.Errorf("host_share %v", h)
+	}
+	// CUDA graphs on the CPU: the bookkeeping of the 3 decode steps, and a
+	// speed against the eager run.
+	if num("graphs_tokens_per_s") <= 0 || math.Abs(num("graphs_over_eager")-num("graphs_tokens_per_s")/tps) > 1e-9 ||
+		num("graph_captures")+num("graph_replays") != 3 || num("sync_every") != 16 {
+		t.Errorf("graphs: %s", out)
+	}
+	counts, _ := r["counts"].(map[string]any)
+	layer, _ := counts["layer_kernels"].(map[string]any)
+	if counts["steps"] != 2.0 || counts["kernels_per_layer"].(float64) < 10 || layer["lanpo::rope_cache"] != 2.0 {
+		t.Errorf("counts: %v", r["counts"])
 	}
 	hf, _ := r["hf"].(map[string]any)
 	if hf["device"] != "cpu" || hf["dtype"] != "float32" {

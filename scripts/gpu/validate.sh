@@ -166,8 +166,9 @@ benches=(
 	"logprob-7b-forward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --reps 5 --json"
 	"logprob-7b-forward-backward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --grad --reps 3 --json"
 	"grpo-step-0.5b|bin/lanpo bench grpo-step --device cuda --shape 0.5b --prompts 16 --samples 8 --new-tokens 256 --json"
-	"generate-0.5b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --json"
-	"generate-7b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --json"
+	"generate-0.5b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
+	"generate-7b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
+	"generate-0.5b-top-p|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --top-p 0.95 --count-steps 0 --hf-python '' --json"
 )
 run_benches() {
 	local rc=0
