@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,22 @@ void wait(const c10::intrusive_ptr<c10d::Work> &work) {
   work->wait();
 }
 
+// issue starts a collective. For Gloo it holds a process-wide lock while the
+// op is enqueued: libtorch 2.11's flight recorder (one per process) registers
+// a group's status in a map before taking its own lock, so two groups that
+// start collectives at once in one process (ranks as goroutines, as the
+// tests run them) can corrupt that map and crash. Enqueueing does not wait
+// for peers, so the lock is held for microseconds and the wait is outside
+// it. NCCL is left alone: its first collective may block creating the
+// communicator until every rank arrives.
+template <class F>
+c10::intrusive_ptr<c10d::Work> issue(const Group &g, F start) {
+  if (g.nccl) return start();
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  return start();
+}
+
 at::Tensor flat(const Group &g, const at::Tensor &t, const char *what) {
   TORCH_CHECK(t.defined(), what, " is an undefined tensor");
   TORCH_CHECK(t.is_contiguous(), what, " must be contiguous (sizes ", t.sizes(), ", strides ", t.strides(), ")");
@@ -191,7 +208,7 @@ extern "C" char *lanpo_dist_allreduce_sum(lanpo_dist d, lanpo_tensor t) {
   LANPO_GUARD("allreduce", {
     auto &g = group(d);
     std::vector<at::Tensor> ts{flat(g, lanpo::tensor_ref(t), "tensor")};
-    wait(g.backend->allreduce(ts, c10d::AllreduceOptions{}));
+    wait(issue(g, [&] { return g.backend->allreduce(ts, c10d::AllreduceOptions{}); }));
   })
 }
 
@@ -202,7 +219,7 @@ extern "C" char *lanpo_dist_broadcast(lanpo_dist d, lanpo_tensor t, int root) {
     std::vector<at::Tensor> ts{flat(g, lanpo::tensor_ref(t), "tensor")};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    wait(g.backend->broadcast(ts, o));
+    wait(issue(g, [&] { return g.backend->broadcast(ts, o); }));
   })
 }
 
@@ -215,7 +232,7 @@ extern "C" char *lanpo_dist_allgather(lanpo_dist d, lanpo_tensor in, lanpo_tenso
     TORCH_CHECK(y.numel() == n * g.size, "output has ", y.numel(), " elements, want world size ", g.size, " × ", n);
     TORCH_CHECK(x.scalar_type() == y.scalar_type(), "input is ", x.scalar_type(), ", output ", y.scalar_type());
     if (g.nccl) {
-      wait(g.backend->_allgather_base(y, x));
+      wait(issue(g, [&] { return g.backend->_allgather_base(y, x); }));
       return nullptr;
     }
     // Gloo gathers into one flat buffer and copies chunk r into outputs[r];
@@ -223,7 +240,7 @@ extern "C" char *lanpo_dist_allgather(lanpo_dist d, lanpo_tensor in, lanpo_tenso
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < g.size; ++r) outs[0].push_back(y.narrow(0, r * n, n));
     std::vector<at::Tensor> ins{x};
-    wait(g.backend->allgather(outs, ins));
+    wait(issue(g, [&] { return g.backend->allgather(outs, ins); }));
   })
 }
 
@@ -236,14 +253,14 @@ extern "C" char *lanpo_dist_reduce_scatter_sum(lanpo_dist d, lanpo_tensor in, la
     TORCH_CHECK(x.numel() == n * g.size, "input has ", x.numel(), " elements, want world size ", g.size, " × ", n);
     TORCH_CHECK(x.scalar_type() == y.scalar_type(), "input is ", x.scalar_type(), ", output ", y.scalar_type());
     if (g.nccl) {
-      wait(g.backend->_reduce_scatter_base(y, x, c10d::ReduceScatterOptions{}));
+      wait(issue(g, [&] { return g.backend->_reduce_scatter_base(y, x, c10d::ReduceScatterOptions{}); }));
       return nullptr;
     }
     // Gloo 2.1 has no reduce_scatter: sum everything (on a copy, the input
     // stays as it was, as with NCCL) and keep this rank's chunk. It moves
     // world size times the data a real reduce-scatter would.
     std::vector<at::Tensor> ts{x.clone()};
-    wait(g.backend->allreduce(ts, c10d::AllreduceOptions{}));
+    wait(issue(g, [&] { return g.backend->allreduce(ts, c10d::AllreduceOptions{}); }));
     y.copy_(ts[0].narrow(0, g.rank * n, n));
   })
 }
@@ -253,7 +270,7 @@ extern "C" char *lanpo_dist_barrier(lanpo_dist d) {
     auto &g = group(d);
     c10d::BarrierOptions o;
     if (g.nccl) o.device_ids = {g.device.index()};
-    wait(g.backend->barrier(o));
+    wait(issue(g, [&] { return g.backend->barrier(o); }));
   })
 }
 
