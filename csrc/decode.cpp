@@ -2,6 +2,11 @@
 // with the KV-cache write at a slot the device holds, the sampler that draws
 // and records a token without the host, SDPA with enable_gqa (libtorch ≥
 // 2.5), uploads from pinned memory, and CUDA graphs of a decode step.
+// Every product and sum rounds on its own, never fused into a multiply-add
+// (a compiler may contract them where the CPU has FMA): the kernels round
+// where the ATen compositions and the CUDA kernels do.
+#pragma GCC optimize("fp-contract=off")
+
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -19,6 +24,7 @@
 #ifdef LANPO_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -123,6 +129,11 @@ extern "C" char *lanpo_rope_cache(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v
     TORCH_CHECK(kc.sizes() == vc.sizes() && kc.size(0) == b && kc.scalar_type() == qt.scalar_type(), "caches ",
                 kc.sizes(), " and ", vc.sizes(), " for q ", qt.sizes());
     check_on(c, qt, "ctr", at::kLong);
+    const auto &pt = tensor_ref(pos);
+    TORCH_CHECK(pt.dim() == 2 && pt.size(0) == b && pt.size(1) == 1, "positions must be [", b, ", 1], got ", pt.sizes());
+    TORCH_CHECK(kc.device() == qt.device() && vc.device() == qt.device() && kc.scalar_type() == vc.scalar_type(),
+                "caches on ", kc.device(), " and ", vc.device(), " for q on ", qt.device());
+    TORCH_CHECK(c.numel() == 2, "ctr must hold 2 values, got ", c.numel());
     auto y = at::empty({b, hq, 1, d}, qt.options());
     auto kj = lanpo::rope_job(tensor_ref(k), opt(bk), kc, hkv, d, true, true);
     auto vj = lanpo::rope_job(tensor_ref(v), opt(bv), vc, hkv, d, false, true);
@@ -165,6 +176,7 @@ extern "C" char *lanpo_sample(lanpo_tensor pick, lanpo_tensor lp, lanpo_tensor u
     auto *tokp = tensor_ref(tok).data_ptr<int64_t>(), *posp = tensor_ref(pos).data_ptr<int64_t>();
 #ifdef LANPO_CUDA
     if (pk.is_cuda()) {
+      c10::cuda::CUDAGuard guard(pk.device());
       lanpo::cuda::sample(lanpo::cuda_stream(pk), pk.data_ptr<float>(), l.data_ptr<float>(), rows, v, greedy != 0, up,
                           ldu, ctrp, tokp, posp, bt.defined() ? bt.data_ptr() : nullptr,
                           bt.defined() ? lanpo::elem_of(bt.scalar_type()) : lanpo::cuda::Elem::kF32, tmax,
@@ -250,6 +262,7 @@ struct SideStream {
   c10::cuda::CUDAStream stream;
   c10::cuda::CUDAStream previous;
   c10::DeviceIndex device;
+  c10::DeviceIndex previous_device;
 };
 }  // namespace
 #endif
@@ -269,7 +282,7 @@ extern "C" char *lanpo_side_stream_new(int device, void **out) {
 #ifdef LANPO_CUDA
     auto dev = static_cast<c10::DeviceIndex>(device);
     auto cur = c10::cuda::getCurrentCUDAStream(dev);
-    *out = new SideStream{c10::cuda::getStreamFromPool(false, dev), cur, dev};
+    *out = new SideStream{c10::cuda::getStreamFromPool(false, dev), cur, dev, dev};
 #else
     (void)device;
     *out = nullptr;
@@ -285,6 +298,10 @@ extern "C" char *lanpo_side_stream_enter(void *s) {
   LANPO_GUARD("side_stream_enter", {
 #ifdef LANPO_CUDA
     auto *ss = static_cast<SideStream *>(s);
+    // The stream's device becomes the current one too: capture and the
+    // kernels' launches use the current device's current stream.
+    ss->previous_device = c10::cuda::current_device();
+    c10::cuda::set_device(ss->device);
     ss->previous = c10::cuda::getCurrentCUDAStream(ss->device);
     at::cuda::CUDAEvent ready;
     ready.record(ss->previous);
@@ -305,6 +322,7 @@ extern "C" char *lanpo_side_stream_exit(void *s) {
     done.record(ss->stream);
     done.block(ss->previous);
     c10::cuda::setCurrentCUDAStream(ss->previous);
+    c10::cuda::set_device(ss->previous_device);
 #else
     (void)s;
     TORCH_CHECK(false, "lanpo was built without CUDA");

@@ -6,6 +6,7 @@ package csrc
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/sugarme/gotch"
@@ -153,7 +154,8 @@ func NewGraphPool() (GraphPool, error) {
 type Graph struct{ p unsafe.Pointer }
 
 // CaptureGraph captures the CUDA work fn queues on this thread (on the
-// current stream, which must be a side stream) into a graph using pool.
+// current stream, which must be a side stream) into a graph using pool. The
+// capture is ended whatever fn does (a panic in it becomes the error).
 func CaptureGraph(pool GraphPool, fn func() error) (*Graph, error) {
 	cp := [2]C.uint64_t{C.uint64_t(pool[0]), C.uint64_t(pool[1])}
 	var p unsafe.Pointer
@@ -161,7 +163,14 @@ func CaptureGraph(pool GraphPool, fn func() error) (*Graph, error) {
 		return nil, err
 	}
 	g := &Graph{p: p}
-	ferr := fn()
+	ferr := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("during capture: %v", r)
+			}
+		}()
+		return fn()
+	}()
 	if err := takeError(C.lanpo_graph_capture_end(p)); err != nil || ferr != nil {
 		g.Close()
 		if ferr != nil {

@@ -5,6 +5,11 @@
 // compositions (or the RoPE kernel run backwards), since they are off the
 // decode path. Each announces itself to RecordFunction observers as one
 // operator (lanpo::…), which is how lanpo bench generate counts it.
+// Every product and sum rounds on its own, never fused into a multiply-add
+// (a compiler may contract them where the CPU has FMA): the kernels round
+// where the ATen compositions and the CUDA kernels do.
+#pragma GCC optimize("fp-contract=off")
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -114,6 +119,7 @@ std::vector<at::Tensor> add_rms_norm_fwd(const at::Tensor &x, const at::Tensor &
   auto rstd = at::empty({rows}, x.options().dtype(acc_type(x.scalar_type())));
 #ifdef LANPO_CUDA
   if (x.is_cuda()) {
+    c10::cuda::CUDAGuard guard(x.device());
     cuda::add_rms_norm(cuda_stream(x), elem_of(x.scalar_type()), x.data_ptr(), res.defined() ? res.data_ptr() : nullptr,
                        w.data_ptr(), rows, n, eps, y.data_ptr(), res.defined() ? h.data_ptr() : nullptr,
                        rstd.data_ptr());
@@ -175,6 +181,7 @@ struct AddRMSNormFn : public torch::autograd::Function<AddRMSNormFn> {
   }
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {grads[1], grads[1], at::Tensor(), at::Tensor()};  // only h was used
     auto [dh, dw] = rms_norm_bwd(s[0], s[1], s[2], grads[0]);
     if (grads[1].defined()) dh = dh + grads[1];
     return {dh, dh, dw, at::Tensor()};
@@ -185,7 +192,7 @@ struct AddRMSNormFn : public torch::autograd::Function<AddRMSNormFn> {
 
 template <typename T>
 void rope_cpu(const cuda::RopeJob *jobs, int n_jobs, const float *cos, const float *sin, const int64_t *pos,
-              int64_t b, int64_t t, int64_t d, float sin_sign, int64_t slot) {
+              int64_t positions, int64_t b, int64_t t, int64_t d, float sin_sign, int64_t slot) {
   using acc = at::opmath_type<T>;
   const int64_t half = d / 2;
   for (int j = 0; j < n_jobs; j++) {
@@ -207,8 +214,10 @@ void rope_cpu(const cuda::RopeJob *jobs, int n_jobs, const float *cos, const flo
           for (int64_t k = 0; k < d; k++) yr[k * job.ys[3]] = static_cast<T>(in(k));
           continue;
         }
-        const float *c = cos + pos[bi * t + ti] * d;
-        const float *s = sin + pos[bi * t + ti] * d;
+        const int64_t p = pos[bi * t + ti];
+        TORCH_CHECK(p >= 0 && p < positions, "position ", p, " outside the RoPE table's ", positions);
+        const float *c = cos + p * d;
+        const float *s = sin + p * d;
         for (int64_t k = 0; k < half; k++) {
           acc x1 = in(k), x2 = in(k + half);
           // cos and sin in the element type, as transformers casts them.
@@ -241,8 +250,9 @@ void rope_launch(const at::Tensor &like, const std::vector<cuda::RopeJob> &jobs,
               like.device());
 #ifdef LANPO_CUDA
   if (like.is_cuda()) {
+    c10::cuda::CUDAGuard guard(like.device());
     cuda::rope(cuda_stream(like), elem_of(like.scalar_type()), jobs.data(), static_cast<int>(jobs.size()),
-               cos.data_ptr<float>(), sin.data_ptr<float>(), pos.data_ptr<int64_t>(), b, t, d, sin_sign,
+               cos.data_ptr<float>(), sin.data_ptr<float>(), pos.data_ptr<int64_t>(), cos.size(0), b, t, d, sin_sign,
                slot.defined() ? slot.data_ptr<int64_t>() : nullptr);
     return;
   }
@@ -251,7 +261,7 @@ void rope_launch(const at::Tensor &like, const std::vector<cuda::RopeJob> &jobs,
   int64_t at_slot = slot.defined() ? slot.data_ptr<int64_t>()[0] : 0;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, like.scalar_type(), "rope", [&] {
     rope_cpu<scalar_t>(jobs.data(), static_cast<int>(jobs.size()), cos.data_ptr<float>(), sin.data_ptr<float>(),
-                       pos.data_ptr<int64_t>(), b, t, d, sin_sign, at_slot);
+                       pos.data_ptr<int64_t>(), cos.size(0), b, t, d, sin_sign, at_slot);
   });
 }
 
@@ -351,7 +361,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
 
 // ---- SwiGLU ----
 
-// exp for the CPU kernel in fp32, x in [−87.3, 88.7]: Cephes' expf (range
+// exp for the CPU kernel in fp32, x in [−87.3, 88.37]: Cephes' expf (range
 // reduction by ln 2 in two parts, a degree-6 polynomial, the power of two
 // built from its bits), within 2e-7 relative of libm's, and without calls
 // or branches so that the loop around it vectorizes (libm's expf is a call
@@ -387,7 +397,12 @@ void swiglu_range(const T *g, const T *u, T *y, int64_t n) {
 // The fp32 loop, vectorized for the machine it runs on (AVX2 where the CPU
 // has it, chosen at load time; SSE2 otherwise; no FMA either way): the
 // clamp in one loop, exp and the rest in another, each without branches.
-__attribute__((target_clones("avx2", "default"), optimize("O3"))) void swiglu_f32(const float *g, const float *u, float *y,
+#if defined(__x86_64__)
+#define LANPO_VECTOR_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#else
+#define LANPO_VECTOR_CLONES __attribute__((optimize("O3")))
+#endif
+LANPO_VECTOR_CLONES void swiglu_f32(const float *g, const float *u, float *y,
                                                                               int64_t n) {
   constexpr int64_t kChunk = 512;
   float e[kChunk];
@@ -396,7 +411,7 @@ __attribute__((target_clones("avx2", "default"), optimize("O3"))) void swiglu_f3
     for (int64_t i = 0; i < m; i++) {
       float x = -g[a + i];
       x = x < -87.3f ? -87.3f : x;  // exp's range; silu is 0 or g beyond it
-      e[i] = x > 88.7f ? 88.7f : x;
+      e[i] = x > 88.37f ? 88.37f : x;  // 2^128 is past fp32: k stays ≤ 127
     }
     for (int64_t i = 0; i < m; i++) y[a + i] = (g[a + i] / (1.0f + exp_f32(e[i]))) * u[a + i];
   }
@@ -421,6 +436,7 @@ at::Tensor swiglu_fwd(const at::Tensor &g, const at::Tensor &u) {
   auto y = at::empty_like(g);
 #ifdef LANPO_CUDA
   if (g.is_cuda()) {
+    c10::cuda::CUDAGuard guard(g.device());
     cuda::swiglu(cuda_stream(g), elem_of(g.scalar_type()), g.data_ptr(), u.data_ptr(), g.numel(), y.data_ptr());
     return y;
   }

@@ -39,7 +39,10 @@ func AddRMSNorm(x, residual, weight *ts.Tensor, eps float64) (y, h *ts.Tensor, e
 // biases, nil for none) to attention's [B, heads, T, D], q and k rotated at
 // positions pos [B, T] (int64) with the tables cos, sin [P, D] (fp32): what
 // transformers computes with view, transpose and apply_rotary_pos_emb, bit
-// for bit.
+// for bit when the biases are already in the projections. Biases given here
+// are added in the kernel, one rounding more than a projection's addmm (the
+// model keeps them in its projections). A position outside the tables is an
+// error on CPU; on CUDA, which cannot check without a sync, it is clamped.
 func Rope(q, k, v, bq, bk, bv, cos, sin, pos *ts.Tensor, hq, hkv int64) (oq, ok, ov *ts.Tensor, err error) {
 	var cq, ck, cv C.lanpo_tensor
 	if err := takeError(C.lanpo_rope(handle(q), handle(k), handle(v), optHandle(bq), optHandle(bk), optHandle(bv),

@@ -46,9 +46,11 @@ struct RopeJob {
 // Rotates each job's x at positions pos [B, T] (int64) with the tables cos,
 // sin [P, D] (fp32, cast to the element type as transformers does):
 // y = x·cos + rotate_half(x)·(sin_sign·sin). sin_sign −1 is the backward.
-// slot is read only by jobs with at_slot.
+// slot is read only by jobs with at_slot. The tables have positions rows; a
+// position outside them is clamped (the callers check lengths on the host:
+// a device-side assert would end the CUDA context).
 void rope(void *stream, Elem dt, const RopeJob *jobs, int n_jobs, const float *cos, const float *sin,
-          const int64_t *pos, int64_t b, int64_t t, int64_t d, float sin_sign, const int64_t *slot);
+          const int64_t *pos, int64_t positions, int64_t b, int64_t t, int64_t d, float sin_sign, const int64_t *slot);
 
 // y = round(silu(g)) · u, elementwise over n elements.
 void swiglu(void *stream, Elem dt, const void *g, const void *u, int64_t n, void *y);

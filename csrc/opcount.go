@@ -81,10 +81,21 @@ func CountOps(fn func() error) (OpCount, error) {
 	if err := takeError(C.lanpo_opcount_start()); err != nil {
 		return OpCount{}, err
 	}
-	ferr := fn()
 	var out C.lanpo_opcount
 	var table *C.char
-	if err := takeError(C.lanpo_opcount_stop(&out, &table)); err != nil {
+	stopped := false
+	stop := func() error {
+		stopped = true
+		return takeError(C.lanpo_opcount_stop(&out, &table))
+	}
+	defer func() { // fn panicked: counting must not stay on for this thread
+		if !stopped {
+			_ = stop()
+			C.free(unsafe.Pointer(table))
+		}
+	}()
+	ferr := fn()
+	if err := stop(); err != nil {
 		return OpCount{}, err
 	}
 	defer C.free(unsafe.Pointer(table))

@@ -69,12 +69,12 @@ type decodeInput struct {
 
 // attend is one decode step's attention: RoPE with the cache write in one
 // kernel, then the grouped query heads against the window of the cache.
-// q, k, v are [B, 1, n·D]; it returns [B, Hq, 1, D]-ordered [B, 1, Hq·D].
-func (d *decodeInput) attend(s *tensor.Scope, in *layerInputs, q, k, v, bq, bk, bv *ts.Tensor, cache *layerCache) *ts.Tensor {
+// q, k, v are [B, 1, n·D]; it returns [B, 1, Hq·D] (heads in order).
+func (d *decodeInput) attend(s *tensor.Scope, in *layerInputs, q, k, v *ts.Tensor, cache *layerCache) *ts.Tensor {
 	c := in.cfg
 	b := q.MustSize()[0]
 	hq, hkv, g := c.NumAttentionHeads, c.NumKeyValueHeads, c.KVGroups()
-	qr, err := csrc.RopeCache(q, k, v, bq, bk, bv, in.rope.cos, in.rope.sin, in.pos, cache.k, cache.v, d.ctr)
+	qr, err := csrc.RopeCache(q, k, v, nil, nil, nil, in.rope.cos, in.rope.sin, in.pos, cache.k, cache.v, d.ctr)
 	if err != nil {
 		panic(err)
 	}
@@ -90,7 +90,10 @@ func (d *decodeInput) attend(s *tensor.Scope, in *layerInputs, q, k, v, bq, bk, 
 	} else {
 		o = attentionBiased(s, qg, kw, vw, d.bias)
 	}
-	return s.Keep(o.MustView([]int64{b, 1, hq * c.HeadDim}, false))
+	// [B, Hkv, G, D] → [B, 1, Hq·D]: a view where the output is contiguous
+	// (CPU); CUDA's memory-efficient kernel returns a transposed layout,
+	// which reshape copies.
+	return s.Keep(o.MustReshape([]int64{b, 1, hq * c.HeadDim}, false))
 }
 
 // attentionBiased is attentionReference with an additive mask.
@@ -136,6 +139,13 @@ type decoder struct {
 // sample rows rowPrompt (one per batch row): u holds each row's uniforms
 // [rows][MaxNewTokens].
 func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out []Sample, u [][]float64, lmax int64, p SamplingParams, opt GenerateOptions) (d *decoder, err error) {
+	ok := false
+	defer func() { // a panic half-way: free what was made
+		if !ok && d != nil {
+			d.close()
+			d = nil
+		}
+	}()
 	defer tensor.Recover("decode setup", &err)
 	rows := len(rowPrompt)
 	d = &decoder{m: m, p: p, opt: opt, out: out, lmax: lmax, tmax: cache.Tmax, greedy: p.Temperature == 0,
@@ -185,6 +195,7 @@ func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out 
 		d.close()
 		return nil, err
 	}
+	ok = true
 	return d, nil
 }
 

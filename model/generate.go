@@ -98,6 +98,16 @@ func (m *Model) Generate(reqs []Request, p SamplingParams, opt GenerateOptions) 
 // randomness as request streams[r] (nil: r), so a caller that splits a
 // long input into batches keeps every sample's stream.
 func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions) (out []Sample, err error) {
+	// Never differentiable, and on one locked OS thread (a capture and the
+	// current CUDA stream are per thread).
+	err = csrc.NoGrad(func() (err error) {
+		out, err = m.generateAt(reqs, streams, p, opt)
+		return err
+	})
+	return out, err
+}
+
+func (m *Model) generateAt(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions) (out []Sample, err error) {
 	defer tensor.Recover("generate", &err)
 	if streams != nil && len(streams) != len(reqs) {
 		return nil, fmt.Errorf("generate: %d stream indices for %d requests", len(streams), len(reqs))
@@ -126,6 +136,9 @@ func (m *Model) GenerateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	}
 	if mp := m.Config.MaxPositionEmbeddings; mp > 0 && lmax+int64(p.MaxNewTokens) > mp {
 		return nil, fmt.Errorf("prompt of %d tokens + max_new_tokens %d exceed max_position_embeddings %d", lmax, p.MaxNewTokens, mp)
+	}
+	if n := m.rope.positions(); lmax+int64(p.MaxNewTokens) > n {
+		return nil, fmt.Errorf("prompt of %d tokens + max_new_tokens %d exceed the %d positions of the RoPE table (max_position_embeddings unset)", lmax, p.MaxNewTokens, n)
 	}
 	if opt.MemoryFraction > 0 && m.Device.IsCuda() {
 		fit, err := m.rowsThatFit(reqs, lmax, int64(p.MaxNewTokens), opt.MemoryFraction, opt.CUDAGraphs)

@@ -8,6 +8,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
 // CUDA graphs of decode steps (GenerateOptions.CUDAGraphs). A decode step's
@@ -18,13 +19,13 @@ import (
 // kernels. Compaction makes new buffers: the graphs are dropped and
 // captured again for the new ones.
 //
-// Capture runs on a side stream after one warm-up step there (which lets
-// cuBLAS and the allocator set up that stream outside any capture), on the
-// calling OS thread only (thread-local capture mode), with Go's garbage
-// collector paused so that no finalizer frees CUDA memory meanwhile (lanpo
-// frees every tensor through scopes; a finalizer is a safety net). The
-// graphs of a generation share one memory pool: they replay one at a time
-// and keep nothing in it between replays.
+// Capture runs on a side stream after one warm-up step of the same key
+// there (which lets cuBLAS, the allocator and lazily loaded kernels set up
+// outside any capture), on the calling OS thread only (thread-local capture
+// mode), with Go's garbage collector paused so that no finalizer frees CUDA
+// memory meanwhile (lanpo frees every tensor through scopes; a finalizer is
+// a safety net). The graphs of one set of buffers share a memory pool: they
+// replay one at a time and keep nothing in it between replays.
 //
 // On a CPU device (or a build without CUDA) the same bookkeeping runs with
 // every step eager: tests check that keys, captures and replays follow the
@@ -46,9 +47,10 @@ type GraphStats struct {
 	Resets []int
 }
 
-// GraphStep is one decode step: its key, and whether it was captured (the
-// first of its key since the batch's buffers were made), replayed, or a
-// warm-up (run eagerly on the capture stream before the first capture).
+// GraphStep is one decode step: its key, and whether it was a warm-up (the
+// first of its key since the batch's buffers were made: run eagerly on the
+// capture stream), captured (the second, then replayed at once) or
+// replayed.
 type GraphStep struct {
 	Rows   int
 	Window int64
@@ -74,14 +76,14 @@ type stepGraphs struct {
 	stream *csrc.SideStream
 	pool   csrc.GraphPool
 	pooled bool
-	warm   bool
+	warm   map[graphKey]bool // keys that ran once eagerly on the side stream
 	graphs map[graphKey]*csrc.Graph
 	stats  *GraphStats // nil: not recorded
 }
 
 func newStepGraphs(on bool, dev gotch.Device, stats *GraphStats) *stepGraphs {
 	return &stepGraphs{on: on, cuda: on && dev.IsCuda() && csrc.CUDAGraphs(), device: int(dev.CInt()),
-		graphs: map[graphKey]*csrc.Graph{}, stats: stats}
+		warm: map[graphKey]bool{}, graphs: map[graphKey]*csrc.Graph{}, stats: stats}
 }
 
 func (g *stepGraphs) record(key graphKey, event string) {
@@ -90,45 +92,67 @@ func (g *stepGraphs) record(key graphKey, event string) {
 	}
 }
 
-// run runs one decode step: the graph of its key if there is one, else the
-// step itself (warming up, capturing, or eagerly).
-func (g *stepGraphs) run(key graphKey, step func() error) error {
+// run runs one decode step: the graph of its key if there is one; else the
+// step itself, eagerly on the capture stream the first time a key comes
+// (a warm-up: cuBLAS, the allocator and lazily loaded kernels set up for
+// these shapes outside any capture), captured the second time. On a CPU
+// device the same books are kept and every step runs eagerly.
+func (g *stepGraphs) run(key graphKey, step func() error) (err error) {
 	if !g.on {
+		return step()
+	}
+	// A panic inside the step (an op that fails) becomes an error here, so
+	// that a capture is always ended and the stream always restored.
+	safe := func() (err error) {
+		defer tensor.Recover("decode step", &err)
 		return step()
 	}
 	if gr, ok := g.graphs[key]; ok {
 		g.record(key, "replay")
 		if gr == nil { // bookkeeping only
-			return step()
+			return safe()
 		}
 		return gr.Replay()
 	}
-	if !g.cuda {
-		g.record(key, "capture")
-		g.graphs[key] = nil
-		return step()
+	if !g.warm[key] {
+		g.record(key, "warm-up")
+		g.warm[key] = true
+		if !g.cuda {
+			return safe()
+		}
+		return g.onSideStream(safe)
 	}
+	g.record(key, "capture")
+	if !g.cuda {
+		g.graphs[key] = nil
+		return safe()
+	}
+	var gr *csrc.Graph
+	err = g.onSideStream(func() (err error) {
+		gr, err = g.capture(safe)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("capturing a decode step as a CUDA graph (rows %d, attention window %d): %w; "+
+			"rollout.cuda_graphs: false (lanpo generate without --cuda-graphs) runs without graphs", key.rows, key.window, err)
+	}
+	g.graphs[key] = gr
+	return gr.Replay() // capture records the step's work without running it
+}
+
+// onSideStream runs fn with the capture stream current, on this OS thread
+// (the current stream and capture are per thread).
+func (g *stepGraphs) onSideStream(fn func() error) (err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := g.setup(); err != nil {
 		return err
 	}
 	if err := g.stream.Enter(); err != nil {
 		return err
 	}
-	if !g.warm {
-		g.record(key, "warm-up")
-		err := step()
-		g.warm = err == nil
-		return firstErr(err, g.stream.Exit())
-	}
-	gr, err := g.capture(step)
-	if err = firstErr(err, g.stream.Exit()); err != nil {
-		gr.Close()
-		return fmt.Errorf("capturing a decode step as a CUDA graph (rows %d, attention window %d): %w; "+
-			"rollout.cuda_graphs: false (lanpo generate without --cuda-graphs) runs without graphs", key.rows, key.window, err)
-	}
-	g.graphs[key] = gr
-	g.record(key, "capture")
-	return gr.Replay() // capture records the step's work without running it
+	defer func() { err = firstErr(err, g.stream.Exit()) }()
+	return fn()
 }
 
 // capture records step into a new graph with Go's collector paused.
@@ -156,7 +180,10 @@ func (g *stepGraphs) setup() error {
 	return nil
 }
 
-// reset drops every graph (their buffers are about to be replaced).
+// reset drops every graph (their buffers are about to be replaced). The
+// next graphs take a new memory pool: the allocator keeps a pool whose
+// graphs are all gone until memory runs short, and refuses to capture into
+// it again.
 func (g *stepGraphs) reset() {
 	if g.stats != nil && g.on {
 		g.stats.Resets = append(g.stats.Resets, len(g.stats.Steps))
@@ -165,6 +192,8 @@ func (g *stepGraphs) reset() {
 		gr.Close()
 		delete(g.graphs, k)
 	}
+	clear(g.warm)
+	g.pooled = false
 }
 
 func (g *stepGraphs) close() {

@@ -21,14 +21,6 @@ func linear(s *tensor.Scope, x, w, b *ts.Tensor) *ts.Tensor {
 	return s.Keep(ts.MustLinear(x, w, b))
 }
 
-// addBias is x + b (b may be nil).
-func addBias(s *tensor.Scope, x, b *ts.Tensor) *ts.Tensor {
-	if b == nil {
-		return x
-	}
-	return s.Keep(x.MustAdd(b, false))
-}
-
 // rmsNorm is HF's Qwen2RMSNorm through csrc (statistics in fp32).
 func rmsNorm(s *tensor.Scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
 	y, err := csrc.RMSNorm(x, w, eps)
@@ -67,11 +59,11 @@ func swiGLU(s *tensor.Scope, gate, up *ts.Tensor) *ts.Tensor {
 	return s.Keep(y)
 }
 
-// rope3 turns the projections q, k, v [B, T, n·D] (+ biases, nil: none) into
-// attention's [B, n, T, D] with q and k rotated at the positions: one kernel.
-func rope3(s *tensor.Scope, in *layerInputs, q, k, v, bq, bk, bv *ts.Tensor) (*ts.Tensor, *ts.Tensor, *ts.Tensor) {
+// rope3 turns the projections q, k, v [B, T, n·D] into attention's
+// [B, n, T, D] with q and k rotated at the positions: one kernel.
+func rope3(s *tensor.Scope, in *layerInputs, q, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor, *ts.Tensor) {
 	c := in.cfg
-	oq, ok, ov, err := csrc.Rope(q, k, v, bq, bk, bv, in.rope.cos, in.rope.sin, in.pos, c.NumAttentionHeads, c.NumKeyValueHeads)
+	oq, ok, ov, err := csrc.Rope(q, k, v, nil, nil, nil, in.rope.cos, in.rope.sin, in.pos, c.NumAttentionHeads, c.NumKeyValueHeads)
 	if err != nil {
 		panic(err)
 	}
@@ -145,6 +137,9 @@ func newRope(headDim int64, theta float64, maxPos int64, device gotch.Device) *r
 	emb := s.Keep(ts.MustCat([]*ts.Tensor{freqs, freqs}, 1))                                                   // [Tmax, D]
 	return &rope{cos: emb.MustCos(false), sin: emb.MustSin(false)}
 }
+
+// positions is how many positions the tables hold.
+func (r *rope) positions() int64 { return r.cos.MustSize()[0] }
 
 func (r *rope) Close() {
 	r.cos.MustDrop()

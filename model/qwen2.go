@@ -57,20 +57,19 @@ func (a *Attention) Forward(s *tensor.Scope, in *layerInputs, x *ts.Tensor, cach
 	c := in.cfg
 	b, t := x.MustSize()[0], x.MustSize()[1]
 	hq, hkv := c.NumAttentionHeads, c.NumKeyValueHeads
-	bq, bk, bv := a.QBias, a.KBias, a.VBias
-	q, k, v := linear(s, x, a.QProj, nil), linear(s, x, a.KProj, nil), linear(s, x, a.VProj, nil) // [B, T, n·D]
+	// The biases stay in the projections (addmm: one rounding, as
+	// transformers' F.linear; on CUDA a cuBLASLt epilogue, no extra kernel).
+	q, k, v := linear(s, x, a.QProj, a.QBias), linear(s, x, a.KProj, a.KBias), linear(s, x, a.VProj, a.VBias) // [B, T, n·D]
 	if a.QNorm != nil {
-		// Qwen3 normalizes each head before RoPE (after the bias, where a
-		// family has both).
-		q = headNorm(s, addBias(s, q, bq), a.QNorm, hq, c)
-		k = headNorm(s, addBias(s, k, bk), a.KNorm, hkv, c)
-		bq, bk = nil, nil
+		// Qwen3 normalizes each head before RoPE.
+		q = headNorm(s, q, a.QNorm, hq, c)
+		k = headNorm(s, k, a.KNorm, hkv, c)
 	}
 	var o *ts.Tensor
 	if in.dec != nil {
-		o = in.dec.attend(s, in, q, k, v, bq, bk, bv, cache)
+		o = in.dec.attend(s, in, q, k, v, cache)
 	} else {
-		q, k, v = rope3(s, in, q, k, v, bq, bk, bv) // [B, n, T, D]
+		q, k, v = rope3(s, in, q, k, v) // [B, n, T, D]
 		if cache != nil {
 			k, v = cache.update(s, k, v)
 		}
@@ -180,6 +179,11 @@ func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor, cache 
 	defer tensor.Recover("forward", &err)
 	t := ids.MustSize()[1]
 	in := &layerInputs{cfg: m.Config, sdpa: m.useSDPA, rope: m.rope, pos: positions}
+	// Positions run below the sequence's length: within the RoPE tables,
+	// which the fused kernel reads without a bounds check on CUDA.
+	if n, end := m.rope.positions(), t+cacheLen(cache); end > n {
+		return nil, fmt.Errorf("%d positions exceed the model's %d (max_position_embeddings)", end, n)
+	}
 	if cache != nil {
 		if cache.Len+t > cache.Tmax {
 			return nil, fmt.Errorf("KV cache full: %d + %d positions exceed its %d", cache.Len, t, cache.Tmax)
@@ -211,6 +215,13 @@ func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor, cache 
 	}
 	h, _ = addRMSNorm(s, x, res, m.Norm, m.Config.RMSNormEps)
 	return h, nil
+}
+
+func cacheLen(c *KVCache) int64 {
+	if c == nil {
+		return 0
+	}
+	return c.Len
 }
 
 // layerStep runs one layer in a scope of its own and frees its temporaries

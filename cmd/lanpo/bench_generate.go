@@ -88,6 +88,7 @@ type genBench struct {
 	KVCacheMB       float64         `json:"kv_cache_mb"`
 	GraphsTPS       float64         `json:"graphs_tokens_per_s,omitempty"`
 	GraphsOverEager float64         `json:"graphs_over_eager,omitempty"`
+	GraphWarmUps    int             `json:"graph_warmups,omitempty"`
 	GraphCaptures   int             `json:"graph_captures,omitempty"`
 	GraphReplays    int             `json:"graph_replays,omitempty"`
 	NoCacheTPS      float64         `json:"nocache_tokens_per_s,omitempty"`
@@ -243,7 +244,7 @@ func runBenchGenerate(c *cli.Context) error {
 			return err
 		}
 		r.GraphsOverEager = r.GraphsTPS / r.LanpoTokensPerS
-		r.GraphCaptures, r.GraphReplays = stats.Count("capture"), stats.Count("replay")
+		r.GraphWarmUps, r.GraphCaptures, r.GraphReplays = stats.Count("warm-up"), stats.Count("capture"), stats.Count("replay")
 	}
 	if n := c.Int("timing-tokens"); n > 1 {
 		if err := r.timeSteps(m, reqs, p, opt, n); err != nil {
@@ -344,8 +345,8 @@ func (r *genBench) print(w io.Writer, c *cli.Context) {
 	fmt.Fprintf(w, "  lanpo                   %8.1f tokens/s   %.0f ms, %d batch(es), KV cache %.1f MB a batch, a host look every %d steps\n",
 		r.LanpoTokensPerS, r.LanpoMS, r.LanpoBatches, r.KVCacheMB, r.SyncEvery)
 	if r.GraphsTPS > 0 {
-		fmt.Fprintf(w, "  lanpo, CUDA graphs      %8.1f tokens/s   graphs/eager %.2fx (%d captures, %d replays)\n",
-			r.GraphsTPS, r.GraphsOverEager, r.GraphCaptures, r.GraphReplays)
+		fmt.Fprintf(w, "  lanpo, CUDA graphs      %8.1f tokens/s   graphs/eager %.2fx (%d warm-ups, %d captures, %d replays)\n",
+			r.GraphsTPS, r.GraphsOverEager, r.GraphWarmUps, r.GraphCaptures, r.GraphReplays)
 	}
 	if r.TimedSteps > 0 {
 		fmt.Fprintf(w, "  decode step (mean of %d) wall %.2f ms: enqueued by the host in %.2f ms, %.2f ms on the GPU, looks %.2f ms; host share %.2f\n",

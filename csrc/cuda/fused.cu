@@ -118,8 +118,8 @@ struct RopeJobs {
 
 template <typename T>
 __global__ void rope_kernel(RopeJobs jobs, const float *__restrict__ cos, const float *__restrict__ sin,
-                            const int64_t *__restrict__ pos, int64_t b, int64_t t, int64_t d, float sin_sign,
-                            const int64_t *__restrict__ slot) {
+                            const int64_t *__restrict__ pos, int64_t positions, int64_t b, int64_t t, int64_t d,
+                            float sin_sign, const int64_t *__restrict__ slot) {
   using Acc = typename Num<T>::Acc;
   const int64_t half = d / 2;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < jobs.start[jobs.n];
@@ -144,7 +144,8 @@ __global__ void rope_kernel(RopeJobs jobs, const float *__restrict__ cos, const 
       yr[(k + half) * job.ys[3]] = Num<T>::store(x2);
       continue;
     }
-    const int64_t p = pos[bi * t + ti];
+    int64_t p = pos[bi * t + ti];
+    p = p < 0 ? 0 : (p >= positions ? positions - 1 : p);
     Acc c1 = rnd<T>(static_cast<Acc>(cos[p * d + k])), c2 = rnd<T>(static_cast<Acc>(cos[p * d + k + half]));
     Acc s1 = rnd<T>(static_cast<Acc>(sin_sign * sin[p * d + k]));
     Acc s2 = rnd<T>(static_cast<Acc>(sin_sign * sin[p * d + k + half]));
@@ -175,11 +176,14 @@ __global__ void swiglu_kernel(const T *__restrict__ g, const T *__restrict__ u, 
 
 constexpr int kSampleThreads = 256;
 
+// The first index of the largest value, as the CPU's loop finds it: NaNs
+// are never larger, and a NaN at index 0 stays the answer.
 __device__ int64_t argmax_first(const float *p, int64_t v, float *sv, int64_t *si) {
   float best = -INFINITY;
   int64_t at = -1;
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
-    if (at < 0 || p[i] > best) best = p[i], at = i;
+    float x = p[i];
+    if (x == x && (at < 0 || x > best)) best = x, at = i;
   }
   sv[threadIdx.x] = best;
   si[threadIdx.x] = at;
@@ -189,9 +193,10 @@ __device__ int64_t argmax_first(const float *p, int64_t v, float *sv, int64_t *s
       if (si[k] < 0) continue;
       if (si[0] < 0 || sv[k] > sv[0] || (sv[k] == sv[0] && si[k] < si[0])) sv[0] = sv[k], si[0] = si[k];
     }
+    if (p[0] != p[0] || si[0] < 0) si[0] = 0;
   }
   __syncthreads();
-  return si[0] < 0 ? 0 : si[0];
+  return si[0];
 }
 
 __global__ void sample_kernel(const float *__restrict__ pick, const float *__restrict__ lp, int64_t v, bool greedy,
@@ -313,7 +318,7 @@ void add_rms_norm(void *stream, Elem dt, const void *x, const void *res, const v
 }
 
 void rope(void *stream, Elem dt, const RopeJob *jobs, int n_jobs, const float *cos, const float *sin,
-          const int64_t *pos, int64_t b, int64_t t, int64_t d, float sin_sign, const int64_t *slot) {
+          const int64_t *pos, int64_t positions, int64_t b, int64_t t, int64_t d, float sin_sign, const int64_t *slot) {
   if (n_jobs < 1 || n_jobs > 3) throw std::runtime_error("rope: 1 to 3 jobs per launch, got " + std::to_string(n_jobs));
   RopeJobs js{};
   js.n = n_jobs;
@@ -325,8 +330,8 @@ void rope(void *stream, Elem dt, const RopeJob *jobs, int n_jobs, const float *c
   const int threads = 256;
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<blocks_for(js.start[n_jobs], threads), threads, 0, as_stream(stream)>>>(js, cos, sin, pos, b, t, d,
-                                                                                             sin_sign, slot);
+    rope_kernel<T><<<blocks_for(js.start[n_jobs], threads), threads, 0, as_stream(stream)>>>(js, cos, sin, pos, positions,
+                                                                                             b, t, d, sin_sign, slot);
   };
   switch (dt) {
     case Elem::kF32:
