@@ -134,17 +134,20 @@ func TestDecodeKernelsPerLayer(t *testing.T) {
 	layer := two.Ops.Sub(one.Ops)
 	steps := int64(one.Steps)
 	t.Logf("per layer and step: %s", layer)
-	// copy_ is addmm's bias copy on CPU (one per bias, nothing else copies).
+	// copy_ is addmm's bias copy on CPU (one per bias); any more belong to
+	// the attention (2.1's math fallback copies too).
 	fixed := map[string]int64{"aten::mm": 4, "aten::addmm": 3, "aten::copy_": 3, "lanpo::add_rms_norm": 2, "lanpo::rope_cache": 1, "lanpo::swiglu": 1}
 	var attn int64
 	for name, n := range layer.ByName {
-		if want, ok := fixed[name]; ok {
-			if n != want*steps {
-				t.Errorf("%s: %d per layer and step, want %d", name, n/steps, want)
-			}
-			continue
+		want, ok := fixed[name]
+		switch {
+		case !ok:
+			attn += n
+		case name == "aten::copy_" && n > want*steps:
+			attn += n - want*steps
+		case n != want*steps:
+			t.Errorf("%s: %d per layer and step, want %d", name, n/steps, want)
 		}
-		attn += n
 	}
 	if layer.ByName["aten::mm"] == 0 || layer.ByName["lanpo::rope_cache"] == 0 {
 		t.Fatalf("the count missed the layer's kernels: %v", layer.ByName)
