@@ -104,20 +104,9 @@ func FromBytes(data []byte, shape []int64, srcDType, dstDType gotch.DType, devic
 	if n != int64(len(data)) {
 		return nil, fmt.Errorf("csrc: tensor_from_bytes: %v × %v is %d bytes, got %d", srcDType, shape, n, len(data))
 	}
-	var p unsafe.Pointer
-	if len(data) > 0 {
-		p = unsafe.Pointer(&data[0])
-	}
-	var sp *C.int64_t
-	if len(shape) > 0 {
-		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
-	}
-	dev := -1
-	if device.IsCuda() {
-		dev = device.Value
-	}
+	p, sp, dev := hostArgs(data, shape, device)
 	var out C.lanpo_tensor
-	if err := takeError(C.lanpo_tensor_from_bytes(p, sp, C.int(len(shape)), C.int(srcDType.CInt()), C.int(dstDType.CInt()), C.int(dev), &out)); err != nil {
+	if err := takeError(C.lanpo_tensor_from_bytes(p, sp, C.int(len(shape)), C.int(srcDType.CInt()), C.int(dstDType.CInt()), dev, &out)); err != nil {
 		return nil, err
 	}
 	return ts.FromCtensor(unsafe.Pointer(out)), nil
@@ -136,4 +125,23 @@ func ToBytes(t *ts.Tensor) ([]byte, error) {
 		return nil, err
 	}
 	return buf, nil
+}
+
+// hostArgs is what the C side takes for a host buffer and its shape (nil
+// pointers when empty; Go memory, read during the call only) and a device
+// (-1: CPU, else the CUDA index).
+func hostArgs(data []byte, shape []int64, device gotch.Device) (unsafe.Pointer, *C.int64_t, C.int) {
+	var p unsafe.Pointer
+	if len(data) > 0 {
+		p = unsafe.Pointer(&data[0])
+	}
+	var sp *C.int64_t
+	if len(shape) > 0 {
+		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
+	}
+	dev := -1
+	if device.IsCuda() {
+		dev = device.Value
+	}
+	return p, sp, C.int(dev)
 }

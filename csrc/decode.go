@@ -82,21 +82,10 @@ func Upload(s *tensor.Scope, data any, shape []int64, device gotch.Device) *ts.T
 	if shape == nil {
 		shape = []int64{int64(n)}
 	}
-	var p unsafe.Pointer
-	if len(raw) > 0 {
-		p = unsafe.Pointer(&raw[0])
-	}
-	var sp *C.int64_t
-	if len(shape) > 0 {
-		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
-	}
-	dev := -1
-	if device.IsCuda() {
-		dev = device.Value
-	}
+	p, sp, dev := hostArgs(raw, shape, device)
 	var out C.lanpo_tensor
 	var async C.int
-	if err := takeError(C.lanpo_upload(p, sp, C.int(len(shape)), C.int(dtype.CInt()), C.int(dev), &async, &out)); err != nil {
+	if err := takeError(C.lanpo_upload(p, sp, C.int(len(shape)), C.int(dtype.CInt()), dev, &async, &out)); err != nil {
 		panic(err)
 	}
 	// On a CPU device the copy is the one a CUDA run would make from pinned

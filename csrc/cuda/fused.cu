@@ -277,6 +277,25 @@ int blocks_for(int64_t n, int threads) {
   return static_cast<int>(b < 65535 * 8 ? (b < 1 ? 1 : b) : 65535 * 8);
 }
 
+// for_elem calls go with a value of dt's element type (its tag).
+template <class F>
+void for_elem(Elem dt, F &&go) {
+  switch (dt) {
+    case Elem::kF32:
+      go(float{});
+      break;
+    case Elem::kBF16:
+      go(__nv_bfloat16{});
+      break;
+    case Elem::kF16:
+      go(__half{});
+      break;
+    case Elem::kF64:
+      go(double{});
+      break;
+  }
+}
+
 int elem_size(Elem e) {
   switch (e) {
     case Elem::kF32:
@@ -300,20 +319,7 @@ void add_rms_norm(void *stream, Elem dt, const void *x, const void *res, const v
         static_cast<const T *>(x), static_cast<const T *>(res), static_cast<const T *>(w), n, eps, static_cast<T *>(y),
         static_cast<T *>(h_out), static_cast<typename Num<T>::Acc *>(rstd));
   };
-  switch (dt) {
-    case Elem::kF32:
-      go(float{});
-      break;
-    case Elem::kBF16:
-      go(__nv_bfloat16{});
-      break;
-    case Elem::kF16:
-      go(__half{});
-      break;
-    case Elem::kF64:
-      go(double{});
-      break;
-  }
+  for_elem(dt, go);
   check_launch("add_rms_norm");
 }
 
@@ -333,20 +339,7 @@ void rope(void *stream, Elem dt, const RopeJob *jobs, int n_jobs, const float *c
     rope_kernel<T><<<blocks_for(js.start[n_jobs], threads), threads, 0, as_stream(stream)>>>(js, cos, sin, pos, positions,
                                                                                              b, t, d, sin_sign, slot);
   };
-  switch (dt) {
-    case Elem::kF32:
-      go(float{});
-      break;
-    case Elem::kBF16:
-      go(__nv_bfloat16{});
-      break;
-    case Elem::kF16:
-      go(__half{});
-      break;
-    case Elem::kF64:
-      go(double{});
-      break;
-  }
+  for_elem(dt, go);
   check_launch("rope");
 }
 
@@ -358,20 +351,7 @@ void swiglu(void *stream, Elem dt, const void *g, const void *u, int64_t n, void
     swiglu_kernel<T><<<blocks_for(n, threads), threads, 0, as_stream(stream)>>>(
         static_cast<const T *>(g), static_cast<const T *>(u), n, static_cast<T *>(y));
   };
-  switch (dt) {
-    case Elem::kF32:
-      go(float{});
-      break;
-    case Elem::kBF16:
-      go(__nv_bfloat16{});
-      break;
-    case Elem::kF16:
-      go(__half{});
-      break;
-    case Elem::kF64:
-      go(double{});
-      break;
-  }
+  for_elem(dt, go);
   check_launch("swiglu");
 }
 
