@@ -49,9 +49,20 @@ const crossVersionTol = 1e-5
 // count sampled tokens and verified answers.
 var goldenDiscreteKeys = []string{"reward_mean", "accuracy", "response_length_mean", "tokens"}
 
+// lanpoGoldenFiles pin TestLANPOGolden's run, per libtorch version.
+var lanpoGoldenFiles = map[string]string{
+	"2.1":  "testdata/lanpo_golden.json",
+	"2.11": "testdata/lanpo_golden_torch2.11.json",
+}
+
 // goldenFile is the fixture for the libtorch this test runs on and the
 // tolerance to compare with.
 func goldenFile(t *testing.T) (string, float64) {
+	return goldenFileOf(t, goldenFiles)
+}
+
+// goldenFileOf is goldenFile among files.
+func goldenFileOf(t *testing.T, goldenFiles map[string]string) (string, float64) {
 	t.Helper()
 	info, err := csrc.BuildInfo()
 	if err != nil {
@@ -191,6 +202,13 @@ func TestGRPOGolden(t *testing.T) {
 	file, tol := goldenFile(t)
 	sft, model := goldenSFT(t)
 	got := runGolden(t, &sft, goldenConfig(t, model))
+	checkGolden(t, got, file, tol)
+}
+
+// checkGolden compares got with the fixture, or rewrites the fixture with
+// LANPO_UPDATE_GOLDEN set.
+func checkGolden(t *testing.T, got golden, file string, tol float64) {
+	t.Helper()
 	if os.Getenv("LANPO_UPDATE_GOLDEN") != "" {
 		b, _ := json.MarshalIndent(got, "", " ")
 		if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
@@ -199,6 +217,19 @@ func TestGRPOGolden(t *testing.T) {
 		t.Skip("golden file rewritten: " + file)
 	}
 	compareGolden(t, got, readGolden(t, file), tol)
+}
+
+// TestLANPOGolden: 3 LANPO steps (float64) from the golden SFT checkpoint,
+// with the seeded pool so that both feedback modes are drawn, give the
+// pinned metrics and weights. The fixtures were written before
+// lanpo.consolidate existed: its default (0) trains as LANPO did.
+func TestLANPOGolden(t *testing.T) {
+	file, tol := goldenFileOf(t, lanpoGoldenFiles)
+	_, model := goldenSFT(t)
+	path, _ := seededPool(t)
+	cfg := lanpoConfig(t, "model="+model, "dtype=float64", "total_steps=4", "lanpo.initial_pool="+path,
+		"lanpo.similarity_threshold=0", "lanpo.feedback_ratio=1", "rollout.samples_per_prompt=8", "optim.lr=3e-3", "log.rollouts=false")
+	checkGolden(t, runGolden(t, nil, cfg), file, tol)
 }
 
 // TestGoldenFixturesAgreeAcrossLibtorch: the per-version fixtures describe
