@@ -2,6 +2,7 @@ package feedback
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/lanpo-rl/lanpo/pool"
 )
@@ -34,6 +35,15 @@ type Config struct {
 	// context). Reflection is not used with original.
 	TrainPrompt string  `yaml:"train_prompt"`
 	TISCap      float64 `yaml:"tis_cap"`
+	// Consolidate is λ of consolidation (after Experiential RL, arXiv
+	// 2602.13949): every verified-correct response sampled with feedback
+	// in context (either mode) is also trained as the answer to the bare
+	// problem with a token-mean NLL, λ·NLL added to the policy loss — so a
+	// rule found with help becomes the policy's without help, even where
+	// its group is all-correct (no advantage) or its importance weights are
+	// truncated (train_prompt: original). 0 (default): off, the update is
+	// the plain LANPO one.
+	Consolidate float64 `yaml:"consolidate"`
 	// Similarity is the relevance filter's scorer: embedding (cosine of
 	// centred mean-pooled hidden states of the policy; default), policy (the
 	// policy rates relevance 0-9, read from its digit probabilities) or bm25
@@ -211,6 +221,8 @@ func (l *Config) Validate(maxNewTokens int) error {
 		return bad("train_prompt", "%q: want %s or %s", l.TrainPrompt, trainSampled, trainOriginal)
 	case l.TISCap < 1:
 		return bad("tis_cap", "must be ≥ 1, got %g", l.TISCap)
+	case !(l.Consolidate >= 0) || math.IsInf(l.Consolidate, 0):
+		return bad("consolidate", "must be a finite λ ≥ 0 (0: off), got %g", l.Consolidate)
 	case l.Similarity != simPolicy && l.Similarity != simBM25 && l.Similarity != simEmbedding:
 		return bad("similarity", "%q: want %s, %s or %s", l.Similarity, simPolicy, simBM25, simEmbedding)
 	case l.SimilarityThreshold < 0 || l.SimilarityThreshold > 1:

@@ -23,6 +23,11 @@ func TestConfigRefusesSilentMistakes(t *testing.T) {
 			t.Errorf("--set %s: %v, want %q", c.set, err, c.want)
 		}
 	}
+	for _, set := range []string{"lanpo.consolidate=-0.1", "lanpo.consolidate=.inf", "lanpo.consolidate=.nan"} {
+		if _, err := LoadConfig("../configs/tiny-lanpo.yaml", []string{set}); err == nil || !strings.Contains(err.Error(), "config key lanpo.consolidate: must be a finite λ ≥ 0") {
+			t.Errorf("--set %s: %v", set, err)
+		}
+	}
 	if cfg, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.samples_per_prompt=4.0"}); err != nil || cfg.Rollout.SamplesPerPrompt != 4 {
 		t.Errorf("4.0 is a whole number: %v", err)
 	}

@@ -84,7 +84,7 @@ func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls []rollout, set
 		batch = append(batch, &r)
 	}
 	var out dpUpdate
-	if err := g.update(batch, &out.met); err != nil {
+	if err := g.update(batch, nil, consolidation{}, &out.met); err != nil {
 		return out, err
 	}
 	out.grads, out.lo = map[string][]float64{}, map[string]int64{}

@@ -69,6 +69,14 @@ type StepMetrics struct {
 	ContextLogpGap float64 `json:"context_logp_gap,omitempty"`
 	ContextTISClip float64 `json:"tis_clipped_frac,omitempty"`
 
+	// Consolidation (lanpo.consolidate > 0): the verified-correct
+	// feedback-aware responses trained as answers to the bare problem, their
+	// share of the update's response tokens, and their token-mean NLL under
+	// the bare prompt before the step's update.
+	Consolidated          int     `json:"consolidated,omitempty"`
+	ConsolidatedTokenFrac float64 `json:"consolidated_token_frac,omitempty"`
+	ConsolidateNLL        float64 `json:"consolidate_nll,omitempty"`
+
 	// Explorer holds the exploration plug-in's metrics (LANPO's:
 	// feedback.Metrics), a struct whose JSON object's keys are appended to
 	// the line (nil for GRPO).

@@ -366,7 +366,7 @@ func updateWith(t *testing.T, rolls []rollout, sets ...string) updateResult {
 		batch[i] = &r
 	}
 	var met StepMetrics
-	if err := g.update(batch, &met); err != nil {
+	if err := g.update(batch, nil, consolidation{}, &met); err != nil {
 		t.Fatal(err)
 	}
 	var w []float64

@@ -137,10 +137,14 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 			return met, err
 		}
 	}
-	if met.GroupsKept == 0 {
+	distill, cons, err := g.distillRows(sampled)
+	if err != nil {
+		return met, err
+	}
+	if met.GroupsKept == 0 && cons.rows == 0 {
 		met.Skipped = true
 		log.Warn().Int("step", g.state.Step+1).Msg("no group with reward variance: update skipped")
-	} else if err := g.train(t, kept, &met); err != nil {
+	} else if err := g.train(t, kept, distill, cons, &met); err != nil {
 		return met, err
 	}
 	if g.explorer != nil {
@@ -213,8 +217,8 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 
 // train computes what the update needs besides the rollouts (π_old on the
 // update's prompt when the sampler saw another, reference log-probs) and
-// runs the update.
-func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error {
+// runs the update (with consolidation's rows: consolidate.go).
+func (g *grpoRun) train(t *phaseTimer, kept, distill []*rollout, cons consolidation, met *StepMetrics) error {
 	// Only an explorer gives prompts another training prompt: plain GRPO
 	// needs no collective to know there is none.
 	other := false
@@ -237,5 +241,5 @@ func (g *grpoRun) train(t *phaseTimer, kept []*rollout, met *StepMetrics) error 
 		}
 	}
 	t.Enter("update")
-	return g.update(kept, met)
+	return g.update(kept, distill, cons, met)
 }

@@ -40,8 +40,10 @@ func (g *grpoRun) microBatches(rolls []*rollout) [][]*rollout {
 	return out
 }
 
-// update runs the μ epochs of optimizer steps over the batch.
-func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
+// update runs the μ epochs of optimizer steps over the batch: the policy
+// loss over rolls and, with consolidation, the NLL over distill (c: its
+// totals over every rank) in the same steps.
+func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMetrics) error {
 	cfg := g.cfg
 	lengths := make([]int, len(rolls))
 	masked := make([]bool, len(rolls))
@@ -62,6 +64,10 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	for i, r := range rolls {
 		r.weight = w[i]
 	}
+	if c.rows > 0 {
+		met.Consolidated = c.rows
+		met.ConsolidatedTokenFrac = float64(c.tokens) / float64(c.tokens+int(tot[0]))
+	}
 	lr, err := optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
 	if err != nil {
 		return err
@@ -70,16 +76,17 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 	lossCfg := PolicyLossConfig{ClipLow: cfg.Algo.ClipLow, ClipHigh: cfg.Algo.ClipHigh, Beta: cfg.Algo.KLBeta, KL: cfg.Algo.KLEstimator}
 	for epoch := 0; epoch < cfg.Algo.Epochs; epoch++ {
 		g.opt.ZeroGrad()
-		var loss, ent float64
+		var loss, ent, distilled float64
 		var st PolicyLossStats
 		done := 0 // rollouts of earlier micro-batches, for messages
 		padded, real := 0, 0
 		mbs := g.microBatches(rolls)
-		n, err := g.microBatchCount(len(mbs))
+		dmbs := g.microBatches(distill)
+		n, err := g.microBatchCount(len(mbs) + len(dmbs))
 		if err != nil {
 			return err
 		}
-		for i := len(mbs); i < n; i++ {
+		for i := len(mbs) + len(dmbs); i < n; i++ {
 			// Fewer micro-batches here than on another rank: take part in
 			// the collectives those backward passes issue.
 			if err := g.opt.SkipBackward(); err != nil {
@@ -103,10 +110,31 @@ func (g *grpoRun) update(rolls []*rollout, met *StepMetrics) error {
 			padded += r.padded
 			done += len(mb)
 		}
+		done = 0
+		for _, mb := range dmbs {
+			r, err := g.distillMicroBatch(mb, done, c)
+			if err != nil {
+				return err
+			}
+			distilled += r.loss
+			real += r.real
+			padded += r.padded
+			done += len(mb)
+		}
 		// Every rank's contributions are weighted by the global batch: sums.
-		tot, err := dist.SumFloats(g.comm, []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)})
+		sums := []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)}
+		if c.rows > 0 {
+			sums = append(sums, distilled)
+		}
+		tot, err := dist.SumFloats(g.comm, sums)
 		if err != nil {
 			return err
+		}
+		if c.rows > 0 {
+			if epoch == 0 {
+				met.ConsolidateNLL = tot[7] / cfg.LANPO.Consolidate
+			}
+			tot[0] += tot[7]
 		}
 		if epoch == 0 {
 			if met.LogpMismatch, err = dist.MaxFloat(g.comm, met.LogpMismatch); err != nil {

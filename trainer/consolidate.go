@@ -1,0 +1,86 @@
+package trainer
+
+import (
+	"fmt"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/rl"
+)
+
+// Consolidation (lanpo.consolidate = λ > 0): a response the verifier
+// accepted that was sampled with feedback in context is also trained as
+// the answer to the bare problem, with a token-mean negative log-likelihood
+// over every such response of the step, λ·NLL added to the policy loss.
+// What feedback helped find then moves the policy without the feedback,
+// where the policy loss cannot: a group whose feedback-aware samples are all
+// correct has no advantage, and with train_prompt: original the truncated
+// importance weights damp exactly the tokens feedback made likely. The NLL
+// runs over micro-batches of its own after the policy's, in the same
+// optimizer step (gradients accumulate); λ = 0 makes none of it.
+
+// consolidation is the step's distilled responses over every rank.
+type consolidation struct {
+	rows   int // responses distilled
+	tokens int // their response tokens
+}
+
+// consolidating is whether this run distills (LANPO with λ > 0).
+func (g *grpoRun) consolidating() bool {
+	return g.explorer != nil && g.cfg.LANPO.Consolidate > 0
+}
+
+// distillRows returns this rank's consolidation rows among its sampled
+// rollouts (every round of the step, kept by the filter or not) and their
+// totals over every rank.
+func (g *grpoRun) distillRows(sampled []*rollout) ([]*rollout, consolidation, error) {
+	if !g.consolidating() {
+		return nil, consolidation{}, nil
+	}
+	var rows []*rollout
+	tokens := 0
+	for _, r := range sampled {
+		if !r.Correct || r.Prompt.Mode == rl.ModeScratch || len(r.ids) == 0 {
+			continue
+		}
+		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: g.prompts[r.Prompt.Problem], ids: r.ids,
+			oldLogp: make([]float64, len(r.ids))})
+		tokens += len(r.ids)
+	}
+	tot, err := dist.SumFloats(g.comm, []float64{float64(len(rows)), float64(tokens)})
+	if err != nil {
+		return nil, consolidation{}, err
+	}
+	return rows, consolidation{rows: int(tot[0]), tokens: int(tot[1])}, nil
+}
+
+// distillMicroBatch runs one micro-batch of consolidation rows, each token
+// weighted by λ / (the step's distilled tokens on every rank): forward, the
+// weighted NLL, backward (gradients accumulate). It returns the loss it
+// added (weighted by the global batch) and its token slots.
+func (g *grpoRun) distillMicroBatch(mb []*rollout, first int, c consolidation) (r microResult, err error) {
+	cfg := g.cfg
+	var s tensor.Scope
+	defer s.Close()
+	w := cfg.LANPO.Consolidate / float64(c.tokens)
+	for _, x := range mb {
+		x.weight = w
+		r.real += len(x.promptIDs) + len(x.ids)
+		g.stepTokens.trained += len(x.promptIDs) + len(x.ids)
+	}
+	b := buildBatch(&s, g.m.Device, mb)
+	r.padded = len(mb) * int(b.t)
+	lp, _, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature})
+	if err != nil {
+		return r, fmt.Errorf("consolidation micro-batch at response %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
+			first, len(mb), b.t, cfg.Algo.MicroBatchSize, cfg.Algo.MaxTokensPerMicroBatch, err)
+	}
+	l := s.Keep(s.Keep(s.Keep(lp.MustMul(b.weight, false)).MustSum(b.weight.DType(), false)).MustNeg(false))
+	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
+		return r, err
+	}
+	r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
+	return r, nil
+}

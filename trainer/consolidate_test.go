@@ -1,0 +1,150 @@
+package trainer
+
+import (
+	"bytes"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/rl"
+)
+
+// consolidationUpdate runs one update of the tiny model (float64) over the
+// policy rollouts rolls and the consolidation rows distill with the config
+// overrides sets; it returns the metrics, the weights after, and the NLL of
+// the distill rows before the update as lanpo score computes it (an
+// independent path: a left-padded forward, float32 log-probs).
+func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string) (StepMetrics, []float64, float64) {
+	t.Helper()
+	cfg := tinyConfig(t, append([]string{"dtype=float64", "rollout.temperature=1"}, sets...)...)
+	s, err := openSession(cfg, "", "grpo", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := &grpoRun{session: s}
+	ptrs := func(rs []rollout) []*rollout {
+		out := make([]*rollout, len(rs))
+		for i := range rs {
+			r := rs[i]
+			out[i] = &r
+		}
+		return out
+	}
+	var seqs [][]int64
+	var c consolidation
+	for _, r := range distill {
+		seqs = append(seqs, append(append([]int64(nil), r.promptIDs...), r.ids...))
+		c.rows++
+		c.tokens += len(r.ids)
+	}
+	var nll float64
+	if len(seqs) > 0 {
+		lp, err := s.m.Score(seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range distill {
+			for _, v := range lp[i][len(r.promptIDs)-1:] {
+				nll -= float64(v)
+			}
+		}
+		nll /= float64(c.tokens)
+	}
+	var met StepMetrics
+	if err := g.update(ptrs(rolls), ptrs(distill), c, &met); err != nil {
+		t.Fatal(err)
+	}
+	var w []float64
+	for _, p := range s.m.Params() {
+		w = append(w, tensor.Float64s(p.Tensor)...)
+	}
+	return met, w, nll
+}
+
+// TestConsolidationLoss: the consolidation term is λ times the token-mean
+// NLL of the distilled responses under their (bare) prompts, it adds to the
+// policy loss in the same optimizer step, and neither the micro-batch split
+// nor its order changes the update.
+func TestConsolidationLoss(t *testing.T) {
+	rolls, distill := madeUpRollouts(6, 3), madeUpRollouts(5, 4)
+	const lambda = 0.5
+	lam := "lanpo.consolidate=0.5"
+
+	met, _, nll := consolidationUpdate(t, nil, distill, lam, "algo.micro_batch_size=2")
+	if met.Consolidated != 5 || met.ConsolidatedTokenFrac != 1 || met.GradNorm == 0 {
+		t.Fatalf("consolidation alone: %+v", met)
+	}
+	if math.Abs(met.ConsolidateNLL-nll) > 1e-6*nll || math.Abs(met.Loss-lambda*nll) > 1e-6*nll {
+		t.Errorf("NLL %v and loss %v, want %v (lanpo score's) and λ· that", met.ConsolidateNLL, met.Loss, nll)
+	}
+
+	policy, wPolicy, _ := consolidationUpdate(t, rolls, nil, lam)
+	both, wBoth, _ := consolidationUpdate(t, rolls, distill, lam, "algo.micro_batch_size=1")
+	if math.Abs(both.Loss-(policy.Loss+lambda*nll)) > 1e-6 {
+		t.Errorf("loss with both %v, want policy %v + λ·NLL %v", both.Loss, policy.Loss, lambda*nll)
+	}
+	tokens := 0
+	for _, r := range rolls {
+		tokens += len(r.ids)
+	}
+	dtok := 0
+	for _, r := range distill {
+		dtok += len(r.ids)
+	}
+	if want := float64(dtok) / float64(dtok+tokens); math.Abs(both.ConsolidatedTokenFrac-want) > 1e-12 {
+		t.Errorf("consolidated_token_frac %v, want %v", both.ConsolidatedTokenFrac, want)
+	}
+	if d := maxAbsDiff(wBoth, wPolicy); d < 1e-8 {
+		t.Fatalf("the consolidation rows moved nothing (%g)", d)
+	}
+	_, wPacked, _ := consolidationUpdate(t, rolls, distill, lam, "algo.max_tokens_per_micro_batch=24")
+	if d := maxAbsDiff(wBoth, wPacked); d > 1e-12 {
+		t.Errorf("micro-batches of 1 vs packed by tokens: weights differ by %g", d)
+	}
+}
+
+// TestConsolidationInALANPORun: with lanpo.consolidate set, each step
+// distills exactly the verified-correct rollouts sampled with feedback in
+// context (counted from the rollout log), the loss carries the term, and
+// the run trains differently from λ = 0.
+func TestConsolidationInALANPORun(t *testing.T) {
+	path, _ := seededPool(t)
+	sets := []string{"lanpo.initial_pool=" + path, "lanpo.feedback_ratio=0.5", "lanpo.similarity_threshold=0",
+		"rollout.samples_per_prompt=8", "total_steps=4"}
+	on := lanpoConfig(t, append(sets, "lanpo.consolidate=1")...)
+	runGRPO(t, on, "")
+	rows := stableMetrics(t, on.RunDir)
+	any, scratch := 0, 0
+	for i, row := range rows {
+		want := 0
+		for _, r := range readRollouts(t, on.RunDir, i+1) {
+			switch {
+			case r.Correct && r.Mode != rl.ModeScratch:
+				want++
+			case r.Correct:
+				scratch++
+			}
+		}
+		got, _ := row["consolidated"].(float64)
+		if int(got) != want {
+			t.Errorf("step %d: consolidated %v, the rollout log has %d correct feedback-aware responses", i+1, row["consolidated"], want)
+		}
+		if want > 0 {
+			any++
+			if nll, _ := row["consolidate_nll"].(float64); !(nll > 0) {
+				t.Errorf("step %d: consolidate_nll %v", i+1, row["consolidate_nll"])
+			}
+		}
+	}
+	if any == 0 || scratch == 0 {
+		t.Fatalf("%d steps with a correct feedback-aware response, %d correct from-scratch ones: the test needs both", any, scratch)
+	}
+	off := lanpoConfig(t, sets...)
+	runGRPO(t, off, "")
+	if bytes.Equal(weights(t, filepath.Join(on.RunDir, checkpointsDir, checkpointName(4))),
+		weights(t, filepath.Join(off.RunDir, checkpointsDir, checkpointName(4)))) {
+		t.Error("consolidation trained the same weights as λ = 0")
+	}
+}
