@@ -68,8 +68,9 @@ type dpUpdate struct {
 }
 
 // updateOnRank runs one update of the tiny model over this rank's share of
-// rolls (float32, no clipping, so the reduced gradients stay as they are).
-func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls []rollout, sets ...string) (dpUpdate, error) {
+// rolls and of the consolidation rows distill (float32, no clipping, so the
+// reduced gradients stay as they are).
+func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls, distill []rollout, sets ...string) (dpUpdate, error) {
 	cfg := tinyConfig(t, append([]string{"run_dir=" + runDir, "dtype=float32", "optim.grad_clip=0", "algo.kl_beta=0.05"}, sets...)...)
 	s, err := openSession(cfg, "", "grpo", RunOptions{Comm: c})
 	if err != nil {
@@ -77,14 +78,22 @@ func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls []rollout, set
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
-	lo, hi := dist.Share(len(rolls), c.Rank(), c.Size())
-	var batch []*rollout
-	for i := lo; i < hi; i++ {
-		r := rolls[i]
-		batch = append(batch, &r)
+	share := func(rs []rollout) []*rollout {
+		lo, hi := dist.Share(len(rs), c.Rank(), c.Size())
+		var out []*rollout
+		for i := lo; i < hi; i++ {
+			r := rs[i]
+			out = append(out, &r)
+		}
+		return out
+	}
+	var cons consolidation // over every rank, as distillRows sums it
+	for _, r := range distill {
+		cons.rows++
+		cons.tokens += len(r.ids)
 	}
 	var out dpUpdate
-	if err := g.update(batch, nil, consolidation{}, &out.met); err != nil {
+	if err := g.update(share(rolls), share(distill), cons, &out.met); err != nil {
 		return out, err
 	}
 	out.grads, out.lo = map[string][]float64{}, map[string]int64{}
@@ -114,12 +123,14 @@ func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls []rollout, set
 // reduction), within float32 reduction tolerance: gradients summed over
 // ranks add the same terms in another order, so they agree to 2e-6 of the
 // largest gradient; the norm to 1e-5, the loss to 1e-6; every rank ends
-// with bit-identical weights.
+// with bit-identical weights. The batch carries consolidation rows too
+// (lanpo.consolidate), split unevenly over the ranks.
 func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
-	rolls := madeUpRollouts(10, 5)
+	rolls, distill := madeUpRollouts(10, 5), madeUpRollouts(7, 6)
+	const consolidate = "lanpo.consolidate=0.5"
 	var one dpUpdate
 	errs := onRanks(1, func(c dist.Comm) (err error) {
-		one, err = updateOnRank(t, c, t.TempDir(), rolls)
+		one, err = updateOnRank(t, c, t.TempDir(), rolls, distill, consolidate)
 		return err
 	})
 	if errs[0] != nil {
@@ -131,8 +142,8 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 			gmax = math.Max(gmax, math.Abs(x))
 		}
 	}
-	if gmax < 1e-3 {
-		t.Fatalf("largest gradient %g: the test compares nothing", gmax)
+	if gmax < 1e-3 || one.met.Consolidated != len(distill) {
+		t.Fatalf("largest gradient %g, %d responses distilled: the test compares nothing", gmax, one.met.Consolidated)
 	}
 	for _, c := range []struct {
 		name  string
@@ -153,7 +164,7 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 			dir := t.TempDir()
 			res := make([]dpUpdate, c.ranks)
 			update := func(mc dist.Comm) (err error) {
-				res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, c.sets...)
+				res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, distill, append(c.sets, consolidate)...)
 				return err
 			}
 			var errs []error
@@ -198,7 +209,7 @@ func TestZeroStateBytes(t *testing.T) {
 	rolls := madeUpRollouts(4, 9)
 	var plain dpUpdate
 	if errs := onRanks(1, func(c dist.Comm) (err error) {
-		plain, err = updateOnRank(t, c, t.TempDir(), rolls, "dtype=bfloat16")
+		plain, err = updateOnRank(t, c, t.TempDir(), rolls, nil, "dtype=bfloat16")
 		return err
 	}); errs[0] != nil {
 		t.Fatal(errs[0])
@@ -207,7 +218,7 @@ func TestZeroStateBytes(t *testing.T) {
 		dir := t.TempDir()
 		res := make([]dpUpdate, ranks)
 		errs := onRanks(ranks, func(mc dist.Comm) (err error) {
-			res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, "dtype=bfloat16", "dist.zero_stage=1")
+			res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, nil, "dtype=bfloat16", "dist.zero_stage=1")
 			return err
 		})
 		for r, err := range errs {
@@ -234,7 +245,7 @@ func TestZeroOnOneRankIsAdamW(t *testing.T) {
 		sets []string
 	}{{&plain, nil}, {&z1, []string{"dist.zero_stage=1"}}, {&z2, []string{"dist.zero_stage=2", "train.activation_checkpointing=true"}}} {
 		if errs := onRanks(1, func(mc dist.Comm) (err error) {
-			*c.out, err = updateOnRank(t, mc, t.TempDir(), rolls, c.sets...)
+			*c.out, err = updateOnRank(t, mc, t.TempDir(), rolls, nil, c.sets...)
 			return err
 		}); errs[0] != nil {
 			t.Fatal(errs[0])
