@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/sugarme/gotch"
@@ -39,6 +40,12 @@ func RopeCache(q, k, v, bq, bk, bv, cos, sin, pos, kcache, vcache, ctr *ts.Tenso
 type SampleArgs struct {
 	Pick, LP, U, Ctr, Tok, Pos, Bias, Rec *ts.Tensor
 	Greedy                                bool
+}
+
+// UnpackRecord splits one of Sample's records: the token in the low 32
+// bits, its log-probability's float32 bits in the high 32.
+func UnpackRecord(rec int64) (token int64, logp float32) {
+	return rec & 0xffffffff, math.Float32frombits(uint32(uint64(rec) >> 32))
 }
 
 // Sample draws and records one token per row without the host.

@@ -47,7 +47,7 @@ func (m *Model) ForwardCheckpointed(s *tensor.Scope, ids, positions, mask *ts.Te
 	defer tensor.Recover("checkpointed forward", &err)
 	c = &Checkpointed{m: m, ids: ids}
 	err = csrc.NoGrad(func() error {
-		c.in = &layerInputs{cfg: m.Config, sdpa: m.useSDPA, rope: m.rope, pos: positions, causal: mask == nil}
+		c.in = &layerInputs{cfg: m.Config, sdpa: m.useSDPA, rope: m.rope, pos: positions}
 		if mask != nil {
 			c.in.allowed = attentionMask(s, mask, ids.MustSize()[1])
 		}

@@ -139,14 +139,13 @@ type decoder struct {
 // sample rows rowPrompt (one per batch row): u holds each row's uniforms
 // [rows][MaxNewTokens].
 func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out []Sample, u [][]float64, lmax int64, p SamplingParams, opt GenerateOptions) (d *decoder, err error) {
-	ok := false
-	defer func() { // a panic half-way: free what was made
-		if !ok && d != nil {
+	defer func() { // an error or a panic half-way: free what was made
+		if err != nil && d != nil {
 			d.close()
 			d = nil
 		}
 	}()
-	defer tensor.Recover("decode setup", &err)
+	defer tensor.Recover("decode setup", &err) // runs first
 	rows := len(rowPrompt)
 	d = &decoder{m: m, p: p, opt: opt, out: out, lmax: lmax, tmax: cache.Tmax, greedy: p.Temperature == 0,
 		live: rows, done: make([]bool, rows), cache: cache, every: opt.SyncEvery}
@@ -191,12 +190,8 @@ func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out 
 		d.stopIDs = s.Release(csrc.Upload(&s, p.StopIDs, nil, dev))
 	}
 	d.graphs = newStepGraphs(opt.CUDAGraphs && d.every > 1, m.Device, opt.GraphStats)
-	if d.timer, err = newStepTimer(opt.Timing, m); err != nil {
-		d.close()
-		return nil, err
-	}
-	ok = true
-	return d, nil
+	d.timer, err = newStepTimer(opt.Timing, m)
+	return d, err
 }
 
 func (d *decoder) close() {
@@ -224,9 +219,12 @@ func (d *decoder) run(logits *ts.Tensor) error {
 	}
 	return countDecode(d.opt.Counts, func() (steps int, err error) {
 		for d.col < d.p.MaxNewTokens && d.ended < len(d.out) {
-			d.timer.begin(d.live)
 			var s tensor.Scope
-			lp, err := d.step(&s)
+			var lp *ts.Tensor
+			err := d.timer.begin(d.live)
+			if err == nil {
+				lp, err = d.step(&s)
+			}
 			if err == nil {
 				steps++
 				err = d.timer.launched()
@@ -362,12 +360,11 @@ func (d *decoder) look(lp *ts.Tensor) (err error) {
 	var forced []int64 // batch row, token: header ids fed instead of the draw
 	for i, r := range d.batch[:d.live] {
 		for j := 0; j < n && !d.done[r]; j++ {
-			rv := recs[i*n+j]
-			drawn := rv & 0xffffffff
+			drawn, logp := csrc.UnpackRecord(recs[i*n+j])
 			tok, fin, reason := d.sc.step(r, drawn, &d.out[r])
 			smp := &d.out[r]
 			smp.IDs = append(smp.IDs, tok)
-			smp.Logprobs = append(smp.Logprobs, math.Float32frombits(uint32(uint64(rv)>>32)))
+			smp.Logprobs = append(smp.Logprobs, logp)
 			if tok != drawn {
 				forced = append(forced, int64(i), tok)
 			}

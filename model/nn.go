@@ -84,26 +84,21 @@ func attention(s *tensor.Scope, in *layerInputs, q, k, v *ts.Tensor) *ts.Tensor 
 		}
 		return attentionGrouped(s, q, k, v, allowed, g)
 	}
-	if in.allowed == nil && (g == 1 || csrc.SDPAGQA()) {
-		o, err := csrc.SDPA(q, k, v, nil, true, g > 1)
-		if err != nil {
-			panic(err)
-		}
-		return s.Keep(o)
-	}
-	// libtorch 2.1's SDPA wants as many key/value heads as query heads.
-	if g > 1 {
+	gqa := g > 1 && in.allowed == nil && csrc.SDPAGQA()
+	if g > 1 && !gqa {
+		// libtorch 2.1's SDPA (and a masked call) wants as many key/value
+		// heads as query heads.
 		k = s.Keep(k.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
 		v = s.Keep(v.MustRepeatInterleaveSelfInt(g, []int64{1}, nil, false))
 	}
-	if in.allowed == nil {
-		o, err := csrc.SDPA(q, k, v, nil, true, false)
-		if err != nil {
-			panic(err)
-		}
-		return s.Keep(o)
+	if in.allowed != nil {
+		return attentionSDPA(s, q, k, v, in.allowed)
 	}
-	return attentionSDPA(s, q, k, v, in.allowed)
+	o, err := csrc.SDPA(q, k, v, nil, true, gqa)
+	if err != nil {
+		panic(err)
+	}
+	return s.Keep(o)
 }
 
 // causalMask is the boolean [1, 1, T, T] causal mask for q [B, H, T, D].

@@ -44,10 +44,10 @@ type layerInputs struct {
 	sdpa bool  // attention through libtorch's SDPA
 	rope *rope // cos and sin of every position
 	pos  *ts.Tensor
-	// causal: every row is a prefix (no left padding), so causal attention
-	// alone is exact for every token: SDPA's is_causal, no mask.
-	causal  bool
-	allowed *ts.Tensor   // else the attention mask [B, 1, Tq, Tk]
+	// allowed is the attention mask [B, 1, Tq, Tk]; nil where every row is
+	// a prefix (no left padding), so causal attention alone is exact for
+	// every token: SDPA's is_causal, no mask.
+	allowed *ts.Tensor
 	dec     *decodeInput // one token per row into the static cache (decode.go)
 }
 
@@ -194,9 +194,7 @@ func (m *Model) Forward(s *tensor.Scope, ids, positions, mask *ts.Tensor, cache 
 		s.Keep(cache.Mask.MustNarrow(1, cache.Len, t, false)).Copy_(mask)
 		mask = s.Keep(cache.Mask.MustNarrow(1, 0, cache.Len+t, false))
 	}
-	if mask == nil {
-		in.causal = true
-	} else {
+	if mask != nil {
 		in.allowed = attentionMask(s, mask, t)
 	}
 	x := s.Keep(ts.MustEmbedding(m.Embed, ids, -1, false, false))

@@ -137,8 +137,8 @@ func sampleStep(s *tensor.Scope, logits *ts.Tensor, p SamplingParams, u []float6
 		panic(err)
 	}
 	for _, rv := range tensor.Int64s(a.Rec) {
-		tokens = append(tokens, rv&0xffffffff)
-		logprobs = append(logprobs, math.Float32frombits(uint32(uint64(rv)>>32)))
+		tok, lp := csrc.UnpackRecord(rv)
+		tokens, logprobs = append(tokens, tok), append(logprobs, lp)
 	}
 	return tokens, logprobs
 }

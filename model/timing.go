@@ -104,12 +104,13 @@ func (s *stepTimer) close() {
 }
 
 // begin marks the start of a step's enqueueing.
-func (s *stepTimer) begin(rows int) {
-	if s != nil {
-		s.st = StepTime{Rows: rows}
-		s.start = time.Now()
-		_ = s.ev0.Record()
+func (s *stepTimer) begin(rows int) error {
+	if s == nil {
+		return nil
 	}
+	s.st = StepTime{Rows: rows}
+	s.start = time.Now()
+	return s.ev0.Record()
 }
 
 // launched marks the end of the step's enqueueing and waits for the GPU.

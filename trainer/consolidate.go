@@ -1,8 +1,6 @@
 package trainer
 
 import (
-	"fmt"
-
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -67,19 +65,19 @@ func (g *grpoRun) distillMicroBatch(mb []*rollout, first int, c consolidation) (
 	w := cfg.LANPO.Consolidate / float64(c.tokens)
 	for _, x := range mb {
 		x.weight = w
-		r.real += len(x.promptIDs) + len(x.ids)
-		g.stepTokens.trained += len(x.promptIDs) + len(x.ids)
 	}
 	b := buildBatch(&s, g.m.Device, mb)
-	r.padded = len(mb) * int(b.t)
+	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
+	where := func(err error) error {
+		return g.microBatchErr("consolidation micro-batch at response", first, len(mb), b.t, err)
+	}
 	lp, _, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature})
 	if err != nil {
-		return r, fmt.Errorf("consolidation micro-batch at response %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
-			first, len(mb), b.t, cfg.Algo.MicroBatchSize, cfg.Algo.MaxTokensPerMicroBatch, err)
+		return r, where(err)
 	}
 	l := s.Keep(s.Keep(s.Keep(lp.MustMul(b.weight, false)).MustSum(b.weight.DType(), false)).MustNeg(false))
 	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
-		return r, err
+		return r, where(err)
 	}
 	r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
 	return r, nil

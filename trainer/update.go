@@ -166,16 +166,8 @@ func (g *grpoRun) microBatch(mb []*rollout, first int, lossCfg PolicyLossConfig,
 	var s tensor.Scope
 	defer s.Close()
 	b := buildBatch(&s, g.m.Device, mb)
-	r.padded = len(mb) * int(b.t)
-	for _, x := range mb {
-		r.real += len(x.promptIDs) + len(x.ids)
-		g.stepTokens.trained += len(x.promptIDs) + len(x.ids)
-	}
-	// An out-of-memory error lands in one of these: say which knob to turn.
-	where := func(err error) error {
-		return fmt.Errorf("micro-batch at rollout %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
-			first, len(mb), b.t, cfg.Algo.MicroBatchSize, cfg.Algo.MaxTokensPerMicroBatch, err)
-	}
+	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
+	where := func(err error) error { return g.microBatchErr("micro-batch at rollout", first, len(mb), b.t, err) }
 	lp, entropy, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
 	if err != nil {
 		return r, where(err)
@@ -197,6 +189,23 @@ func (g *grpoRun) microBatch(mb []*rollout, first int, lossCfg PolicyLossConfig,
 	}
 	r.stats = mst
 	return r, nil
+}
+
+// countTrained adds a micro-batch's tokens to the step's trained tokens and
+// returns them.
+func (g *grpoRun) countTrained(mb []*rollout) (n int) {
+	for _, x := range mb {
+		n += len(x.promptIDs) + len(x.ids)
+	}
+	g.stepTokens.trained += n
+	return n
+}
+
+// microBatchErr says which micro-batch an error struck (what, from its
+// first row) and, since out-of-memory errors land there, which knob to turn.
+func (g *grpoRun) microBatchErr(what string, first, rows int, t int64, err error) error {
+	return fmt.Errorf("%s %d (%d×%d tokens; algo.micro_batch_size %d, algo.max_tokens_per_micro_batch %d): %w",
+		what, first, rows, t, g.cfg.Algo.MicroBatchSize, g.cfg.Algo.MaxTokensPerMicroBatch, err)
 }
 
 // microBatchCount is the most micro-batches any rank has this step: a

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/csrc"
@@ -184,14 +183,9 @@ func runBenchGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	dt := gotch.Float
-	if dev.IsCuda() {
-		dt = gotch.BFloat16
-	}
-	if s := c.String("dtype"); s != "" {
-		if dt, err = parseDTypeFlag(s); err != nil {
-			return err
-		}
+	dt, err := benchDType(c, dev)
+	if err != nil {
+		return err
 	}
 	if c.Int("sync-every") < 1 {
 		return usageError{fmt.Errorf("--sync-every must be ≥ 1, got %d", c.Int("sync-every"))}

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/csrc"
@@ -79,14 +78,9 @@ func runBenchGRPOStep(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	dt := gotch.Float
-	if dev.IsCuda() {
-		dt = gotch.BFloat16
-	}
-	if s := c.String("dtype"); s != "" {
-		if dt, err = parseDTypeFlag(s); err != nil {
-			return err
-		}
+	dt, err := benchDType(c, dev)
+	if err != nil {
+		return err
 	}
 	cfg, err := benchShape(c)
 	if err != nil {

@@ -47,14 +47,9 @@ func envCommand() *cli.Command {
 					return usageError{fmt.Errorf("--device %w", err)}
 				}
 			}
-			dt := gotch.Float
-			if dev.IsCuda() {
-				dt = gotch.BFloat16
-			}
-			if d := c.String("dtype"); d != "" {
-				if dt, err = parseDTypeFlag(d); err != nil {
-					return err
-				}
+			dt, err := benchDType(c, dev)
+			if err != nil {
+				return err
 			}
 			run := runEnv{Device: devString(dev), DType: csrc.DTypeName(dt), LogProb: csrc.LogProbKernel(dev, dt), Attention: model.AttentionName(dev)}
 			if err := trainer.CheckDevice(dev); err != nil {

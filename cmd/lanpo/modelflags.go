@@ -93,6 +93,18 @@ func checkDeviceFlag(s string) error {
 	return nil
 }
 
+// benchDType is --dtype, or the default for dev: bfloat16 on CUDA, float32
+// on CPU.
+func benchDType(c *cli.Context, dev gotch.Device) (gotch.DType, error) {
+	if s := c.String("dtype"); s != "" {
+		return parseDTypeFlag(s)
+	}
+	if dev.IsCuda() {
+		return gotch.BFloat16, nil
+	}
+	return gotch.Float, nil
+}
+
 func parseDTypeFlag(s string) (gotch.DType, error) {
 	d, err := csrc.ParseDType(s)
 	if err != nil {
