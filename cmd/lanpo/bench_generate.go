@@ -37,8 +37,8 @@ func benchGenerateCommand() *cli.Command {
 			"\n" +
 			"--shape: 0.5b (Qwen2.5-0.5B), 7b (Qwen2.5-7B) or a config.json; --layers cuts the layers.\n" +
 			"--json prints one object: shape, device, dtype, rows, new_tokens, sync_every, lanpo_tokens_per_s,\n" +
-			"lanpo_ms, lanpo_batches, kv_cache_mb, graphs_tokens_per_s, graphs_over_eager, graph_captures,\n" +
-			"graph_replays (with --cuda-graphs), hf (transformers' JSON: tokens_per_s, ms, batches, …, or\n" +
+			"lanpo_ms, lanpo_batches, kv_cache_mb, graphs_tokens_per_s, graphs_over_eager, graph_warmups,\n" +
+			"graph_captures, graph_replays (with --cuda-graphs), hf (transformers' JSON: tokens_per_s, ms, batches, …, or\n" +
 			"hf_error), lanpo_over_hf, step_* means over the timed steps (wall_ms, forward_host_ms,\n" +
 			"forward_gpu_ms, look_ms) with host_share (the step's enqueueing and looks over wall) and\n" +
 			"launch_over_gpu (enqueueing over GPU time), and counts (kernels_per_layer, views_per_layer,\n" +
