@@ -349,11 +349,36 @@ func (l *Explorer) Observe(step int, sampled []*rl.Rollout, ph rl.Phases) (any, 
 			}
 		}
 	}
+	// Groups per prompt kind with no reward variance (no gradient), and
+	// those all right (saturated): what a plan that states the answer does
+	// to the update.
+	var fbGroups, fbZero, fbAll, scGroups, scZero, scAll int
+	G := l.run.SamplesPerPrompt
+	for start := 0; start+G <= len(sampled); start += G {
+		grp := sampled[start : start+G]
+		same, all := true, true
+		for _, r := range grp {
+			same = same && r.Reward == grp[0].Reward
+			all = all && r.Correct
+		}
+		groups, zero, right := &fbGroups, &fbZero, &fbAll
+		if grp[0].Prompt.Mode == rl.ModeScratch {
+			groups, zero, right = &scGroups, &scZero, &scAll
+		}
+		*groups++
+		if same {
+			*zero++
+		}
+		if all {
+			*right++
+		}
+	}
 	lm := l.met
 	loc := []float64{float64(lm.Prompts), float64(lm.FeedbackAware), float64(lm.Reflection), float64(lm.Abstraction), float64(lm.Fallback),
 		float64(lm.FallbackNotRelevant), float64(lm.FallbackTooLong), float64(lm.Candidates), float64(lm.Passed), lm.relevanceSum,
 		lm.rawRelevanceSum, float64(lm.contextSum), float64(lm.ContextTruncated), float64(lm.SpecialRemoved),
-		float64(lm.SummaryFieldsCut), float64(lm.AttemptsCut), float64(fb), float64(fbRight), float64(sc), float64(scRight), float64(refl), float64(copied)}
+		float64(lm.SummaryFieldsCut), float64(lm.AttemptsCut), float64(fb), float64(fbRight), float64(sc), float64(scRight), float64(refl), float64(copied),
+		float64(fbGroups), float64(fbZero), float64(fbAll), float64(scGroups), float64(scZero), float64(scAll)}
 	tot, err := dist.SumFloats(l.run.Comm, loc)
 	if err != nil {
 		return nil, err
@@ -376,6 +401,12 @@ func (l *Explorer) Observe(step int, sampled []*rl.Rollout, ph rl.Phases) (any, 
 	}
 	if reflN > 0 {
 		lm.ReflectionCopied = copiedN / reflN
+	}
+	if g := tot[22]; g > 0 {
+		lm.ZeroVarFeedback, lm.AllCorrectFeedback = tot[23]/g, tot[24]/g
+	}
+	if g := tot[25]; g > 0 {
+		lm.ZeroVarScratch, lm.AllCorrectScratch = tot[26]/g, tot[27]/g
 	}
 	if n := lm.Reflection + lm.Abstraction; n > 0 {
 		lm.ContextTokensMean = float64(lm.contextSum) / float64(n)

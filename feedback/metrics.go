@@ -13,6 +13,10 @@ type Metrics struct {
 	AccuracyFeedback    float64 `json:"accuracy_feedback"`           // over rollouts from prompts with context
 	AccuracyScratch     float64 `json:"accuracy_scratch"`
 	ReflectionCopied    float64 `json:"reflection_copied_answer_frac"` // redo's answer equals the shown attempt's
+	ZeroVarFeedback     float64 `json:"zero_variance_frac_feedback"`   // feedback-aware groups whose rewards are all equal
+	ZeroVarScratch      float64 `json:"zero_variance_frac_scratch"`
+	AllCorrectFeedback  float64 `json:"all_correct_frac_feedback"` // feedback-aware groups all right (saturated)
+	AllCorrectScratch   float64 `json:"all_correct_frac_scratch"`
 	PoolProblems        int     `json:"pool_problems"`
 	PoolEntries         int     `json:"pool_entries"`
 	PoolBytes           int64   `json:"pool_bytes"`

@@ -119,7 +119,9 @@ func TestConsolidationInALANPORun(t *testing.T) {
 	any, scratch := 0, 0
 	for i, row := range rows {
 		want := 0
-		for _, r := range readRollouts(t, on.RunDir, i+1) {
+		log := readRollouts(t, on.RunDir, i+1)
+		checkGroupShares(t, i+1, row, log)
+		for _, r := range log {
 			switch {
 			case r.Correct && r.Mode != rl.ModeScratch:
 				want++
@@ -146,5 +148,46 @@ func TestConsolidationInALANPORun(t *testing.T) {
 	if bytes.Equal(weights(t, filepath.Join(on.RunDir, checkpointsDir, checkpointName(4))),
 		weights(t, filepath.Join(off.RunDir, checkpointsDir, checkpointName(4)))) {
 		t.Error("consolidation trained the same weights as λ = 0")
+	}
+}
+
+// checkGroupShares compares a step's per-kind group shares (no variance,
+// all right) with the groups of its rollout log.
+func checkGroupShares(t *testing.T, step int, row map[string]any, log []rolloutLine) {
+	t.Helper()
+	type tally struct{ groups, zero, all float64 }
+	kinds := map[string]*tally{"feedback": {}, "scratch": {}}
+	byGroup := map[int][]rolloutLine{}
+	for _, r := range log {
+		byGroup[r.Group] = append(byGroup[r.Group], r)
+	}
+	for _, grp := range byGroup {
+		k := kinds["feedback"]
+		if grp[0].Mode == rl.ModeScratch {
+			k = kinds["scratch"]
+		}
+		k.groups++
+		same, all := true, true
+		for _, r := range grp {
+			same, all = same && r.Reward == grp[0].Reward, all && r.Correct
+		}
+		if same {
+			k.zero++
+		}
+		if all {
+			k.all++
+		}
+	}
+	for name, k := range kinds {
+		var zero, all float64
+		if k.groups > 0 {
+			zero, all = k.zero/k.groups, k.all/k.groups
+		}
+		if got, _ := row["zero_variance_frac_"+name].(float64); math.Abs(got-zero) > 1e-12 {
+			t.Errorf("step %d: zero_variance_frac_%s %v, the rollout log's groups give %v", step, name, got, zero)
+		}
+		if got, _ := row["all_correct_frac_"+name].(float64); math.Abs(got-all) > 1e-12 {
+			t.Errorf("step %d: all_correct_frac_%s %v, the rollout log's groups give %v", step, name, got, all)
+		}
 	}
 }

@@ -176,6 +176,14 @@ func TestLANPOOriginalPrompt(t *testing.T) {
 		}
 		if g, ok := m["context_logp_gap"].(float64); ok && g != 0 {
 			gaps++
+			// The weights' distribution is reported with the gap.
+			mean, _ := m["tis_weight_mean"].(float64)
+			b1, _ := m["tis_weight_below_tenth"].(float64)
+			b5, _ := m["tis_weight_below_half"].(float64)
+			clip, _ := m["tis_clipped_frac"].(float64)
+			if !(mean > 0 && mean <= cfg.LANPO.TISCap) || b1 > b5 || b5+clip > 1+1e-12 {
+				t.Fatalf("importance weights: mean %v (cap %v), below 0.1 %v, below 0.5 %v, clipped %v", mean, cfg.LANPO.TISCap, b1, b5, clip)
+			}
 		}
 	}
 	if gaps == 0 {

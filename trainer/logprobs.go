@@ -72,6 +72,8 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 	type tally struct {
 		gap, gapMax     float64
 		tokens, clipped int
+		wSum            float64
+		below           [2]int // weights below 0.1, below 0.5
 	}
 	var ctx, same tally
 	for _, r := range todo {
@@ -95,10 +97,18 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 			}
 			r.tis[k] = float32(w)
 			tl.tokens++
+			tl.wSum += w
+			if w < 0.1 {
+				tl.below[0]++
+			}
+			if w < 0.5 {
+				tl.below[1]++
+			}
 		}
 	}
 	// Over every rank's rollouts.
-	tot, err := dist.SumFloats(g.comm, []float64{ctx.gap, float64(ctx.tokens), float64(ctx.clipped), same.gap, float64(same.tokens), float64(same.clipped)})
+	tot, err := dist.SumFloats(g.comm, []float64{ctx.gap, float64(ctx.tokens), float64(ctx.clipped), same.gap, float64(same.tokens), float64(same.clipped),
+		ctx.wSum, float64(ctx.below[0]), float64(ctx.below[1])})
 	if err != nil {
 		return err
 	}
@@ -107,6 +117,7 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 	}
 	if tot[1] > 0 {
 		met.ContextLogpGap, met.ContextTISClip = tot[0]/tot[1], tot[2]/tot[1]
+		met.ContextTISMean, met.ContextTISBelow01, met.ContextTISBelow05 = tot[6]/tot[1], tot[7]/tot[1], tot[8]/tot[1]
 	}
 	if tot[4] > 0 {
 		met.SamplerGapMean, met.SamplerGapMax, met.TISClipped = tot[3]/tot[4], same.gapMax, tot[5]/tot[4]

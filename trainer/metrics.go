@@ -68,6 +68,12 @@ type StepMetrics struct {
 	// hit the prompt's cap (lanpo.tis_cap).
 	ContextLogpGap float64 `json:"context_logp_gap,omitempty"`
 	ContextTISClip float64 `json:"tis_clipped_frac,omitempty"`
+	// The distribution of those weights (after the cap): their mean, and
+	// the shares below 0.1 and below 0.5 — a found rule's tokens, likely
+	// under the context and not without it, weigh ≈ π(y|x)/μ(y|x,c).
+	ContextTISMean    float64 `json:"tis_weight_mean,omitempty"`
+	ContextTISBelow01 float64 `json:"tis_weight_below_tenth,omitempty"`
+	ContextTISBelow05 float64 `json:"tis_weight_below_half,omitempty"`
 
 	// Consolidation (lanpo.consolidate > 0): the verified-correct
 	// feedback-aware responses trained as answers to the bare problem, their
