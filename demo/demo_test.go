@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/seed"
 )
 
 func TestMain(m *testing.M) {
@@ -93,7 +95,7 @@ func TestSolutionStepsAreRight(t *testing.T) {
 // (not the accuracy).
 func TestDemoFast(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "demo")
-	if err := Run(context.Background(), Options{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
+	if err := Run(context.Background(), Options{RunDir: dir, World: WorldArithmetic, Arms: []string{ArmLANPO}, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "demo_results.json"))
@@ -137,11 +139,73 @@ func TestDemoFast(t *testing.T) {
 	}
 }
 
+// TestDemoFastTransfer runs the transfer world's comparison short: GRPO
+// and LANPO with consolidation from one SFT model, the ceiling measured,
+// the mechanism recorded per family, and the report's world sections —
+// with one held-out accuracy (pooled) in the table and the curves, whose
+// first point is the SFT model at step 0.
+func TestDemoFastTransfer(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	if err := Run(context.Background(), Options{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "demo_results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Results
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	p := plan(WorldTransfer, true)
+	if res.World != WorldTransfer || len(res.Stages) != 2+len(DefaultArms) || res.Stages[1].Stage != stageTold || res.Rules == nil {
+		t.Fatalf("results: world %q, stages %+v", res.World, res.Stages)
+	}
+	for _, arm := range DefaultArms {
+		r := res.Rules.Arms[arm]
+		if len(r.Found) != p.families || len(r.Learned) != p.families || len(r.Learned[0]) != 1+p.rlSteps/p.evalEvery || r.Learned[0][0][0] != 0 {
+			t.Fatalf("%s: found %v, learned %v", arm, r.Found, r.Learned)
+		}
+		if r.HeldOutInPool != 0 {
+			t.Fatalf("%s: %d held-out problems in the pool", arm, r.HeldOutInPool)
+		}
+		if r.Groups["scratch"].Groups == 0 {
+			t.Fatalf("%s: no from-scratch groups counted: %+v", arm, r.Groups)
+		}
+	}
+	lanpo := res.Rules.Arms[ArmLANPOConsolidate]
+	if lanpo.PoolEntries == 0 || res.Usage[ArmLANPOConsolidate].FeedbackAware == 0 {
+		t.Fatalf("LANPO's pool %d entries, usage %+v", lanpo.PoolEntries, res.Usage[ArmLANPOConsolidate])
+	}
+	rows, err := eval.ReadMetrics(filepath.Join(dir, ArmLANPOConsolidate, "metrics.jsonl"))
+	if err != nil || len(rows) != p.rlSteps {
+		t.Fatalf("metrics: %v (%d rows)", err, len(rows))
+	}
+	if _, ok := rows[0]["zero_variance_frac_feedback"]; !ok {
+		t.Fatal("the LANPO arm does not log its groups' shares per prompt kind")
+	}
+	// One held-out accuracy: the table's pooled SFT figure is the curves'
+	// step-0 point.
+	sft, ok := pooledAt(filepath.Join(dir, "eval-sft"))
+	if !ok || sft != res.Stages[0].Modes[0].Overall {
+		t.Fatalf("pooled SFT accuracy %v (%v), table %v", sft, ok, res.Stages[0].Modes[0].Overall)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model"} {
+		if !strings.Contains(string(page), want) {
+			t.Fatalf("the report lacks %q", want)
+		}
+	}
+}
+
 // The demo's splits are disjoint: no held-out problem in RL or SFT, no RL
 // problem in SFT, and every RL problem recurs over the RL steps.
 func TestDemoSplitsAreDisjoint(t *testing.T) {
-	p := plan(false)
-	d := split(3, p)
+	p := plan(WorldArithmetic, false)
+	d := mathWorld{}.split(3, p)
 	held, rl := map[string]bool{}, map[string]bool{}
 	for _, it := range d.heldOut {
 		held[it.Problem] = true
@@ -173,7 +237,7 @@ func TestDemoRunDirIsClaimedSafely(t *testing.T) {
 	os.MkdirAll(dir, 0o755)
 	precious := filepath.Join(dir, "precious.jsonl")
 	os.WriteFile(precious, []byte("{}\n"), 0o644)
-	err := Run(context.Background(), Options{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard})
+	err := Run(context.Background(), Options{RunDir: dir, World: WorldArithmetic, Seed: 1, Fast: true, Log: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("err = %v", err)
 	}
@@ -192,5 +256,82 @@ func TestDemoRunDirIsClaimedSafely(t *testing.T) {
 	}
 	if err := claimRunDir(filepath.Join(t.TempDir(), "new"), 1, true, false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The rule worlds' splits: a family keeps its word and rule (transfer) or
+// each problem has its own rule shown by a right worked example (control);
+// no held-out operand pair is an RL one; SFT never shows a family's word.
+func TestRuleWorldSplits(t *testing.T) {
+	for _, name := range []string{WorldTransfer, WorldControl} {
+		w, _ := worldOf(name)
+		p := plan(name, false)
+		d := w.split(5, p)
+		if len(d.families) != p.families || len(d.heldOut) != p.families*p.heldOut || len(d.rl) != p.families*p.rlPerLevel {
+			t.Fatalf("%s: %d families, %d held out, %d RL", name, len(d.families), len(d.heldOut), len(d.rl))
+		}
+		rlPairs := map[[2]int]bool{}
+		rules := map[string]map[string]bool{}
+		for _, it := range d.rl {
+			rlPairs[[2]int{it.A, it.B}] = true
+		}
+		for _, it := range append(append([]Item{}, d.rl...), d.heldOut...) {
+			if it.Answer != applyRule(it.Rule, it.A, it.B) || !strings.Contains(it.Problem, fmt.Sprintf("%d %s %d?", it.A, it.Family, it.B)) {
+				t.Fatalf("%s: %+v", name, it)
+			}
+			if rules[it.Family] == nil {
+				rules[it.Family] = map[string]bool{}
+			}
+			rules[it.Family][it.Rule] = true
+			if name == WorldControl {
+				var ea, eb int
+				var shown string
+				fmt.Sscanf(it.Problem, "If %d "+it.Family+" %d is %s", &ea, &eb, &shown)
+				if shown != applyRule(it.Rule, ea, eb)+"," {
+					t.Fatalf("control problem %q: its example does not show its rule %s", it.Problem, it.Rule)
+				}
+			}
+		}
+		for _, it := range d.heldOut {
+			if rlPairs[[2]int{it.A, it.B}] {
+				t.Fatalf("%s: held-out operands %d, %d are an RL problem's", name, it.A, it.B)
+			}
+		}
+		mixed := 0
+		for f, rs := range rules {
+			if name == WorldTransfer && len(rs) != 1 {
+				t.Fatalf("transfer family %s has rules %v", f, rs)
+			}
+			if len(rs) > 1 {
+				mixed++
+			}
+		}
+		if name == WorldControl && mixed == 0 {
+			t.Fatal("control: every word kept one rule")
+		}
+		b, err := seed.NewBuilder(baseConfig(5, ""), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ex := range w.sftChats(b, d, 5, demoPlan{sftDraws: 400, skillExamples: 100, rulesK: p.rulesK}) {
+			for _, m := range ex.Messages {
+				for _, f := range d.families {
+					if strings.Contains(m.Content, " "+f+" ") {
+						t.Fatalf("SFT shows family word %s: %q", f, m.Content)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestStatesRule(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want bool
+	}{{"Plan: zork is aab.", true}, {"zork is aab", true}, {"zork is aabb.", false}, {"zork is not aab.", false}, {"zork is aabb. zork is aab.", true}, {"zurk is aab.", false}} {
+		if got := statesRule(c.text, "zork", "aab"); got != c.want {
+			t.Errorf("statesRule(%q) = %v", c.text, got)
+		}
 	}
 }

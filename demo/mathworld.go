@@ -1,5 +1,3 @@
-// Package eval runs held-out evaluations (greedy accuracy per difficulty
-// level), holds the demo's embedded math world, and writes run reports.
 package demo
 
 import (
@@ -17,6 +15,12 @@ type Item struct {
 	Solution string `json:"solution"` // worked: column steps, then the result
 	Brief    string `json:"brief"`    // the result alone, no steps
 	Level    int    `json:"level"`
+	// Rule worlds: the family's word, the rule that answers the problem and
+	// its operands.
+	Family string `json:"family,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	A      int    `json:"a,omitempty"`
+	B      int    `json:"b,omitempty"`
 }
 
 // Levels of the math world, easiest first.

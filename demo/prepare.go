@@ -5,36 +5,43 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 // demoRun is one demo's data and stage configurations.
 type demoRun struct {
-	split demoSplit
-	sft   trainer.Config
-	arms  map[string]trainer.Config
-	bench []eval.Benchmark // held out, one benchmark per level
+	split       demoSplit
+	sft         trainer.Config
+	arms        map[string]trainer.Config
+	groups      []string         // the held-out benchmarks' names
+	bench       []eval.Benchmark // held out, one benchmark per group (level or family)
+	benchTold   []eval.Benchmark // rule worlds: the same problems with the rule told as a plan
+	maxNew      int
+	sftExamples int
 }
 
 // prepare writes the demo's data under runDir and returns the SFT and RL
 // configurations.
-func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64, sftFrom string) (demoRun, error) {
+func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms []string, pt float64, sftFrom string) (demoRun, error) {
 	dataDir := filepath.Join(runDir, "data")
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return demoRun{}, err
 	}
-	d := demoRun{split: split(runSeed, p), arms: map[string]trainer.Config{}}
+	d := demoRun{split: w.split(runSeed, p), arms: map[string]trainer.Config{}, maxNew: p.maxNew}
+	d.groups = w.groups(d.split)
 	promptsPath := filepath.Join(dataDir, "prompts.yaml")
 	if err := os.WriteFile(promptsPath, []byte(demoPrompts), 0o644); err != nil {
 		return d, err
 	}
 
 	base := baseConfig(runSeed, promptsPath)
-	if err := d.writeData(dataDir, base, runSeed, p); err != nil {
+	if err := d.writeData(dataDir, w, base, runSeed, p); err != nil {
 		return d, err
 	}
 
@@ -43,8 +50,9 @@ func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64
 	sft.RunDir = filepath.Join(runDir, "sft")
 	sft.TotalSteps = p.sftSteps
 	sft.Data.Train = filepath.Join(dataDir, "sft.jsonl")
-	// Skill examples are ≈ 160-220 tokens, answers ≈ 70-120: packing by length
-	// keeps short ones from paying for the long ones' padding.
+	// Arithmetic: skill examples are ≈ 160-220 tokens, answers ≈ 70-120;
+	// packing by length keeps short ones from paying for the long ones'
+	// padding. Rule worlds: ≈ 60-130.
 	sft.SFT = trainer.SFTConfig{MaxLen: 224, MicroBatchSize: 32, GradAccum: 1, MaxTokensPerMicroBatch: 2048}
 	sft.Optim = trainer.OptimConfig{LR: 3e-3, Schedule: "cosine", WarmupSteps: 50, MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
 	d.sft = sft
@@ -57,12 +65,12 @@ func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64
 	}
 	rl.TotalSteps = p.rlSteps
 	rl.Data.Train = filepath.Join(dataDir, "rl.jsonl")
-	rl.Rollout = trainer.RolloutConfig{PromptsPerStep: 16, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: demoMaxNew}
+	rl.Rollout = trainer.RolloutConfig{PromptsPerStep: 16, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: p.maxNew}
 	rl.Algo.MicroBatchSize = 64
 	rl.Algo.MaxTokensPerMicroBatch = 6144
 	rl.Algo.LossAggMode = trainer.AggTokenMean
 	rl.Optim = trainer.OptimConfig{LR: p.rlLR, Schedule: "constant", Beta1: 0.9, Beta2: 0.98, Eps: 1e-8, GradClip: 1}
-	rl.Eval = trainer.EvalConfig{Every: p.evalEvery, K: 1, TopP: 1, MaxNewTokens: demoMaxNew, BatchSize: 64, Seed: 1}
+	rl.Eval = trainer.EvalConfig{Every: p.evalEvery, K: 1, TopP: 1, MaxNewTokens: p.maxNew, BatchSize: 64, Seed: 1}
 	for _, bench := range d.bench {
 		rl.Eval.Bench = append(rl.Eval.Bench, bench.Path)
 	}
@@ -77,6 +85,22 @@ func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64
 	// problems are the meaningful "problems in general" here, as when its
 	// comparison was measured.
 	rl.LANPO.EmbeddingCentre = "batch"
+	if isRules(worldName) {
+		// The word is the problem's one rare term, so BM25 finds a family's
+		// problems (retrieval is easy here, by construction: docs/demo.md);
+		// the γ quantile keeps those that share it. A shown attempt is a
+		// failed one (its rule is ruled out; the world's teacher writes redos
+		// that try another rule). Two summaries per group (lanpo's default;
+		// drawn without looking at outcomes) give a found rule two chances
+		// to enter the pool.
+		rl.LANPO.Similarity = "bm25"
+		rl.LANPO.ReflectOn = "failed"
+		// Lessons come newest first and most are failed attempts' ("zorp is
+		// not ba."): two related problems with two lessons each give a found
+		// rule more than one chance to reach the condenser (maxLessons).
+		rl.LANPO.SummariesPerGroup, rl.LANPO.MaxRelatedProblems, rl.LANPO.LessonsPerProblem, rl.LANPO.MaxContextTokens = 2, 2, 2, 320
+		rl.Log.Rollouts = true
+	}
 	if pt > 0 {
 		rl.LANPO.FeedbackRatio = pt
 	}
@@ -91,10 +115,13 @@ func prepare(runDir string, runSeed int64, p demoPlan, arms []string, pt float64
 		case ArmLANPOOriginal:
 			c.Algo.Name = trainer.AlgoLANPO
 			c.LANPO.TrainPrompt = "original"
+		case ArmLANPOConsolidate:
+			c.Algo.Name = trainer.AlgoLANPO
+			c.LANPO.Consolidate = ConsolidateLambda
 		default:
-			return d, fmt.Errorf("demo arm %q: want %s, %s or %s", arm, ArmGRPO, ArmLANPO, ArmLANPOOriginal)
+			return d, fmt.Errorf("demo arm %q: want one of %s", arm, strings.Join(Arms, ", "))
 		}
-		c.Log.Rollouts = arm != ArmGRPO
+		c.Log.Rollouts = c.Log.Rollouts || arm != ArmGRPO
 		if err := c.Validate(); err != nil {
 			return d, fmt.Errorf("demo arm %s: %w", arm, err)
 		}
@@ -116,58 +143,59 @@ func baseConfig(runSeed int64, promptsPath string) trainer.Config {
 }
 
 // writeData writes the demo's data files into dataDir — the SFT chats
-// (answers in two forms, and the world's skill examples, shuffled), the
-// RL problems, the held-out problems whole and per level — and loads the
-// per-level held-out benchmarks.
-func (d *demoRun) writeData(dataDir string, base trainer.Config, runSeed int64, p demoPlan) error {
-	// SFT data: answers in two forms, and the world's skill examples.
+// (the world's answers and skill examples, shuffled), the RL problems, the
+// held-out problems whole and per group (and, in the rule worlds, with the
+// rule told) — and loads the held-out benchmarks.
+func (d *demoRun) writeData(dataDir string, w world, base trainer.Config, runSeed int64, p demoPlan) error {
 	b, err := seed.NewBuilder(base, nil)
 	if err != nil {
 		return err
 	}
-	pick := rand.New(rand.NewSource(runSeed + 2000)) // its own stream: the problems do not depend on the mix
-	var chats []seed.Example
-	for _, it := range d.split.sftAnswers {
-		answer := it.Brief
-		if pick.Float64() < p.workedFrac {
-			answer = it.Solution
-		}
-		chats = append(chats, b.Answer(it.ID, it.Problem, answer))
-	}
-	chats = append(chats, worldSeed(b, d.split.sft, runSeed+3000, p.skillExamples)...)
+	chats := w.sftChats(b, d.split, runSeed, p)
+	d.sftExamples = len(chats)
 	rng := rand.New(rand.NewSource(runSeed + 4000))
 	rng.Shuffle(len(chats), func(i, j int) { chats[i], chats[j] = chats[j], chats[i] })
-	for _, f := range []struct {
-		name string
-		rows any
-	}{{"sft.jsonl", chats}, {"rl.jsonl", d.split.rl}, {"heldout.jsonl", d.split.heldOut}} {
-		var err error
-		switch rows := f.rows.(type) {
-		case []seed.Example:
-			err = jsonl.WriteFile(filepath.Join(dataDir, f.name), rows)
-		case []Item:
-			err = jsonl.WriteFile(filepath.Join(dataDir, f.name), rows)
-		}
-		if err != nil {
+	if err := jsonl.WriteFile(filepath.Join(dataDir, "sft.jsonl"), chats); err != nil {
+		return err
+	}
+	for name, rows := range map[string][]Item{"rl.jsonl": d.split.rl, "heldout.jsonl": d.split.heldOut} {
+		if err := jsonl.WriteFile(filepath.Join(dataDir, name), rows); err != nil {
 			return err
 		}
 	}
-	for lv := 1; lv <= MaxLevel; lv++ {
-		var items []Item
+	prompts := b.Prompts()
+	for i, name := range d.groups {
+		var items, told []Item
 		for _, it := range d.split.heldOut {
-			if it.Level == lv {
+			if it.Level == i+1 {
 				items = append(items, it)
+				if it.Family != "" {
+					it.Problem = pool.WithContext(it.Problem, prompts.AbstractionContext(ruleStatement(it.Family, it.Rule)))
+					told = append(told, it)
+				}
 			}
 		}
-		path := filepath.Join(dataDir, fmt.Sprintf("heldout-L%d.jsonl", lv))
-		if err := jsonl.WriteFile(path, items); err != nil {
-			return err
+		for _, f := range []struct {
+			dir   string
+			items []Item
+			into  *[]eval.Benchmark
+		}{{"heldout", items, &d.bench}, {"heldout-told", told, &d.benchTold}} {
+			if len(f.items) == 0 {
+				continue
+			}
+			path := filepath.Join(dataDir, f.dir, name+".jsonl")
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			if err := jsonl.WriteFile(path, f.items); err != nil {
+				return err
+			}
+			bench, err := eval.LoadBenchmark(name, path, 0)
+			if err != nil {
+				return err
+			}
+			*f.into = append(*f.into, bench)
 		}
-		bench, err := eval.LoadBenchmark(fmt.Sprintf("level%d", lv), path, 0)
-		if err != nil {
-			return err
-		}
-		d.bench = append(d.bench, bench)
 	}
 	return nil
 }

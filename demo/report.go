@@ -21,7 +21,8 @@ import (
 
 // stages are a demo's stage directories in the order shown.
 var stages = []eval.Stage{{Dir: "sft", Title: "Stage 1: SFT"}, {Dir: ArmGRPO, Title: "Stage 2: GRPO"}, {Dir: ArmLANPO, Title: "Stage 2: LANPO"},
-	{Dir: ArmLANPOOriginal, Title: "Stage 2: LANPO (train_prompt: original)"}, {Dir: "rl", Title: "Stage 2: GRPO"}}
+	{Dir: ArmLANPOOriginal, Title: "Stage 2: LANPO (train_prompt: original)"}, {Dir: ArmLANPOConsolidate, Title: "Stage 2: LANPO with consolidation"},
+	{Dir: "rl", Title: "Stage 2: GRPO"}}
 
 // WriteReport writes RUN_DIR/report.html for any run (eval.WriteReport),
 // with the demo's sections and stages when RUN_DIR is a demo's.
@@ -39,10 +40,17 @@ func writeDemo(b *strings.Builder, runDir string) error {
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(runDir, "demo_results.json"), err)
 	}
+	worldIntro(b, res)
 	heldOutTable(b, res)
-	fmt.Fprintf(b, "<h2>Data</h2><p>Disjoint problem sets: %d held out, %d distinct RL problems (levels 2-4; %d prompt draws, so each recurs about %.1f times), %d distinct SFT problems (%d answer examples plus skill examples the world wrote).</p>",
-		res.Sizes["heldout"], res.Sizes["rl_distinct"], res.Sizes["rl_prompt_draws"], float64(res.Sizes["rl_prompt_draws"])/float64(max(res.Sizes["rl_distinct"], 1)),
-		res.Sizes["sft_distinct"], res.Sizes["sft_answers"])
+	if isRules(res.World) {
+		fmt.Fprintf(b, "<h2>Data</h2><p>%d families, %d candidate rules; %d held-out problems and %d distinct RL problems (%d prompt draws, so each recurs about %.1f times), no operand pair shared between them; %d SFT examples over words that are no family's.</p>",
+			res.Sizes["families"], res.Sizes["rules_k"], res.Sizes["heldout"], res.Sizes["rl_distinct"], res.Sizes["rl_prompt_draws"],
+			float64(res.Sizes["rl_prompt_draws"])/float64(max(res.Sizes["rl_distinct"], 1)), res.Sizes["sft_examples"])
+	} else {
+		fmt.Fprintf(b, "<h2>Data</h2><p>Disjoint problem sets: %d held out, %d distinct RL problems (levels 2-4; %d prompt draws, so each recurs about %.1f times), %d distinct SFT problems (%d answer examples plus skill examples the world wrote).</p>",
+			res.Sizes["heldout"], res.Sizes["rl_distinct"], res.Sizes["rl_prompt_draws"], float64(res.Sizes["rl_prompt_draws"])/float64(max(res.Sizes["rl_distinct"], 1)),
+			res.Sizes["sft_distinct"], res.Sizes["sft_answers"])
+	}
 	if len(res.Usage) > 0 {
 		b.WriteString("<table><tr><th>arm</th><th>prompts</th><th>feedback-aware</th><th>reflection</th><th>abstraction</th><th>fell back to scratch</th></tr>")
 		for _, arm := range sortedArms(res.Usage) {
@@ -52,18 +60,14 @@ func writeDemo(b *strings.Builder, runDir string) error {
 		b.WriteString("</table>")
 	}
 	armCurves(b, runDir)
+	if res.Rules != nil {
+		rulesSections(b, res)
+	}
 	poolSamples(b, runDir)
 	return nil
 }
 
-func sortedArms(m map[string]FeedbackUsage) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedArms(m map[string]FeedbackUsage) []string { return sortedKeys(m) }
 
 // heldOutTable: levels down, stage × mode across.
 func heldOutTable(b *strings.Builder, res Results) {
@@ -74,11 +78,12 @@ func heldOutTable(b *strings.Builder, res Results) {
 	var cols []col
 	for _, st := range res.Stages {
 		for _, m := range st.Modes {
-			name := st.Stage
-			if st.Stage != "sft" {
-				name += " " + m.Mode
-			} else {
+			name := st.Stage + " " + m.Mode
+			switch st.Stage {
+			case "sft":
 				name = "after SFT"
+			case stageTold:
+				name = "SFT, rule told (ceiling)"
 			}
 			cols = append(cols, col{name, m})
 		}
@@ -86,27 +91,41 @@ func heldOutTable(b *strings.Builder, res Results) {
 	if len(cols) == 0 {
 		return
 	}
-	b.WriteString("<h2>Held-out accuracy (greedy), after SFT and after each RL arm</h2><p>Same SFT checkpoint, seeds and rollout budget for every arm. Cells: accuracy (answers showing column steps).</p><table><tr><th>level</th><th>problems</th>")
+	worked := !isRules(res.World)
+	cells := "Cells: accuracy, the share of the group's problems answered right."
+	if worked {
+		cells = "Cells: accuracy (answers showing column steps)."
+	}
+	fmt.Fprintf(b, "<h2>Held-out accuracy (greedy), after SFT and after each RL arm</h2><p>Same SFT checkpoint, seeds and rollout budget for every arm. %s The last row pools every held-out problem: the accuracy this report uses everywhere.</p><table><tr><th>%s</th><th>problems</th>",
+		cells, map[bool]string{true: "level", false: "family (rule)"}[worked])
 	for _, c := range cols {
 		fmt.Fprintf(b, "<th>%s</th>", html.EscapeString(c.name))
 	}
 	b.WriteString("</tr>")
 	for i, la := range cols[0].m.Levels {
-		name := ""
-		if la.Level < len(Levels) {
-			name = Levels[la.Level]
+		name := groupName(res.World, la.Level, la.Name)
+		if res.Rules != nil && la.Level-1 < len(res.Rules.FamilyRules) {
+			name += " (" + res.Rules.FamilyRules[la.Level-1] + ")"
 		}
-		fmt.Fprintf(b, "<tr><td>%d: %s</td><td>%d</td>", la.Level, html.EscapeString(name), la.N)
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%d</td>", html.EscapeString(name), la.N)
 		for _, c := range cols {
 			if i < len(c.m.Levels) {
-				fmt.Fprintf(b, "<td>%.3f (%d)</td>", c.m.Levels[i].Accuracy, c.m.Levels[i].Worked)
+				if worked {
+					fmt.Fprintf(b, "<td>%.3f (%d)</td>", c.m.Levels[i].Accuracy, c.m.Levels[i].Worked)
+				} else {
+					fmt.Fprintf(b, "<td>%.3f</td>", c.m.Levels[i].Accuracy)
+				}
 			}
 		}
 		b.WriteString("</tr>")
 	}
 	b.WriteString("<tr><th>all</th><td></td>")
 	for _, c := range cols {
-		fmt.Fprintf(b, "<th>%.3f (%d)</th>", c.m.Overall, c.m.Worked)
+		if worked {
+			fmt.Fprintf(b, "<th>%.3f (%d)</th>", c.m.Overall, c.m.Worked)
+		} else {
+			fmt.Fprintf(b, "<th>%.3f</th>", c.m.Overall)
+		}
 	}
 	b.WriteString("</tr></table>")
 }
@@ -128,14 +147,19 @@ func armCurves(b *strings.Builder, runDir string) {
 	}
 	b.WriteString("<h2>Training curves, all arms</h2><p>Compute counts every token prefilled or generated: rollouts, and for LANPO also relevance scoring, condensed plans and summaries.</p>")
 	xs := []struct{ key, label string }{{"step", "step"}, {"compute", "tokens prefilled + generated (cumulative)"}, {"wall", "wall time, s (cumulative)"}}
-	for _, metric := range []struct{ key, label string }{{"heldout", "held-out accuracy (greedy, zero-shot)"}, {"accuracy", "training accuracy (sampled)"}} {
-		for _, x := range xs {
-			c := eval.Chart{Title: metric.label + " vs " + x.key, XLabel: x.label, YLabel: "accuracy"}
-			for _, a := range arms {
-				c.Series = append(c.Series, armSeries(a.name, a.rows, metric.key, x.key))
-			}
-			eval.WriteChart(b, c)
+	for _, x := range xs {
+		c := eval.Chart{Title: "held-out accuracy (greedy, zero-shot; step 0 is the SFT model) vs " + x.key, XLabel: x.label, YLabel: "share of held-out problems right"}
+		for _, a := range arms {
+			c.Series = append(c.Series, heldOutCurve(runDir, a.name, a.rows, x.key))
 		}
+		eval.WriteChart(b, c)
+	}
+	for _, x := range xs {
+		c := eval.Chart{Title: "training accuracy (sampled) vs " + x.key, XLabel: x.label, YLabel: "accuracy"}
+		for _, a := range arms {
+			c.Series = append(c.Series, armSeries(a.name, a.rows, "accuracy", x.key))
+		}
+		eval.WriteChart(b, c)
 	}
 	fb := eval.Chart{Title: "LANPO: accuracy of feedback-aware vs from-scratch prompts", XLabel: "step", YLabel: "training accuracy"}
 	growth := eval.Chart{Title: "LANPO: pool size", XLabel: "step", YLabel: "entries"}
@@ -153,13 +177,10 @@ func armCurves(b *strings.Builder, runDir string) {
 	eval.WriteChart(b, growth)
 }
 
-// armSeries is one arm's metric against step, cumulative compute or wall
-// time; "heldout" is the held-out zero-shot accuracy over all levels (the
-// mean of the eval/levelN/zero-shot/mean@k keys weighted by problems is
-// not known here: levels are weighted equally, the curve's shape is what
-// it shows).
-func armSeries(name string, rows []map[string]any, metric, x string) eval.Series {
-	s := eval.Series{Name: name}
+// cumulative is an arm's compute (tokens prefilled + generated + trained)
+// and wall time summed over its metrics rows up to each step.
+func cumulative(rows []map[string]any) map[int][2]float64 {
+	out := map[int][2]float64{0: {}}
 	var compute, wall float64
 	for _, r := range rows {
 		num := func(k string) float64 { v, _ := r[k].(float64); return v }
@@ -170,29 +191,76 @@ func armSeries(name string, rows []map[string]any, metric, x string) eval.Series
 				wall += f
 			}
 		}
-		var y float64
-		switch metric {
-		case "heldout":
-			n := 0
-			for k, v := range r {
-				if strings.HasPrefix(k, "eval/") && strings.HasSuffix(k, "/zero-shot/mean@k") {
-					y += v.(float64)
-					n++
-				}
-			}
-			if n == 0 {
-				continue
-			}
-			y /= float64(n)
-		default:
-			v, ok := r[metric].(float64)
-			if !ok {
-				continue
-			}
-			y = v
+		out[int(num("step"))] = [2]float64{compute, wall}
+	}
+	return out
+}
+
+// xOf places a step on a chart's x axis: the step, or the arm's
+// cumulative compute or wall time there.
+func xOf(cum map[int][2]float64, step int, x string) float64 {
+	switch x {
+	case "compute":
+		return cum[step][0]
+	case "wall":
+		return cum[step][1]
+	}
+	return float64(step)
+}
+
+// armSeries is one arm's metric against step, cumulative compute or wall
+// time.
+func armSeries(name string, rows []map[string]any, metric, x string) eval.Series {
+	s := eval.Series{Name: name}
+	cum := cumulative(rows)
+	for _, r := range rows {
+		v, ok := r[metric].(float64)
+		if !ok {
+			continue
 		}
-		xv := map[string]float64{"step": num("step"), "compute": compute, "wall": wall}[x]
-		s.Points = append(s.Points, [2]float64{xv, y})
+		step, _ := r["step"].(float64)
+		s.Points = append(s.Points, [2]float64{xOf(cum, int(step), x), v})
+	}
+	return s
+}
+
+// pooledAt is the share of an evaluation directory's held-out problems
+// answered right zero-shot — the report's one held-out accuracy.
+func pooledAt(dir string) (float64, bool) {
+	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(dir, eval.SamplesFile))
+	if err != nil {
+		return 0, false
+	}
+	right, n := 0, 0
+	for _, l := range lines {
+		if l.Mode == eval.ModeZeroShot {
+			n++
+			if l.Correct {
+				right++
+			}
+		}
+	}
+	return float64(right) / float64(max(n, 1)), n > 0
+}
+
+// heldOutCurve is an arm's pooled held-out accuracy at step 0 (the SFT
+// model, RUN_DIR/eval-sft) and at each of its training evaluations.
+func heldOutCurve(runDir, arm string, rows []map[string]any, x string) eval.Series {
+	s := eval.Series{Name: arm}
+	cum := cumulative(rows)
+	if acc, ok := pooledAt(filepath.Join(runDir, "eval-sft")); ok {
+		s.Points = append(s.Points, [2]float64{0, acc})
+	}
+	dirs, _ := filepath.Glob(filepath.Join(runDir, arm, "eval", "step-*"))
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		var step int
+		if _, err := fmt.Sscanf(filepath.Base(d), "step-%d", &step); err != nil {
+			continue
+		}
+		if acc, ok := pooledAt(d); ok {
+			s.Points = append(s.Points, [2]float64{xOf(cum, step, x), acc})
+		}
 	}
 	return s
 }

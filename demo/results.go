@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"fmt"
 	"path/filepath"
 
 	"github.com/lanpo-rl/lanpo/eval"
@@ -10,10 +9,19 @@ import (
 // Results is RUN_DIR/demo_results.json: each stage's held-out accuracy
 // by mode and level, the split sizes and how often feedback was available.
 type Results struct {
-	Seed   int64                    `json:"seed"`
-	Sizes  map[string]int           `json:"sizes"`
-	Stages []StageResult            `json:"stages"`
-	Usage  map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
+	World   string                   `json:"world"`
+	Seed    int64                    `json:"seed"`
+	Sizes   map[string]int           `json:"sizes"`
+	Stages  []StageResult            `json:"stages"`
+	Usage   map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
+	Seconds []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
+	Rules   *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
+}
+
+// ArmSeconds is an arm's wall time (training with its evaluations).
+type ArmSeconds struct {
+	Arm     string  `json:"arm"`
+	Seconds float64 `json:"seconds"`
 }
 
 // StageResult is one model's held-out evaluation.
@@ -30,9 +38,11 @@ type ModeResult struct {
 	Worked  int             `json:"worked"`
 }
 
-// LevelAccuracy is greedy accuracy on one difficulty level.
+// LevelAccuracy is greedy accuracy on one held-out group: a difficulty
+// level, or a rule world's family.
 type LevelAccuracy struct {
 	Level    int     `json:"level"`
+	Name     string  `json:"name"` // the group's benchmark name
 	N        int     `json:"n"`
 	Correct  int     `json:"correct"`
 	Accuracy float64 `json:"accuracy"`
@@ -48,9 +58,13 @@ type FeedbackUsage struct {
 	Fallback      int `json:"fallback"`
 }
 
-// stageResult tallies sample lines per mode and level (self-correct: the
-// answers after reflection).
-func stageResult(stage string, modes []string, lines []eval.SampleLine) StageResult {
+// stageResult tallies sample lines per mode and group (self-correct: the
+// answers after reflection); groups are the benchmarks' names.
+func stageResult(stage string, modes []string, groups []string, lines []eval.SampleLine) StageResult {
+	index := map[string]int{}
+	for i, g := range groups {
+		index[g] = i + 1
+	}
 	r := StageResult{Stage: stage}
 	for _, mode := range modes {
 		mr := ModeResult{Mode: mode}
@@ -59,11 +73,10 @@ func stageResult(stage string, modes []string, lines []eval.SampleLine) StageRes
 			if l.Mode != mode || l.Stage == "first" {
 				continue
 			}
-			var lv int
-			fmt.Sscanf(l.Bench, "level%d", &lv)
+			lv := index[l.Bench]
 			la := byLevel[lv]
 			if la == nil {
-				la = &LevelAccuracy{Level: lv}
+				la = &LevelAccuracy{Level: lv, Name: l.Bench}
 				byLevel[lv] = la
 			}
 			la.N++
@@ -75,7 +88,7 @@ func stageResult(stage string, modes []string, lines []eval.SampleLine) StageRes
 			}
 		}
 		total, correct := 0, 0
-		for lv := 1; lv <= MaxLevel; lv++ {
+		for lv := 1; lv <= len(groups); lv++ {
 			if la := byLevel[lv]; la != nil {
 				la.Accuracy = float64(la.Correct) / float64(la.N)
 				mr.Levels = append(mr.Levels, *la)

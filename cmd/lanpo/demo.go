@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -12,29 +13,37 @@ import (
 func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
-		Usage: "train a small model on an embedded math world: SFT, then LANPO (or all RL arms with --compare), with a report",
-		Description: "Generates a math world (one-digit ±, two-digit ± one-digit, two-digit ± two-digit, two-digit ×\n" +
-			"one-digit; disjoint SFT, RL and held-out problems from --seed), builds a small Qwen2 model and tokenizer\n" +
-			"from scratch, and runs SFT on answers (worked column-method solutions for 40%, bare results for the rest)\n" +
-			"plus LANPO's skills written by the world (summaries, reflections, condensed plans). Then RL from the SFT\n" +
-			"checkpoint on unseen level 2-4 problems, each arm with the same seeds and rollout budget: LANPO by default;\n" +
-			"--compare runs GRPO, LANPO and LANPO training feedback-guided samples on the bare problem. Every stage\n" +
-			"uses the code of lanpo sft, lanpo train and lanpo eval. RUN_DIR/report.html: held-out greedy accuracy per\n" +
-			"level after SFT and after each arm (LANPO zero-shot, retrieval-augmented and self-corrective), curves of\n" +
-			"the arms against step, compute and wall time, LANPO's feedback accuracy and pool, a reflection as the\n" +
-			"model wrote it. No downloads. Times on 2 CPU cores: docs/benchmarks.md (\"Demo\"); --fast is a short run.",
+		Usage: "train a small model on an embedded world: SFT, then GRPO and LANPO side by side, with a report",
+		Description: "Generates a world (--world; disjoint SFT, RL and held-out problems from --seed), builds a small Qwen2\n" +
+			"model and tokenizer from scratch, runs SFT on the world's answers and on LANPO's skills written by the\n" +
+			"world as teacher (summaries, reflections, condensed plans), then RL arms from the SFT checkpoint with\n" +
+			"the same problems, seeds and steps, each evaluated on the same held-out problems. Every stage uses the\n" +
+			"code of lanpo sft, lanpo train and lanpo eval. No downloads.\n\n" +
+			"Worlds (docs/demo.md):\n" +
+			"  transfer    families of an invented word (\"What is 7 zorp 3?\") whose unstated rule is one of K\n" +
+			"              patterns: found only by exploring, and once found one sentence that answers the family\n" +
+			"  control     the same surface, every problem with its own rule and a worked example of it: lessons\n" +
+			"              from one problem say nothing about another\n" +
+			"  arithmetic  one- and two-digit arithmetic: errors are digit facts\n\n" +
+			"Arms: grpo; lanpo (lanpo.train_prompt sampled); lanpo-original (original, truncated importance\n" +
+			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "). Default: " + strings.Join(demo.DefaultArms, ", ") + "; --compare runs all.\n" +
+			"RUN_DIR/report.html: held-out accuracy per group after SFT and each arm (LANPO also retrieval-augmented\n" +
+			"and self-corrective), curves against step, tokens and wall time with the SFT model at step 0; in the\n" +
+			"rule worlds the ceiling (SFT with the rule told), predictions beside outcomes, and each step of LANPO's\n" +
+			"mechanism per arm and family. Times on 2 CPU cores: docs/benchmarks.md (\"Demo\"); --fast is a short run.",
 		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "world", Value: demo.WorldTransfer, Usage: "the world: " + strings.Join(demo.WorldNames, ", ")},
 			&cli.StringFlag{Name: "run-dir", Value: "runs/demo"},
 			&cli.Int64Flag{Name: "seed", Value: 1},
 			&cli.BoolFlag{Name: "fast", Usage: "a short variant (for tests and a first look)"},
 			&cli.BoolFlag{Name: "compare", Usage: "run every RL arm: " + strings.Join(demo.Arms, ", ")},
-			&cli.StringFlag{Name: "arms", Usage: "RL arms to run, comma-separated (default lanpo)"},
+			&cli.StringFlag{Name: "arms", Usage: "RL arms to run, comma-separated (default " + strings.Join(demo.DefaultArms, ",") + ")"},
 			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default 0.75)"},
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
 		Action: func(c *cli.Context) error {
-			o := demo.Options{RunDir: c.String("run-dir"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
+			o := demo.Options{RunDir: c.String("run-dir"), World: c.String("world"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
 				PT: c.Float64("p-t"), SFT: c.String("sft-from")}
 			switch {
 			case c.Bool("compare"):

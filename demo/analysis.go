@@ -1,0 +1,259 @@
+package demo
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/pool"
+)
+
+// What a rule world's arms did, step by step of the mechanism (docs/demo.md):
+// when each family's rule was first sampled (found) and when the bare
+// prompt answered its held-out problems (learned); whether the pool's
+// summaries state the rule, whether plans carry it and are followed;
+// how many groups had no variance, per prompt mode.
+
+// RulesAnalysis is a rule world's families and each arm's mechanism.
+type RulesAnalysis struct {
+	Families    []string            `json:"families"`
+	FamilyRules []string            `json:"family_rules"`
+	Arms        map[string]ArmRules `json:"arms"`
+}
+
+// ArmRules is one arm's record in a rule world.
+type ArmRules struct {
+	// Per family: the first step with a verified-correct rollout (any
+	// prompt) and with one from the bare prompt; 0: never.
+	Found        []int `json:"found"`
+	FoundScratch []int `json:"found_scratch"`
+	// Per family: zero-shot held-out accuracy at step 0 (the SFT model) and
+	// at each training evaluation, as (step, accuracy).
+	Learned [][][2]float64 `json:"learned"`
+	// Per prompt mode (scratch, reflection, abstraction): groups, those
+	// whose rewards are all equal, those all correct, and rollouts right.
+	Groups map[string]ModeGroups `json:"groups"`
+	// Abstraction plans (one per group): how many, how many state the
+	// family's rule, and the accuracy of rollouts under a plan that does.
+	Plans            int     `json:"plans"`
+	PlansStateRule   int     `json:"plans_state_rule"`
+	PlanRuleAccuracy float64 `json:"plan_rule_accuracy"`
+	// The final pool: entries, entries of a correct attempt, and of those
+	// the ones whose principles state the family's rule; held-out problems
+	// in the pool (must be 0); one entry that states a rule, quoted.
+	PoolEntries           int         `json:"pool_entries"`
+	PoolCorrect           int         `json:"pool_correct"`
+	PoolCorrectStatesRule int         `json:"pool_correct_states_rule"`
+	HeldOutInPool         int         `json:"heldout_in_pool"`
+	Quote                 *pool.Entry `json:"quote,omitempty"`
+}
+
+// ModeGroups counts the groups sampled under one prompt mode.
+type ModeGroups struct {
+	Groups       int `json:"groups"`
+	ZeroVariance int `json:"zero_variance"`
+	AllCorrect   int `json:"all_correct"`
+	Rollouts     int `json:"rollouts"`
+	Correct      int `json:"correct"`
+}
+
+// rolloutRow is what the analysis reads of a rollout log line.
+type rolloutRow struct {
+	Step      int     `json:"step"`
+	ProblemID string  `json:"problem_id"`
+	Group     int     `json:"group"`
+	Sample    int     `json:"sample"`
+	Mode      string  `json:"mode"`
+	Prompt    string  `json:"prompt"`
+	Reward    float64 `json:"reward"`
+	Correct   bool    `json:"correct"`
+}
+
+// analyzeRules reads each arm's rollout logs, evaluations and final pool.
+func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
+	a := &RulesAnalysis{Families: d.families, FamilyRules: d.familyRules, Arms: map[string]ArmRules{}}
+	family := map[string]int{} // problem ID → family index
+	heldOut := map[string]bool{}
+	for _, it := range append(append([]Item{}, d.rl...), d.heldOut...) {
+		family[it.ID] = it.Level - 1
+	}
+	for _, it := range d.heldOut {
+		heldOut[it.ID], heldOut[it.Problem] = true, true
+	}
+	F := len(d.families)
+	sft := learnedAt(filepath.Join(runDir, "eval-sft"), d.families)
+	for _, arm := range arms {
+		dir := filepath.Join(runDir, arm)
+		r := ArmRules{Found: make([]int, F), FoundScratch: make([]int, F), Learned: make([][][2]float64, F), Groups: map[string]ModeGroups{}}
+		logs, _ := filepath.Glob(filepath.Join(dir, "rollouts", "step-*.jsonl"))
+		sort.Strings(logs)
+		var planRight, planN int
+		for _, path := range logs {
+			rows, err := jsonl.Read[rolloutRow](path)
+			if err != nil {
+				continue
+			}
+			type key struct{ group int }
+			groups := map[key][]rolloutRow{}
+			for _, row := range rows {
+				f, ok := family[row.ProblemID]
+				if !ok {
+					continue
+				}
+				if row.Correct {
+					if r.Found[f] == 0 {
+						r.Found[f] = row.Step
+					}
+					if row.Mode == "scratch" && r.FoundScratch[f] == 0 {
+						r.FoundScratch[f] = row.Step
+					}
+				}
+				groups[key{row.Group}] = append(groups[key{row.Group}], row)
+			}
+			for _, g := range groups {
+				mode := g[0].Mode
+				mg := r.Groups[mode]
+				mg.Groups++
+				same, all := true, true
+				for _, row := range g {
+					mg.Rollouts++
+					if row.Correct {
+						mg.Correct++
+					} else {
+						all = false
+					}
+					same = same && row.Reward == g[0].Reward
+				}
+				if same {
+					mg.ZeroVariance++
+				}
+				if all {
+					mg.AllCorrect++
+				}
+				r.Groups[mode] = mg
+				if mode == "abstraction" {
+					f := family[g[0].ProblemID]
+					r.Plans++
+					if statesRule(planOf(g[0].Prompt), d.families[f], d.familyRules[f]) {
+						r.PlansStateRule++
+						for _, row := range g {
+							planN++
+							if row.Correct {
+								planRight++
+							}
+						}
+					}
+				}
+			}
+		}
+		if planN > 0 {
+			r.PlanRuleAccuracy = float64(planRight) / float64(planN)
+		}
+		evals, _ := filepath.Glob(filepath.Join(dir, "eval", "step-*"))
+		type stepAcc struct {
+			step int
+			acc  []float64
+		}
+		var curve []stepAcc
+		for _, e := range evals {
+			step, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(e), "step-"))
+			if err != nil {
+				continue
+			}
+			curve = append(curve, stepAcc{step, learnedAt(e, d.families)})
+		}
+		sort.Slice(curve, func(i, j int) bool { return curve[i].step < curve[j].step })
+		for f := range F {
+			if sft != nil {
+				r.Learned[f] = append(r.Learned[f], [2]float64{0, sft[f]})
+			}
+			for _, c := range curve {
+				if c.acc != nil {
+					r.Learned[f] = append(r.Learned[f], [2]float64{float64(c.step), c.acc[f]})
+				}
+			}
+		}
+		pools, _ := filepath.Glob(filepath.Join(dir, "checkpoints", "step-*", pool.File))
+		sort.Strings(pools)
+		if len(pools) > 0 {
+			lines, _ := jsonl.Read[map[string]json.RawMessage](pools[len(pools)-1])
+			for _, l := range lines {
+				if raw, ok := l["problem"]; ok {
+					var p struct{ ID, Text string }
+					if json.Unmarshal(raw, &p) == nil && (heldOut[p.ID] || heldOut[p.Text]) {
+						r.HeldOutInPool++
+					}
+				}
+				raw, ok := l["entry"]
+				if !ok {
+					continue
+				}
+				var e pool.Entry
+				if json.Unmarshal(raw, &e) != nil {
+					continue
+				}
+				f, ok := family[e.ProblemID]
+				if !ok {
+					continue
+				}
+				r.PoolEntries++
+				if e.Correct {
+					r.PoolCorrect++
+					if statesRule(e.Summary.Principles, d.families[f], d.familyRules[f]) {
+						r.PoolCorrectStatesRule++
+						if r.Quote == nil {
+							q := e
+							r.Quote = &q
+						}
+					}
+				}
+			}
+		}
+		a.Arms[arm] = r
+	}
+	return a
+}
+
+// planOf is the plan an abstraction prompt carried: the text after the
+// prompt's last "Plan:" (the demo's abstraction context).
+func planOf(prompt string) string {
+	i := strings.LastIndex(prompt, "Plan:")
+	if i < 0 {
+		return ""
+	}
+	return prompt[i:]
+}
+
+// learnedAt is zero-shot accuracy per family of an evaluation directory's
+// samples (nil when it has none).
+func learnedAt(dir string, families []string) []float64 {
+	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(dir, eval.SamplesFile))
+	if err != nil {
+		return nil
+	}
+	index := map[string]int{}
+	for i, f := range families {
+		index[f] = i
+	}
+	right, n := make([]float64, len(families)), make([]float64, len(families))
+	for _, l := range lines {
+		f, ok := index[l.Bench]
+		if !ok || l.Mode != eval.ModeZeroShot {
+			continue
+		}
+		n[f]++
+		if l.Correct {
+			right[f]++
+		}
+	}
+	for f := range right {
+		if n[f] > 0 {
+			right[f] /= n[f]
+		}
+	}
+	return right
+}

@@ -1,0 +1,194 @@
+package demo
+
+import (
+	"fmt"
+	"html"
+	"sort"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/eval"
+)
+
+// The report's world sections: what the world is and what was predicted
+// before running (docs/demo.md), and for the rule worlds each step of
+// LANPO's mechanism with its numbers.
+
+// worldAbout says what each world tests.
+var worldAbout = map[string]string{
+	WorldTransfer:   "Transfer world: problems come in families, each an invented word (\"What is 7 zorp 3?\") whose rule is one of K candidate patterns over the operands' digits, the same for every problem of the family and never stated. SFT taught the candidate rules and LANPO's skills on other words; a family's rule is found only by exploring, and once found it is one sentence (\"zorp is aab.\") that answers every problem of the family. Retrieval is easy here by construction: the word is the problem's one rare term, so BM25 finds the family's problems.",
+	WorldControl:    "Control world: the same words and answers, but every problem draws its own rule and shows one worked example of it in the prompt. Each problem is solvable alone, and a lesson from another problem of the same word names a rule that is, most of the time, not this problem's.",
+	WorldArithmetic: "Arithmetic world: four levels of one- and two-digit arithmetic. Its errors are digit facts and carries, which no plan or reflection supplies.",
+}
+
+// predictions are what docs/demo.md wrote down before the comparison ran,
+// per world and arm.
+var predictions = map[string]map[string]string{
+	WorldTransfer: {
+		ArmGRPO:             "learns a family once a group mixes right and wrong (≈ 1 − (1 − 1/K)^G of its groups); every family found within a few visits, learned gradually",
+		ArmLANPO:            "plans state found rules, plan groups saturate (all right, no gradient); the bare prompt learns from the 25% scratch prompts only: below GRPO zero-shot, far above it with retrieval",
+		ArmLANPOOriginal:    "saturated plan groups carry no advantage either, and weights ≈ 1/K damp the mixed ones: at or below GRPO zero-shot",
+		ArmLANPOConsolidate: "every right plan-guided answer is trained on the bare prompt: families learned sooner than GRPO, zero-shot above GRPO",
+	},
+	WorldControl: {
+		ArmGRPO:             "sharpens reading the example; modest gain",
+		ArmLANPO:            "plans name another problem's rule and mislead: below GRPO",
+		ArmLANPOOriginal:    "as LANPO, damped: below or at GRPO",
+		ArmLANPOConsolidate: "distils what plans made right, which is rare when they mislead: at or below GRPO",
+	},
+}
+
+func worldIntro(b *strings.Builder, res Results) {
+	if about, ok := worldAbout[res.World]; ok {
+		fmt.Fprintf(b, "<h2>The world</h2><p>%s</p>", html.EscapeString(about))
+	}
+	// Retrieval's effect per group, for every LANPO arm: the largest change.
+	for _, st := range res.Stages {
+		var zs, rt *ModeResult
+		for i := range st.Modes {
+			switch st.Modes[i].Mode {
+			case eval.ModeZeroShot:
+				zs = &st.Modes[i]
+			case eval.ModeRetrieval:
+				rt = &st.Modes[i]
+			}
+		}
+		if zs == nil || rt == nil || len(zs.Levels) != len(rt.Levels) {
+			continue
+		}
+		worst := -1
+		for i := range zs.Levels {
+			if worst < 0 || rt.Levels[i].Accuracy-zs.Levels[i].Accuracy < rt.Levels[worst].Accuracy-zs.Levels[worst].Accuracy {
+				worst = i
+			}
+		}
+		fmt.Fprintf(b, "<p>%s: retrieval moves held-out accuracy %.3f → %.3f over all problems; its largest drop is on %s, %.2f → %.2f.</p>",
+			html.EscapeString(st.Stage), zs.Overall, rt.Overall, html.EscapeString(groupName(res.World, zs.Levels[worst].Level, zs.Levels[worst].Name)),
+			zs.Levels[worst].Accuracy, rt.Levels[worst].Accuracy)
+	}
+}
+
+// rulesSections shows each arm's mechanism, family by family.
+func rulesSections(b *strings.Builder, res Results) {
+	a := res.Rules
+	arms := sortedKeys(a.Arms)
+	final := map[string]float64{}
+	for _, st := range res.Stages {
+		if len(st.Modes) > 0 {
+			final[st.Stage] = st.Modes[0].Overall
+		}
+	}
+	b.WriteString("<h2>Predicted before running, and what happened</h2><table><tr><th>arm</th><th>predicted (docs/demo.md)</th><th>held-out zero-shot after SFT → after the arm</th></tr>")
+	for _, arm := range arms {
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%.3f → %.3f</td></tr>", arm, html.EscapeString(predictions[res.World][arm]), final["sft"], final[arm])
+	}
+	b.WriteString("</table>")
+
+	b.WriteString("<h2>The mechanism, step by step</h2><p>Found: families with a verified-correct rollout (median step of the first). Learned: families whose held-out problems the bare prompt answers ≥ 75% right at the end. Groups per prompt mode: share with no reward variance (no gradient), share all right, rollout accuracy. Plans: abstraction plans that state the family's rule, and the accuracy under those (is the plan followed?). Pool: correct-attempt entries whose principles state the rule.</p>")
+	b.WriteString("<table><tr><th>arm</th><th>found</th><th>learned</th><th>scratch groups: no variance / all right / acc.</th><th>reflection</th><th>abstraction</th><th>plans stating the rule; their acc.</th><th>pool: correct entries stating the rule</th><th>held-out problems in pool</th></tr>")
+	F := len(a.Families)
+	for _, arm := range arms {
+		r := a.Arms[arm]
+		found, learned := 0, 0
+		var steps []int
+		for f := range F {
+			if r.Found[f] > 0 {
+				found++
+				steps = append(steps, r.Found[f])
+			}
+			if c := r.Learned[f]; len(c) > 0 && c[len(c)-1][1] >= 0.75 {
+				learned++
+			}
+		}
+		sort.Ints(steps)
+		med := "—"
+		if len(steps) > 0 {
+			med = fmt.Sprint(steps[len(steps)/2])
+		}
+		mode := func(m string) string {
+			g, ok := r.Groups[m]
+			if !ok || g.Groups == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.2f / %.2f / %.2f (%d)", float64(g.ZeroVariance)/float64(g.Groups), float64(g.AllCorrect)/float64(g.Groups), float64(g.Correct)/float64(max(g.Rollouts, 1)), g.Groups)
+		}
+		plans := "—"
+		if r.Plans > 0 {
+			plans = fmt.Sprintf("%d of %d; %.2f", r.PlansStateRule, r.Plans, r.PlanRuleAccuracy)
+		}
+		pool := "—"
+		if r.PoolEntries > 0 {
+			pool = fmt.Sprintf("%d of %d (%d entries)", r.PoolCorrectStatesRule, r.PoolCorrect, r.PoolEntries)
+		}
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%d of %d (median step %s)</td><td>%d of %d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td></tr>",
+			arm, found, F, med, learned, F, mode("scratch"), mode("reflection"), mode("abstraction"), plans, pool, r.HeldOutInPool)
+	}
+	b.WriteString("</table>")
+
+	// Families found and learned over steps, per arm.
+	foundC := eval.Chart{Title: "families found (a verified-correct rollout so far) vs step", XLabel: "step", YLabel: "families"}
+	learnedC := eval.Chart{Title: "families learned (held-out zero-shot ≥ 0.75) vs step", XLabel: "step", YLabel: "families"}
+	for _, arm := range arms {
+		r := a.Arms[arm]
+		fs := eval.Series{Name: arm}
+		last := 0
+		for _, s := range r.Found {
+			last = max(last, s)
+		}
+		for step := 0; step <= last; step++ {
+			n := 0
+			for _, s := range r.Found {
+				if s > 0 && s <= step {
+					n++
+				}
+			}
+			fs.Points = append(fs.Points, [2]float64{float64(step), float64(n)})
+		}
+		foundC.Series = append(foundC.Series, fs)
+		ls := eval.Series{Name: arm}
+		if F > 0 {
+			for k := range r.Learned[0] {
+				n := 0
+				for f := range F {
+					if k < len(r.Learned[f]) && r.Learned[f][k][1] >= 0.75 {
+						n++
+					}
+				}
+				ls.Points = append(ls.Points, [2]float64{r.Learned[0][k][0], float64(n)})
+			}
+		}
+		learnedC.Series = append(learnedC.Series, ls)
+	}
+	eval.WriteChart(b, foundC)
+	eval.WriteChart(b, learnedC)
+
+	// Per family: found step and final zero-shot accuracy, per arm.
+	b.WriteString("<h3>Per family: step first found / held-out zero-shot at the end</h3><table><tr><th>family</th><th>rule</th>")
+	for _, arm := range arms {
+		fmt.Fprintf(b, "<th>%s</th>", arm)
+	}
+	b.WriteString("</tr>")
+	for f, word := range a.Families {
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td>", word, a.FamilyRules[f])
+		for _, arm := range arms {
+			r := a.Arms[arm]
+			found := "never"
+			if r.Found[f] > 0 {
+				found = fmt.Sprint(r.Found[f])
+			}
+			acc := "—"
+			if c := r.Learned[f]; len(c) > 0 {
+				acc = fmt.Sprintf("%.2f", c[len(c)-1][1])
+			}
+			fmt.Fprintf(b, "<td>%s / %s</td>", found, acc)
+		}
+		b.WriteString("</tr>")
+	}
+	b.WriteString("</table>")
+	for _, arm := range arms {
+		if q := a.Arms[arm].Quote; q != nil {
+			fmt.Fprintf(b, "<h3>A pool entry that carried a rule (%s, problem %s, step %d)</h3><pre>Attempt: %s\nPrinciples: %s\nPitfalls: %s</pre>",
+				arm, html.EscapeString(q.ProblemID), q.Step, html.EscapeString(q.Attempt), html.EscapeString(q.Summary.Principles), html.EscapeString(q.Summary.Pitfalls))
+			break
+		}
+	}
+}
