@@ -298,9 +298,16 @@ func TestRuleWorldSplits(t *testing.T) {
 			}
 		}
 		mixed := 0
+		used := map[string]string{}
 		for f, rs := range rules {
 			if name == WorldTransfer && len(rs) != 1 {
 				t.Fatalf("transfer family %s has rules %v", f, rs)
+			}
+			for r := range rs {
+				if other, ok := used[r]; ok && name == WorldTransfer {
+					t.Fatalf("transfer families %s and %s share rule %s", f, other, r)
+				}
+				used[r] = f
 			}
 			if len(rs) > 1 {
 				mixed++

@@ -134,6 +134,9 @@ func rulesSections(b *strings.Builder, res Results) {
 		for _, s := range r.Found {
 			last = max(last, s)
 		}
+		if F > 0 && len(r.Learned[0]) > 0 {
+			last = max(last, int(r.Learned[0][len(r.Learned[0])-1][0]))
+		}
 		for step := 0; step <= last; step++ {
 			n := 0
 			for _, s := range r.Found {

@@ -119,8 +119,12 @@ func (w rulesWorld) split(seedV int64, p demoPlan) demoSplit {
 	words := inventWords(rng, p.families+p.sftWords, map[string]bool{})
 	d := demoSplit{families: words[:p.families], sftWords: words[p.families:]}
 	rules := rulePatterns[:p.rulesK]
+	// A different rule per family (families ≤ K): were two families to share
+	// one, the most frequent rule would pay without reading the word, and a
+	// policy could learn it in place of the families' rules.
+	order := rng.Perm(len(rules))
 	for f, word := range d.families {
-		rule := rules[rng.Intn(len(rules))]
+		rule := rules[order[f%len(order)]]
 		d.familyRules = append(d.familyRules, rule)
 		pick := func(from [][2]int, n int, prefix string) []Item {
 			idx := rng.Perm(len(from))[:n]
