@@ -83,6 +83,8 @@ func rulesSections(b *strings.Builder, res Results) {
 	}
 	b.WriteString("</table>")
 
+	verdict(b, res, final)
+
 	b.WriteString("<h2>The mechanism, step by step</h2><p>Found: families with a verified-correct rollout (median step of the first). Learned: families whose held-out problems the bare prompt answers ≥ 75% right at the end. Groups per prompt mode: share with no reward variance (no gradient), share all right, rollout accuracy. Plans: abstraction plans that state the family's rule, and the accuracy under those (is the plan followed?). Pool: correct-attempt entries whose principles state the rule.</p>")
 	b.WriteString("<table><tr><th>arm</th><th>found</th><th>learned</th><th>scratch groups: no variance / all right / acc.</th><th>reflection</th><th>abstraction</th><th>plans stating the rule; their acc.</th><th>pool: correct entries stating the rule</th><th>held-out problems in pool</th></tr>")
 	F := len(a.Families)
@@ -194,4 +196,53 @@ func rulesSections(b *strings.Builder, res Results) {
 			break
 		}
 	}
+}
+
+// verdict is the run's outcome in a paragraph written from its numbers:
+// the best LANPO arm against GRPO zero-shot and with retrieval, and the
+// first step of the mechanism that falls short (docs/demo.md).
+func verdict(b *strings.Builder, res Results, final map[string]float64) {
+	grpo, ok := final[ArmGRPO]
+	if !ok {
+		return
+	}
+	best, bestAcc := "", -1.0
+	for _, arm := range Arms[1:] { // the LANPO arms, in a fixed order: ties go to the first
+		if acc, ok := final[arm]; ok && acc > bestAcc {
+			best, bestAcc = arm, acc
+		}
+	}
+	if best == "" {
+		return
+	}
+	r := res.Rules.Arms[best]
+	var text strings.Builder
+	fmt.Fprintf(&text, "Held out, zero-shot: GRPO %.3f, the best LANPO arm (%s) %.3f (%+.3f).", grpo, best, bestAcc, bestAcc-grpo)
+	for _, st := range res.Stages {
+		if st.Stage == best && len(st.Modes) > 1 {
+			fmt.Fprintf(&text, " With retrieval from its pool: %.3f.", st.Modes[1].Overall)
+		}
+	}
+	share := func(n, d int) float64 { return float64(n) / float64(max(d, 1)) }
+	fb := r.Groups["abstraction"]
+	switch {
+	case r.PoolCorrect == 0:
+		text.WriteString(" The mechanism fails at the start: no correct attempt entered the pool.")
+	case share(r.PoolCorrectStatesRule, r.PoolCorrect) < 0.5:
+		fmt.Fprintf(&text, " The mechanism fails at the summaries: %.0f%% of correct-attempt entries state the rule.", 100*share(r.PoolCorrectStatesRule, r.PoolCorrect))
+	case share(r.PlansStateRule, r.Plans) < 0.5:
+		fmt.Fprintf(&text, " Summaries state the rule (%.0f%% of correct-attempt entries), but the condenser rarely carries it into the plan: %d of %d plans state it.",
+			100*share(r.PoolCorrectStatesRule, r.PoolCorrect), r.PlansStateRule, r.Plans)
+	case r.PlanRuleAccuracy < 0.9:
+		fmt.Fprintf(&text, " Plans state the rule (%d of %d), but the solver follows them only %.0f%% of the time.", r.PlansStateRule, r.Plans, 100*r.PlanRuleAccuracy)
+	default:
+		fmt.Fprintf(&text, " Plans state the rule (%d of %d) and are followed (%.0f%% right).", r.PlansStateRule, r.Plans, 100*r.PlanRuleAccuracy)
+	}
+	if fb.Groups > 0 {
+		fmt.Fprintf(&text, " Plan-guided groups: %.0f%% all right (saturated, no advantage), %.0f%% with no variance.", 100*share(fb.AllCorrect, fb.Groups), 100*share(fb.ZeroVariance, fb.Groups))
+	}
+	if bestAcc <= grpo {
+		text.WriteString(" The bare prompt did not learn more than GRPO's.")
+	}
+	fmt.Fprintf(b, "<h2>Verdict, from this run's numbers</h2><p>%s</p>", html.EscapeString(text.String()))
 }
