@@ -39,7 +39,7 @@ func demoCommand() *cli.Command {
 			&cli.BoolFlag{Name: "compare", Usage: "run every RL arm: " + strings.Join(demo.Arms, ", ")},
 			&cli.StringFlag{Name: "arms", Usage: "RL arms to run, comma-separated (default " + strings.Join(demo.DefaultArms, ",") + ")"},
 			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default 0.75)"},
-			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it)"},
+			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it; the transfer and control worlds share one SFT)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
 		Action: func(c *cli.Context) error {
