@@ -2,6 +2,7 @@ package demo
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -38,12 +39,12 @@ type ArmRules struct {
 	// whose rewards are all equal, those all correct, and rollouts right.
 	Groups map[string]ModeGroups `json:"groups"`
 	// Abstraction plans (one per group): how many, how many state the
-	// family's rule, and the accuracy of rollouts under a plan that does.
+	// problem's rule, and the accuracy of rollouts under a plan that does.
 	Plans            int     `json:"plans"`
 	PlansStateRule   int     `json:"plans_state_rule"`
 	PlanRuleAccuracy float64 `json:"plan_rule_accuracy"`
 	// The final pool: entries, entries of a correct attempt, and of those
-	// the ones whose principles state the family's rule; held-out problems
+	// the ones whose principles state their problem's rule; held-out problems
 	// in the pool (must be 0); one entry that states a rule, quoted.
 	PoolEntries           int         `json:"pool_entries"`
 	PoolCorrect           int         `json:"pool_correct"`
@@ -76,10 +77,11 @@ type rolloutRow struct {
 // analyzeRules reads each arm's rollout logs, evaluations and final pool.
 func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
 	a := &RulesAnalysis{Families: d.families, FamilyRules: d.familyRules, Arms: map[string]ArmRules{}}
-	family := map[string]int{} // problem ID → family index
+	family := map[string]int{}  // problem ID → family index
+	rule := map[string]string{} // problem ID → the rule that answers it
 	heldOut := map[string]bool{}
 	for _, it := range append(append([]Item{}, d.rl...), d.heldOut...) {
-		family[it.ID] = it.Level - 1
+		family[it.ID], rule[it.ID] = it.Level-1, it.Rule
 	}
 	for _, it := range d.heldOut {
 		heldOut[it.ID], heldOut[it.Problem] = true, true
@@ -138,7 +140,7 @@ func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
 				if mode == "abstraction" {
 					f := family[g[0].ProblemID]
 					r.Plans++
-					if statesRule(planOf(g[0].Prompt), d.families[f], d.familyRules[f]) {
+					if statesRule(planOf(g[0].Prompt), d.families[f], rule[g[0].ProblemID]) {
 						r.PlansStateRule++
 						for _, row := range g {
 							planN++
@@ -203,7 +205,7 @@ func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
 				r.PoolEntries++
 				if e.Correct {
 					r.PoolCorrect++
-					if statesRule(e.Summary.Principles, d.families[f], d.familyRules[f]) {
+					if statesRule(e.Summary.Principles, d.families[f], rule[e.ProblemID]) {
 						r.PoolCorrectStatesRule++
 						if r.Quote == nil {
 							q := e
@@ -256,4 +258,33 @@ func learnedAt(dir string, families []string) []float64 {
 		}
 	}
 	return right
+}
+
+// readRulesSplit rebuilds a rule world's families and problems from its
+// run directory's data files (lanpo report recomputes the analysis with
+// the code that reads it).
+func readRulesSplit(runDir string) (demoSplit, error) {
+	var d demoSplit
+	var err error
+	if d.rl, err = jsonl.Read[Item](filepath.Join(runDir, "data", "rl.jsonl")); err != nil {
+		return d, err
+	}
+	if d.heldOut, err = jsonl.Read[Item](filepath.Join(runDir, "data", "heldout.jsonl")); err != nil {
+		return d, err
+	}
+	for _, it := range append(append([]Item{}, d.rl...), d.heldOut...) {
+		f := it.Level - 1
+		if f < 0 || it.Family == "" {
+			return d, fmt.Errorf("%s: problem %s has no family", filepath.Join(runDir, "data"), it.ID)
+		}
+		for len(d.families) <= f {
+			d.families, d.familyRules = append(d.families, ""), append(d.familyRules, "")
+		}
+		if d.families[f] == "" {
+			d.families[f], d.familyRules[f] = it.Family, it.Rule
+		} else if d.familyRules[f] != it.Rule {
+			d.familyRules[f] = "" // each problem its own (control)
+		}
+	}
+	return d, nil
 }

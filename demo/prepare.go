@@ -41,7 +41,7 @@ func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms 
 	}
 
 	base := baseConfig(runSeed, promptsPath)
-	if err := d.writeData(dataDir, w, base, runSeed, p); err != nil {
+	if err := d.writeData(dataDir, worldName, w, base, runSeed, p); err != nil {
 		return d, err
 	}
 
@@ -145,8 +145,8 @@ func baseConfig(runSeed int64, promptsPath string) trainer.Config {
 // writeData writes the demo's data files into dataDir — the SFT chats
 // (the world's answers and skill examples, shuffled), the RL problems, the
 // held-out problems whole and per group (and, in the rule worlds, with the
-// rule told) — and loads the held-out benchmarks.
-func (d *demoRun) writeData(dataDir string, w world, base trainer.Config, runSeed int64, p demoPlan) error {
+// transfer world, with the rule told) — and loads the held-out benchmarks.
+func (d *demoRun) writeData(dataDir, worldName string, w world, base trainer.Config, runSeed int64, p demoPlan) error {
 	b, err := seed.NewBuilder(base, nil)
 	if err != nil {
 		return err
@@ -169,7 +169,7 @@ func (d *demoRun) writeData(dataDir string, w world, base trainer.Config, runSee
 		for _, it := range d.split.heldOut {
 			if it.Level == i+1 {
 				items = append(items, it)
-				if it.Family != "" {
+				if worldName == WorldTransfer { // the control's problems carry their rule already
 					it.Problem = pool.WithContext(it.Problem, prompts.AbstractionContext(ruleStatement(it.Family, it.Rule)))
 					told = append(told, it)
 				}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/pool"
 )
@@ -39,6 +40,25 @@ func writeDemo(b *strings.Builder, runDir string) error {
 	var res Results
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(runDir, "demo_results.json"), err)
+	}
+	if isRules(res.World) {
+		// The analysis from the run's files, with the code that shows it;
+		// demo_results.json is brought up to date.
+		d, err := readRulesSplit(runDir)
+		if err != nil {
+			return err
+		}
+		var arms []string
+		for _, st := range res.Stages {
+			if st.Stage != "sft" && st.Stage != stageTold {
+				arms = append(arms, st.Stage)
+			}
+		}
+		res.Rules = analyzeRules(runDir, d, arms)
+		js, _ := json.MarshalIndent(res, "", " ")
+		if err := fsutil.WriteFileSync(filepath.Join(runDir, "demo_results.json"), append(js, '\n')); err != nil {
+			return err
+		}
 	}
 	worldIntro(b, res)
 	heldOutTable(b, res)
@@ -77,6 +97,9 @@ func heldOutTable(b *strings.Builder, res Results) {
 	}
 	var cols []col
 	for _, st := range res.Stages {
+		if st.Stage == stageTold && res.World != WorldTransfer {
+			continue // the control's problems carry their rule: its ceiling is the SFT column
+		}
 		for _, m := range st.Modes {
 			name := st.Stage + " " + m.Mode
 			switch st.Stage {
@@ -104,7 +127,7 @@ func heldOutTable(b *strings.Builder, res Results) {
 	b.WriteString("</tr>")
 	for i, la := range cols[0].m.Levels {
 		name := groupName(res.World, la.Level, la.Name)
-		if res.Rules != nil && la.Level-1 < len(res.Rules.FamilyRules) {
+		if res.Rules != nil && la.Level-1 < len(res.Rules.FamilyRules) && res.Rules.FamilyRules[la.Level-1] != "" {
 			name += " (" + res.Rules.FamilyRules[la.Level-1] + ")"
 		}
 		fmt.Fprintf(b, "<tr><td>%s</td><td>%d</td>", html.EscapeString(name), la.N)

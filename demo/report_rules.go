@@ -173,7 +173,11 @@ func rulesSections(b *strings.Builder, res Results) {
 	}
 	b.WriteString("</tr>")
 	for f, word := range a.Families {
-		fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td>", word, a.FamilyRules[f])
+		rule := a.FamilyRules[f]
+		if rule == "" {
+			rule = "each problem its own"
+		}
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td>", word, rule)
 		for _, arm := range arms {
 			r := a.Arms[arm]
 			found := "never"
@@ -231,7 +235,7 @@ func verdict(b *strings.Builder, res Results, final map[string]float64) {
 	case share(r.PoolCorrectStatesRule, r.PoolCorrect) < 0.5:
 		fmt.Fprintf(&text, " The mechanism fails at the summaries: %.0f%% of correct-attempt entries state the rule.", 100*share(r.PoolCorrectStatesRule, r.PoolCorrect))
 	case share(r.PlansStateRule, r.Plans) < 0.5:
-		fmt.Fprintf(&text, " Summaries state the rule (%.0f%% of correct-attempt entries), but the condenser rarely carries it into the plan: %d of %d plans state it.",
+		fmt.Fprintf(&text, " Summaries state the rule (%.0f%% of correct-attempt entries), but the condenser rarely carries the problem's rule into the plan: %d of %d plans state it.",
 			100*share(r.PoolCorrectStatesRule, r.PoolCorrect), r.PlansStateRule, r.Plans)
 	case r.PlanRuleAccuracy < 0.9:
 		fmt.Fprintf(&text, " Plans state the rule (%d of %d), but the solver follows them only %.0f%% of the time.", r.PlansStateRule, r.Plans, 100*r.PlanRuleAccuracy)

@@ -125,7 +125,11 @@ func (w rulesWorld) split(seedV int64, p demoPlan) demoSplit {
 	order := rng.Perm(len(rules))
 	for f, word := range d.families {
 		rule := rules[order[f%len(order)]]
-		d.familyRules = append(d.familyRules, rule)
+		if w.transfer {
+			d.familyRules = append(d.familyRules, rule)
+		} else {
+			d.familyRules = append(d.familyRules, "") // each problem its own
+		}
 		pick := func(from [][2]int, n int, prefix string) []Item {
 			idx := rng.Perm(len(from))[:n]
 			sort.Ints(idx)
