@@ -85,7 +85,7 @@ func rulesSections(b *strings.Builder, res Results) {
 
 	verdict(b, res, final)
 
-	b.WriteString("<h2>The mechanism, step by step</h2><p>Found: families with a verified-correct rollout (median step of the first). Learned: families whose held-out problems the bare prompt answers ≥ 75% right at the end. Groups per prompt mode: share with no reward variance (no gradient), share all right, rollout accuracy. Plans: abstraction plans that state the family's rule, and the accuracy under those (is the plan followed?). Pool: correct-attempt entries whose principles state the rule.</p>")
+	b.WriteString("<h2>The mechanism, step by step</h2><p>Found: families with a verified-correct rollout (median step of the first). Learned: families whose held-out problems the bare prompt answers ≥ 75% right at the end. Groups per prompt mode: share with no reward variance (no gradient), share all right, rollout accuracy. Plans: abstraction plans that state the problem's rule, and the accuracy under those (is the plan followed?). Pool: correct-attempt entries whose principles state the rule.</p>")
 	b.WriteString("<table><tr><th>arm</th><th>found</th><th>learned</th><th>scratch groups: no variance / all right / acc.</th><th>reflection</th><th>abstraction</th><th>plans stating the rule; their acc.</th><th>pool: correct entries stating the rule</th><th>held-out problems in pool</th></tr>")
 	F := len(a.Families)
 	for _, arm := range arms {
