@@ -99,8 +99,7 @@ func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
 			if err != nil {
 				continue
 			}
-			type key struct{ group int }
-			groups := map[key][]rolloutRow{}
+			groups := map[int][]rolloutRow{} // by the prompt's index in the step
 			for _, row := range rows {
 				f, ok := family[row.ProblemID]
 				if !ok {
@@ -114,7 +113,7 @@ func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
 						r.FoundScratch[f] = row.Step
 					}
 				}
-				groups[key{row.Group}] = append(groups[key{row.Group}], row)
+				groups[row.Group] = append(groups[row.Group], row)
 			}
 			for _, g := range groups {
 				mode := g[0].Mode
@@ -233,31 +232,39 @@ func planOf(prompt string) string {
 // learnedAt is zero-shot accuracy per family of an evaluation directory's
 // samples (nil when it has none).
 func learnedAt(dir string, families []string) []float64 {
-	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(dir, eval.SamplesFile))
-	if err != nil {
+	counts, ok := zeroShotCounts(dir)
+	if !ok {
 		return nil
 	}
-	index := map[string]int{}
-	for i, f := range families {
-		index[f] = i
+	out := make([]float64, len(families))
+	for f, word := range families {
+		if c := counts[word]; c[1] > 0 {
+			out[f] = float64(c[0]) / float64(c[1])
+		}
 	}
-	right, n := make([]float64, len(families)), make([]float64, len(families))
+	return out
+}
+
+// zeroShotCounts is, per benchmark, the zero-shot samples right and all of
+// an evaluation directory (false when it has none).
+func zeroShotCounts(dir string) (map[string][2]int, bool) {
+	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(dir, eval.SamplesFile))
+	if err != nil {
+		return nil, false
+	}
+	counts := map[string][2]int{}
 	for _, l := range lines {
-		f, ok := index[l.Bench]
-		if !ok || l.Mode != eval.ModeZeroShot {
+		if l.Mode != eval.ModeZeroShot {
 			continue
 		}
-		n[f]++
+		c := counts[l.Bench]
 		if l.Correct {
-			right[f]++
+			c[0]++
 		}
+		c[1]++
+		counts[l.Bench] = c
 	}
-	for f := range right {
-		if n[f] > 0 {
-			right[f] /= n[f]
-		}
-	}
-	return right
+	return counts, len(counts) > 0
 }
 
 // readRulesSplit rebuilds a rule world's families and problems from its

@@ -169,9 +169,7 @@ func Run(ctx context.Context, o Options) error {
 			fmt.Fprintf(o.Log, "demo: held-out accuracy after %s, %s: %.3f (after SFT %.3f)\n", arm, m.Mode, m.Overall, after.Modes[0].Overall)
 		}
 	}
-	if isRules(o.World) {
-		res.Rules = analyzeRules(o.RunDir, d.split, o.Arms)
-	}
+	// WriteReport adds the rule worlds' analysis to demo_results.json.
 	js, _ := json.MarshalIndent(res, "", " ")
 	if err := fsutil.WriteFileSync(filepath.Join(o.RunDir, "demo_results.json"), append(js, '\n')); err != nil {
 		return err

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -73,7 +75,7 @@ func writeDemo(b *strings.Builder, runDir string) error {
 	}
 	if len(res.Usage) > 0 {
 		b.WriteString("<table><tr><th>arm</th><th>prompts</th><th>feedback-aware</th><th>reflection</th><th>abstraction</th><th>fell back to scratch</th></tr>")
-		for _, arm := range sortedArms(res.Usage) {
+		for _, arm := range slices.Sorted(maps.Keys(res.Usage)) {
 			u := res.Usage[arm]
 			fmt.Fprintf(b, "<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>", arm, u.Prompts, u.FeedbackAware, u.Reflection, u.Abstraction, u.Fallback)
 		}
@@ -86,8 +88,6 @@ func writeDemo(b *strings.Builder, runDir string) error {
 	poolSamples(b, runDir)
 	return nil
 }
-
-func sortedArms(m map[string]FeedbackUsage) []string { return sortedKeys(m) }
 
 // heldOutTable: levels down, stage × mode across.
 func heldOutTable(b *strings.Builder, res Results) {
@@ -250,20 +250,12 @@ func armSeries(name string, rows []map[string]any, metric, x string) eval.Series
 // pooledAt is the share of an evaluation directory's held-out problems
 // answered right zero-shot — the report's one held-out accuracy.
 func pooledAt(dir string) (float64, bool) {
-	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(dir, eval.SamplesFile))
-	if err != nil {
-		return 0, false
-	}
+	counts, ok := zeroShotCounts(dir)
 	right, n := 0, 0
-	for _, l := range lines {
-		if l.Mode == eval.ModeZeroShot {
-			n++
-			if l.Correct {
-				right++
-			}
-		}
+	for _, c := range counts {
+		right, n = right+c[0], n+c[1]
 	}
-	return float64(right) / float64(max(n, 1)), n > 0
+	return float64(right) / float64(max(n, 1)), ok
 }
 
 // heldOutCurve is an arm's pooled held-out accuracy at step 0 (the SFT

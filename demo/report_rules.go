@@ -3,6 +3,8 @@ package demo
 import (
 	"fmt"
 	"html"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -70,7 +72,7 @@ func worldIntro(b *strings.Builder, res Results) {
 // rulesSections shows each arm's mechanism, family by family.
 func rulesSections(b *strings.Builder, res Results) {
 	a := res.Rules
-	arms := sortedKeys(a.Arms)
+	arms := slices.Sorted(maps.Keys(a.Arms))
 	final := map[string]float64{}
 	for _, st := range res.Stages {
 		if len(st.Modes) > 0 {

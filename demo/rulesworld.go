@@ -150,7 +150,6 @@ func (w rulesWorld) split(seedV int64, p demoPlan) demoSplit {
 				}
 				it.Answer = applyRule(it.Rule, a, b)
 				it.Solution = ruleAnswer(word, it.Rule, a, b)
-				it.Brief = it.Solution
 				out = append(out, it)
 			}
 			return out
@@ -256,16 +255,14 @@ func ruleSummary(word, tried string, right bool) pool.Summary {
 // "zorp is aab", not "zorp is not aab" nor "zorp is aabb".
 func statesRule(text, word, pattern string) bool {
 	s := word + " is " + pattern
-	for i := strings.Index(text, s); i >= 0; {
-		end := i + len(s)
-		if end == len(text) || !strings.ContainsRune("ab", rune(text[end])) {
+	for rest := text; ; {
+		i := strings.Index(rest, s)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(s):]
+		if rest == "" || !strings.ContainsRune("ab", rune(rest[0])) {
 			return true
 		}
-		j := strings.Index(text[end:], s)
-		if j < 0 {
-			break
-		}
-		i = end + j
 	}
-	return false
 }

@@ -3,7 +3,6 @@ package demo
 import (
 	"fmt"
 	"math/rand"
-	"sort"
 
 	"github.com/lanpo-rl/lanpo/seed"
 )
@@ -157,14 +156,4 @@ func groupName(worldName string, lv int, name string) string {
 		return fmt.Sprintf("%d: %s", lv, Levels[lv])
 	}
 	return name
-}
-
-// sortedKeys is a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
