@@ -26,7 +26,7 @@ var seriesColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd
 
 const (
 	chartW, chartH                       = 560, 320
-	padLeft, padRight, padTop, padBottom = 64, 16, 28, 72
+	padLeft, padRight, padTop, padBottom = 64, 28, 28, 72 // padRight: half of the widest x tick label (2.5e+06)
 )
 
 // svg renders the chart; a chart without points renders as "".
@@ -116,15 +116,16 @@ func niceTicks(lo, hi float64, n int) []float64 {
 	return out
 }
 
+// tickLabel writes a tick value short, and neighbouring ticks never alike
+// (1.5e+06 beside 2e+06, 0.0015 beside 0.002): large and tiny values in
+// exponent form with up to three significant digits, the rest as they are.
 func tickLabel(v float64) string {
-	switch a := math.Abs(v); {
-	case v == 0:
+	if v == 0 { // -0 too: a tick stepped up from below
 		return "0"
-	case a >= 1e5 || a < 1e-3:
-		return fmt.Sprintf("%.0e", v)
-	case a >= 100:
-		return fmt.Sprintf("%.0f", v)
-	default:
-		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
 	}
+	if a := math.Abs(v); a >= 1e5 || a < 1e-3 {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	// niceTicks rounds its values, so the shortest form is short: 0.25, 1500.
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }

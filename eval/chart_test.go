@@ -22,6 +22,29 @@ func TestNiceTicks(t *testing.T) {
 	}
 }
 
+// Every tick of an axis prints differently, at every magnitude.
+func TestTickLabels(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   string
+	}{
+		{0, 1.9e6, "0 5e+05 1e+06 1.5e+06 2e+06"},
+		{0, 1, "0 0.25 0.5 0.75 1"},
+		{100, 400, "100 200 300 400"},
+		{100, 110, "100 102.5 105 107.5 110"},
+		{0, 0.002, "0 0.0005 0.001 0.0015 0.002"},
+		{-0.3, 0.1, "-0.3 -0.2 -0.1 0 0.1"},
+	} {
+		var labels []string
+		for _, v := range niceTicks(c.lo, c.hi, 5) {
+			labels = append(labels, tickLabel(v))
+		}
+		if got := strings.Join(labels, " "); got != c.want {
+			t.Errorf("tick labels of [%v, %v] = %s, want %s", c.lo, c.hi, got, c.want)
+		}
+	}
+}
+
 // A chart carries its title, axis labels, tick labels and a legend entry
 // per series.
 func TestChartSVG(t *testing.T) {
