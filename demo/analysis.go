@@ -74,149 +74,189 @@ type rolloutRow struct {
 	Correct   bool    `json:"correct"`
 }
 
+// ruleIndex answers, per problem ID, its family and the rule that answers
+// it, and whether a problem (by ID or text) is held out.
+type ruleIndex struct {
+	d       demoSplit
+	family  map[string]int
+	rule    map[string]string
+	heldOut map[string]bool
+}
+
+func newRuleIndex(d demoSplit) ruleIndex {
+	x := ruleIndex{d: d, family: map[string]int{}, rule: map[string]string{}, heldOut: map[string]bool{}}
+	for _, it := range append(append([]Item{}, d.rl...), d.heldOut...) {
+		x.family[it.ID], x.rule[it.ID] = it.Level-1, it.Rule
+	}
+	for _, it := range d.heldOut {
+		x.heldOut[it.ID], x.heldOut[it.Problem] = true, true
+	}
+	return x
+}
+
+// statesRule is whether text states the rule of problem id's family.
+func (x ruleIndex) statesRule(text, id string) bool {
+	return statesRule(text, x.d.families[x.family[id]], x.rule[id])
+}
+
 // analyzeRules reads each arm's rollout logs, evaluations and final pool.
 func analyzeRules(runDir string, d demoSplit, arms []string) *RulesAnalysis {
 	a := &RulesAnalysis{Families: d.families, FamilyRules: d.familyRules, Arms: map[string]ArmRules{}}
-	family := map[string]int{}  // problem ID → family index
-	rule := map[string]string{} // problem ID → the rule that answers it
-	heldOut := map[string]bool{}
-	for _, it := range append(append([]Item{}, d.rl...), d.heldOut...) {
-		family[it.ID], rule[it.ID] = it.Level-1, it.Rule
-	}
-	for _, it := range d.heldOut {
-		heldOut[it.ID], heldOut[it.Problem] = true, true
-	}
-	F := len(d.families)
+	x := newRuleIndex(d)
 	sft := learnedAt(filepath.Join(runDir, "eval-sft"), d.families)
 	for _, arm := range arms {
 		dir := filepath.Join(runDir, arm)
-		r := ArmRules{Found: make([]int, F), FoundScratch: make([]int, F), Learned: make([][][2]float64, F), Groups: map[string]ModeGroups{}}
-		logs, _ := filepath.Glob(filepath.Join(dir, "rollouts", "step-*.jsonl"))
-		sort.Strings(logs)
-		var planRight, planN int
-		for _, path := range logs {
-			rows, err := jsonl.Read[rolloutRow](path)
-			if err != nil {
-				continue
-			}
-			groups := map[int][]rolloutRow{} // by the prompt's index in the step
-			for _, row := range rows {
-				f, ok := family[row.ProblemID]
-				if !ok {
-					continue
-				}
-				if row.Correct {
-					if r.Found[f] == 0 {
-						r.Found[f] = row.Step
-					}
-					if row.Mode == "scratch" && r.FoundScratch[f] == 0 {
-						r.FoundScratch[f] = row.Step
-					}
-				}
-				groups[row.Group] = append(groups[row.Group], row)
-			}
-			for _, g := range groups {
-				mode := g[0].Mode
-				mg := r.Groups[mode]
-				mg.Groups++
-				same, all := true, true
-				for _, row := range g {
-					mg.Rollouts++
-					if row.Correct {
-						mg.Correct++
-					} else {
-						all = false
-					}
-					same = same && row.Reward == g[0].Reward
-				}
-				if same {
-					mg.ZeroVariance++
-				}
-				if all {
-					mg.AllCorrect++
-				}
-				r.Groups[mode] = mg
-				if mode == "abstraction" {
-					f := family[g[0].ProblemID]
-					r.Plans++
-					if statesRule(planOf(g[0].Prompt), d.families[f], rule[g[0].ProblemID]) {
-						r.PlansStateRule++
-						for _, row := range g {
-							planN++
-							if row.Correct {
-								planRight++
-							}
-						}
-					}
-				}
-			}
-		}
-		if planN > 0 {
-			r.PlanRuleAccuracy = float64(planRight) / float64(planN)
-		}
-		evals, _ := filepath.Glob(filepath.Join(dir, "eval", "step-*"))
-		type stepAcc struct {
-			step int
-			acc  []float64
-		}
-		var curve []stepAcc
-		for _, e := range evals {
-			step, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(e), "step-"))
-			if err != nil {
-				continue
-			}
-			curve = append(curve, stepAcc{step, learnedAt(e, d.families)})
-		}
-		sort.Slice(curve, func(i, j int) bool { return curve[i].step < curve[j].step })
-		for f := range F {
-			if sft != nil {
-				r.Learned[f] = append(r.Learned[f], [2]float64{0, sft[f]})
-			}
-			for _, c := range curve {
-				if c.acc != nil {
-					r.Learned[f] = append(r.Learned[f], [2]float64{float64(c.step), c.acc[f]})
-				}
-			}
-		}
-		pools, _ := filepath.Glob(filepath.Join(dir, "checkpoints", "step-*", pool.File))
-		sort.Strings(pools)
-		if len(pools) > 0 {
-			lines, _ := jsonl.Read[map[string]json.RawMessage](pools[len(pools)-1])
-			for _, l := range lines {
-				if raw, ok := l["problem"]; ok {
-					var p struct{ ID, Text string }
-					if json.Unmarshal(raw, &p) == nil && (heldOut[p.ID] || heldOut[p.Text]) {
-						r.HeldOutInPool++
-					}
-				}
-				raw, ok := l["entry"]
-				if !ok {
-					continue
-				}
-				var e pool.Entry
-				if json.Unmarshal(raw, &e) != nil {
-					continue
-				}
-				f, ok := family[e.ProblemID]
-				if !ok {
-					continue
-				}
-				r.PoolEntries++
-				if e.Correct {
-					r.PoolCorrect++
-					if statesRule(e.Summary.Principles, d.families[f], rule[e.ProblemID]) {
-						r.PoolCorrectStatesRule++
-						if r.Quote == nil {
-							q := e
-							r.Quote = &q
-						}
-					}
-				}
-			}
-		}
+		r := ArmRules{Groups: map[string]ModeGroups{}}
+		r.readRollouts(dir, x)
+		r.Learned = learnedCurves(dir, d.families, sft)
+		r.readPool(dir, x)
 		a.Arms[arm] = r
 	}
 	return a
+}
+
+// readRollouts fills what an arm's rollout logs show: families found, the
+// groups per prompt mode, and the plans.
+func (r *ArmRules) readRollouts(dir string, x ruleIndex) {
+	F := len(x.d.families)
+	r.Found, r.FoundScratch = make([]int, F), make([]int, F)
+	logs, _ := filepath.Glob(filepath.Join(dir, "rollouts", "step-*.jsonl"))
+	sort.Strings(logs)
+	var planRight, planN int
+	for _, path := range logs {
+		rows, err := jsonl.Read[rolloutRow](path)
+		if err != nil {
+			continue
+		}
+		groups := map[int][]rolloutRow{} // by the prompt's index in the step
+		for _, row := range rows {
+			f, ok := x.family[row.ProblemID]
+			if !ok {
+				continue
+			}
+			if row.Correct {
+				if r.Found[f] == 0 {
+					r.Found[f] = row.Step
+				}
+				if row.Mode == "scratch" && r.FoundScratch[f] == 0 {
+					r.FoundScratch[f] = row.Step
+				}
+			}
+			groups[row.Group] = append(groups[row.Group], row)
+		}
+		for _, g := range groups {
+			mode := g[0].Mode
+			mg := r.Groups[mode]
+			mg.Groups++
+			same, all := true, true
+			for _, row := range g {
+				mg.Rollouts++
+				if row.Correct {
+					mg.Correct++
+				} else {
+					all = false
+				}
+				same = same && row.Reward == g[0].Reward
+			}
+			if same {
+				mg.ZeroVariance++
+			}
+			if all {
+				mg.AllCorrect++
+			}
+			r.Groups[mode] = mg
+			if mode != "abstraction" {
+				continue
+			}
+			r.Plans++
+			if x.statesRule(planOf(g[0].Prompt), g[0].ProblemID) {
+				r.PlansStateRule++
+				planN += len(g)
+				for _, row := range g {
+					if row.Correct {
+						planRight++
+					}
+				}
+			}
+		}
+	}
+	if planN > 0 {
+		r.PlanRuleAccuracy = float64(planRight) / float64(planN)
+	}
+}
+
+// learnedCurves is, per family, zero-shot held-out accuracy at step 0 (the
+// SFT model's, sft) and at each of an arm's training evaluations.
+func learnedCurves(dir string, families []string, sft []float64) [][][2]float64 {
+	evals, _ := filepath.Glob(filepath.Join(dir, "eval", "step-*"))
+	type stepAcc struct {
+		step int
+		acc  []float64
+	}
+	var curve []stepAcc
+	for _, e := range evals {
+		step, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(e), "step-"))
+		if err != nil {
+			continue
+		}
+		curve = append(curve, stepAcc{step, learnedAt(e, families)})
+	}
+	sort.Slice(curve, func(i, j int) bool { return curve[i].step < curve[j].step })
+	out := make([][][2]float64, len(families))
+	for f := range families {
+		if sft != nil {
+			out[f] = append(out[f], [2]float64{0, sft[f]})
+		}
+		for _, c := range curve {
+			if c.acc != nil {
+				out[f] = append(out[f], [2]float64{float64(c.step), c.acc[f]})
+			}
+		}
+	}
+	return out
+}
+
+// readPool counts what an arm's final pool holds: its entries, the correct
+// ones and those stating their problem's rule (the first quoted), and
+// held-out problems.
+func (r *ArmRules) readPool(dir string, x ruleIndex) {
+	pools, _ := filepath.Glob(filepath.Join(dir, "checkpoints", "step-*", pool.File))
+	sort.Strings(pools)
+	if len(pools) == 0 {
+		return
+	}
+	lines, _ := jsonl.Read[map[string]json.RawMessage](pools[len(pools)-1])
+	for _, l := range lines {
+		if raw, ok := l["problem"]; ok {
+			var p struct{ ID, Text string }
+			if json.Unmarshal(raw, &p) == nil && (x.heldOut[p.ID] || x.heldOut[p.Text]) {
+				r.HeldOutInPool++
+			}
+		}
+		raw, ok := l["entry"]
+		if !ok {
+			continue
+		}
+		var e pool.Entry
+		if json.Unmarshal(raw, &e) != nil {
+			continue
+		}
+		if _, ok := x.family[e.ProblemID]; !ok {
+			continue
+		}
+		r.PoolEntries++
+		if !e.Correct {
+			continue
+		}
+		r.PoolCorrect++
+		if x.statesRule(e.Summary.Principles, e.ProblemID) {
+			r.PoolCorrectStatesRule++
+			if r.Quote == nil {
+				q := e
+				r.Quote = &q
+			}
+		}
+	}
 }
 
 // planOf is the plan an abstraction prompt carried: the text after the
