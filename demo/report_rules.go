@@ -45,15 +45,7 @@ func worldIntro(b *strings.Builder, res Results) {
 	}
 	// Retrieval's effect per group, for every LANPO arm: the largest change.
 	for _, st := range res.Stages {
-		var zs, rt *ModeResult
-		for i := range st.Modes {
-			switch st.Modes[i].Mode {
-			case eval.ModeZeroShot:
-				zs = &st.Modes[i]
-			case eval.ModeRetrieval:
-				rt = &st.Modes[i]
-			}
-		}
+		zs, rt := st.mode(eval.ModeZeroShot), st.mode(eval.ModeRetrieval)
 		if zs == nil || rt == nil || len(zs.Levels) != len(rt.Levels) {
 			continue
 		}
@@ -75,8 +67,8 @@ func rulesSections(b *strings.Builder, res Results) {
 	arms := slices.Sorted(maps.Keys(a.Arms))
 	final := map[string]float64{}
 	for _, st := range res.Stages {
-		if len(st.Modes) > 0 {
-			final[st.Stage] = st.Modes[0].Overall
+		if zs := st.mode(eval.ModeZeroShot); zs != nil {
+			final[st.Stage] = zs.Overall
 		}
 	}
 	b.WriteString("<h2>Predicted before running, and what happened</h2><table><tr><th>arm</th><th>predicted (docs/demo.md)</th><th>held-out zero-shot after SFT → after the arm</th></tr>")
@@ -225,8 +217,8 @@ func verdict(b *strings.Builder, res Results, final map[string]float64) {
 	var text strings.Builder
 	fmt.Fprintf(&text, "Held out, zero-shot: GRPO %.3f, the best LANPO arm (%s) %.3f (%+.3f).", grpo, best, bestAcc, bestAcc-grpo)
 	for _, st := range res.Stages {
-		if st.Stage == best && len(st.Modes) > 1 {
-			fmt.Fprintf(&text, " With retrieval from its pool: %.3f.", st.Modes[1].Overall)
+		if rt := st.mode(eval.ModeRetrieval); st.Stage == best && rt != nil {
+			fmt.Fprintf(&text, " With retrieval from its pool: %.3f.", rt.Overall)
 		}
 	}
 	share := func(n, d int) float64 { return float64(n) / float64(max(d, 1)) }

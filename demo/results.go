@@ -26,8 +26,18 @@ type ArmSeconds struct {
 
 // StageResult is one model's held-out evaluation.
 type StageResult struct {
-	Stage string       `json:"stage"` // sft, grpo, lanpo, lanpo-original
+	Stage string       `json:"stage"` // sft, sft-told, or an arm
 	Modes []ModeResult `json:"modes"`
+}
+
+// mode is the stage's result in one inference mode (nil: not evaluated so).
+func (st StageResult) mode(m string) *ModeResult {
+	for i := range st.Modes {
+		if st.Modes[i].Mode == m {
+			return &st.Modes[i]
+		}
+	}
+	return nil
 }
 
 // ModeResult is one mode's accuracy per level.
