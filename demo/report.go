@@ -156,13 +156,21 @@ func heldOutTable(b *strings.Builder, res Results) {
 // armCurves draws the RL arms on shared charts.
 func armCurves(b *strings.Builder, runDir string) {
 	type arm struct {
-		name string
-		rows []map[string]any
+		name    string
+		rows    []map[string]any
+		cum     map[int][2]float64 // step → cumulative compute, wall time
+		heldOut [][2]float64       // (step, pooled held-out accuracy)
 	}
 	var arms []arm
+	sft, sftOK := pooledAt(filepath.Join(runDir, "eval-sft"))
 	for _, s := range stages[1:] {
 		if rows, err := eval.ReadMetrics(filepath.Join(runDir, s.Dir, "metrics.jsonl")); err == nil {
-			arms = append(arms, arm{s.Dir, rows})
+			a := arm{name: s.Dir, rows: rows, cum: cumulative(rows)}
+			if sftOK {
+				a.heldOut = [][2]float64{{0, sft}}
+			}
+			a.heldOut = append(a.heldOut, heldOutCurve(filepath.Join(runDir, s.Dir))...)
+			arms = append(arms, a)
 		}
 	}
 	if len(arms) == 0 {
@@ -173,14 +181,14 @@ func armCurves(b *strings.Builder, runDir string) {
 	for _, x := range xs {
 		c := eval.Chart{Title: "held-out accuracy (greedy, zero-shot; step 0 is the SFT model) vs " + x.key, XLabel: x.label, YLabel: "share of held-out problems right"}
 		for _, a := range arms {
-			c.Series = append(c.Series, heldOutCurve(runDir, a.name, a.rows, x.key))
+			c.Series = append(c.Series, onAxis(a.name, a.heldOut, a.cum, x.key))
 		}
 		eval.WriteChart(b, c)
 	}
 	for _, x := range xs {
 		c := eval.Chart{Title: "training accuracy (sampled) vs " + x.key, XLabel: x.label, YLabel: "accuracy"}
 		for _, a := range arms {
-			c.Series = append(c.Series, armSeries(a.name, a.rows, "accuracy", x.key))
+			c.Series = append(c.Series, onAxis(a.name, eval.MetricSeries(a.rows, "accuracy").Points, a.cum, x.key))
 		}
 		eval.WriteChart(b, c)
 	}
@@ -209,8 +217,8 @@ func cumulative(rows []map[string]any) map[int][2]float64 {
 		num := func(k string) float64 { v, _ := r[k].(float64); return v }
 		compute += num("tokens_prefilled") + num("tokens_generated") + num("tokens_trained")
 		if secs, ok := r["seconds"].(map[string]any); ok {
-			for _, v := range secs {
-				f, _ := v.(float64)
+			for _, k := range slices.Sorted(maps.Keys(secs)) { // a fixed order: the same sum every time
+				f, _ := secs[k].(float64)
 				wall += f
 			}
 		}
@@ -219,30 +227,19 @@ func cumulative(rows []map[string]any) map[int][2]float64 {
 	return out
 }
 
-// xOf places a step on a chart's x axis: the step, or the arm's
-// cumulative compute or wall time there.
-func xOf(cum map[int][2]float64, step int, x string) float64 {
-	switch x {
-	case "compute":
-		return cum[step][0]
-	case "wall":
-		return cum[step][1]
-	}
-	return float64(step)
-}
-
-// armSeries is one arm's metric against step, cumulative compute or wall
-// time.
-func armSeries(name string, rows []map[string]any, metric, x string) eval.Series {
+// onAxis is an arm's series of (step, value) points placed on a chart's x
+// axis: the step, or the arm's cumulative compute or wall time there (cum).
+func onAxis(name string, pts [][2]float64, cum map[int][2]float64, x string) eval.Series {
 	s := eval.Series{Name: name}
-	cum := cumulative(rows)
-	for _, r := range rows {
-		v, ok := r[metric].(float64)
-		if !ok {
-			continue
+	for _, p := range pts {
+		xv := p[0]
+		switch x {
+		case "compute":
+			xv = cum[int(p[0])][0]
+		case "wall":
+			xv = cum[int(p[0])][1]
 		}
-		step, _ := r["step"].(float64)
-		s.Points = append(s.Points, [2]float64{xOf(cum, int(step), x), v})
+		s.Points = append(s.Points, [2]float64{xv, p[1]})
 	}
 	return s
 }
@@ -258,15 +255,11 @@ func pooledAt(dir string) (float64, bool) {
 	return float64(right) / float64(max(n, 1)), ok
 }
 
-// heldOutCurve is an arm's pooled held-out accuracy at step 0 (the SFT
-// model, RUN_DIR/eval-sft) and at each of its training evaluations.
-func heldOutCurve(runDir, arm string, rows []map[string]any, x string) eval.Series {
-	s := eval.Series{Name: arm}
-	cum := cumulative(rows)
-	if acc, ok := pooledAt(filepath.Join(runDir, "eval-sft")); ok {
-		s.Points = append(s.Points, [2]float64{0, acc})
-	}
-	dirs, _ := filepath.Glob(filepath.Join(runDir, arm, "eval", "step-*"))
+// heldOutCurve is an arm's pooled held-out accuracy at each of its training
+// evaluations (ARM_DIR/eval/step-N), as (step, accuracy).
+func heldOutCurve(armDir string) [][2]float64 {
+	var out [][2]float64
+	dirs, _ := filepath.Glob(filepath.Join(armDir, "eval", "step-*"))
 	sort.Strings(dirs)
 	for _, d := range dirs {
 		var step int
@@ -274,10 +267,10 @@ func heldOutCurve(runDir, arm string, rows []map[string]any, x string) eval.Seri
 			continue
 		}
 		if acc, ok := pooledAt(d); ok {
-			s.Points = append(s.Points, [2]float64{xOf(cum, step, x), acc})
+			out = append(out, [2]float64{float64(step), acc})
 		}
 	}
-	return s
+	return out
 }
 
 // poolSamples shows a few entries of the LANPO arm's final pool and one
