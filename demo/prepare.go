@@ -98,7 +98,7 @@ func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms 
 		// Lessons come newest first and most are failed attempts' ("zorp is
 		// not ba."): two related problems with two lessons each give a found
 		// rule more than one chance to reach the condenser (maxLessons).
-		rl.LANPO.SummariesPerGroup, rl.LANPO.MaxRelatedProblems, rl.LANPO.LessonsPerProblem, rl.LANPO.MaxContextTokens = 2, 2, 2, 320
+		rl.LANPO.SummariesPerGroup, rl.LANPO.MaxRelatedProblems, rl.LANPO.LessonsPerProblem, rl.LANPO.MaxContextTokens = 2, ruleRelated, ruleLessons, 320
 		rl.Log.Rollouts = true
 	}
 	if pt > 0 {

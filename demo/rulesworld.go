@@ -109,7 +109,7 @@ type rulesWorld struct{ transfer bool }
 // SFT pairs: held-out problems share no operand pair with RL problems.
 const heldOutPairs = 24
 
-// ruleSplit draws the families (words and rules), their RL and held-out
+// split draws the families (words and rules), their RL and held-out
 // problems, and the SFT material's words — disjoint from the families'.
 func (w rulesWorld) split(seedV int64, p demoPlan) demoSplit {
 	rng := rand.New(rand.NewSource(seedV*7919 + 17))
@@ -217,11 +217,14 @@ func (w rulesWorld) sftChats(b *seed.Builder, d demoSplit, seedV int64, p demoPl
 		// failed attempts' "not" ones) the one that states the rule gives the
 		// plan; with none, the plan rules out what the newest one ruled out.
 		var lessons []pool.Lesson
-		positive := false
+		positive, newest := false, "" // newest: the pattern the newest lesson's attempt tried
 		for k := 0; k < 1+rng.Intn(maxLessons); k++ {
 			tried, right := rule, rng.Intn(3) == 0
 			if !right {
 				tried = other(rule)
+			}
+			if k == 0 {
+				newest = tried
 			}
 			positive = positive || right
 			s := ruleSummary(word, tried, right)
@@ -229,18 +232,20 @@ func (w rulesWorld) sftChats(b *seed.Builder, d demoSplit, seedV int64, p demoPl
 		}
 		plan, solveRule := ruleStatement(word, rule), rule
 		if !positive {
-			ruledOut := strings.TrimSuffix(strings.TrimPrefix(lessons[0].Principles, word+" is not "), ".")
-			plan, solveRule = notStatement(word, ruledOut), other(ruledOut)
+			plan, solveRule = notStatement(word, newest), other(newest)
 		}
 		out = append(out, b.Condense(id, problem, lessons, plan), b.SolveWithPlan(id, problem, plan, ruleAnswer(word, solveRule, a, bb)))
 	}
 	return out
 }
 
-// maxLessons is the most lessons a teacher's condensing example shows:
-// lanpo.max_related_problems × lanpo.lessons_per_problem of the rule
-// worlds' arms.
-const maxLessons = 4
+// The rule worlds' arms read ruleRelated problems' ruleLessons lessons
+// each (lanpo.max_related_problems, lanpo.lessons_per_problem); a teacher's
+// condensing example shows at most as many.
+const (
+	ruleRelated, ruleLessons = 2, 2
+	maxLessons               = ruleRelated * ruleLessons
+)
 
 // ruleSummary is the ideal summary of an attempt that applied tried: a
 // right one states the rule, a wrong one rules its pattern out.
