@@ -205,6 +205,9 @@ func (d demoRun) evaluate(runDir, stage, dir string, bench []eval.Benchmark, cfg
 		modes = append(modes, eval.ModeRetrieval, eval.ModeSelfCorrect)
 	}
 	cfg.Data.SystemPrompt, cfg.Data.PromptTemplate = demoSystem, "{problem}"
+	if err := cfg.Resolve(); err != nil {
+		return StageResult{}, fmt.Errorf("demo %s evaluation: %w", stage, err)
+	}
 	out := filepath.Join(runDir, "eval-"+stage)
 	os.RemoveAll(out)
 	if _, err := eval.Run(m, tk, eval.Options{Benchmarks: bench, Modes: modes, K: 1, Feedback: cfg.FeedbackSettings(), Pool: p, Out: out, Batch: 128,

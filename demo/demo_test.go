@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/trainertest"
 	"github.com/lanpo-rl/lanpo/seed"
 )
 
@@ -338,4 +339,23 @@ func runFastDemo(t *testing.T, o Options) (string, Results) {
 		t.Fatal(err)
 	}
 	return o.RunDir, res
+}
+
+// TestDemoConfigsResolved: the demo's RL arms, in every world, are
+// resolved as every entry point's config is (the SFT stage's config is
+// resolved by RunSFT, which validates any config it is given).
+func TestDemoConfigsResolved(t *testing.T) {
+	for _, world := range []string{WorldTransfer, WorldControl, WorldArithmetic} {
+		w, err := worldOf(world)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := prepare(t.TempDir(), world, w, 1, plan(world, true), Arms, 0.75, "")
+		if err != nil {
+			t.Fatalf("%s: %v", world, err)
+		}
+		for _, arm := range Arms {
+			trainertest.AssertResolved(t, "demo "+world+" "+arm, d.arms[arm])
+		}
+	}
 }

@@ -57,7 +57,7 @@ type Settings struct {
 func NewBuilder(m *model.Model, tk *tokenizer.Tokenizer, s Settings, p *pool.Pool) (*Builder, error) {
 	f := &Builder{m: m, tk: tk, cfg: s.LANPO, format: s.Format, maxNew: s.MaxNewTokens,
 		pool: p, prompts: pool.DefaultPrompts(), seed: s.Seed, genOpt: s.Generate}
-	f.cfg.resolve(s.MaxNewTokens)
+	f.cfg.Resolve(s.MaxNewTokens)
 	var err error
 	if f.cfg.Prompts != "" {
 		if f.prompts, err = pool.LoadPrompts(f.cfg.Prompts); err != nil {

@@ -173,11 +173,12 @@ func (l Config) feedbackRatio(step int) float64 {
 	return l.FeedbackRatio
 }
 
-// resolve fills the defaults that depend on other settings: the relevance
-// floor of the scorer, the attempt caps from rollout.max_new_tokens. A
-// section that Validate never saw (lanpo eval with a GRPO run's config)
-// gets them in NewBuilder.
-func (l *Config) resolve(maxNewTokens int) {
+// Resolve fills the defaults that depend on other settings: the relevance
+// floor of the scorer, the attempt caps from rollout.max_new_tokens. It
+// fills only what is unset, so it may run more than once. Every entry
+// point reaches it through trainer's Config.Resolve (which calls Validate);
+// NewBuilder calls it too, for Settings built by hand (eval.Run from Go).
+func (l *Config) Resolve(maxNewTokens int) {
 	if l.RelevanceFloor == nil {
 		floor := relevanceFloors[l.Similarity]
 		l.RelevanceFloor = &floor
@@ -194,7 +195,7 @@ func (l *Config) resolve(maxNewTokens int) {
 }
 
 // Validate checks the section (rollout.max_new_tokens sets its default
-// attempt caps) and fills the defaults resolve fills and the mode weights.
+// attempt caps) and fills the defaults Resolve fills and the mode weights.
 func (l *Config) Validate(maxNewTokens int) error {
 	bad := func(key string, format string, args ...any) error {
 		return fmt.Errorf("config key lanpo.%s: %s", key, fmt.Sprintf(format, args...))
@@ -205,7 +206,7 @@ func (l *Config) Validate(maxNewTokens int) error {
 		}
 		return *w
 	}
-	l.resolve(maxNewTokens)
+	l.Resolve(maxNewTokens)
 	switch {
 	case l.MaxAttemptTokens < 1:
 		return bad("max_attempt_tokens", "must be ≥ 1 (0: rollout.max_new_tokens), got %d", l.MaxAttemptTokens)

@@ -12,14 +12,14 @@ import (
 // --set key=value overrides with dotted paths, e.g. algo.clip_high=0.28).
 // Validate fills defaults and names the bad key.
 type Config struct {
-	RunDir         string `yaml:"run_dir"`
+	RunDir         string `yaml:"run_dir"`   // default in a config file: runs/<the file's name without .yaml>
 	Model          string `yaml:"model"`     // HF model directory, or builtin:tiny
 	Tokenizer      string `yaml:"tokenizer"` // default: the model directory
 	ChatFormat     string `yaml:"chat_format"`
 	DType          string `yaml:"dtype"`  // parameters: float32, bfloat16, float64 ("": float32 on CPU, the checkpoint's on CUDA)
 	Device         string `yaml:"device"` // auto (default: cuda where this build and machine have one, else cpu), cpu, cuda or cuda:N (cuda: cuda:$LOCAL_RANK under a torchrun-style launch)
 	Seed           uint64 `yaml:"seed"`
-	TotalSteps     int    `yaml:"total_steps"`      // defines the LR schedule
+	TotalSteps     int    `yaml:"total_steps"`      // defines the LR schedule (0: one pass over data.train)
 	StopAfterSteps int    `yaml:"stop_after_steps"` // checkpoint and exit 0 after this many steps (0: run to total_steps)
 	MaxBadSteps    int    `yaml:"max_bad_steps"`    // NaN/Inf losses in a row before giving up
 
@@ -186,6 +186,8 @@ type AlgoConfig struct {
 
 // SFTConfig are the supervised fine-tuning settings.
 type SFTConfig struct {
+	// MaxLen bounds an example in tokens (0: the model's
+	// max_position_embeddings, at most DefaultSFTMaxLen).
 	MaxLen         int `yaml:"max_len"`
 	MicroBatchSize int `yaml:"micro_batch_size"`
 	GradAccum      int `yaml:"grad_accum"`
@@ -236,7 +238,7 @@ func DefaultConfig() Config {
 		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024, GPUMemoryFraction: 0.9},
 		Algo: AlgoConfig{ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1, TISCap: 2,
 			MicroBatchSize: 8, MaxResample: 2},
-		SFT:        SFTConfig{MaxLen: 2048, MicroBatchSize: 4, GradAccum: 1},
+		SFT:        SFTConfig{MicroBatchSize: 4, GradAccum: 1},
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
 		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
 		LANPO:      feedback.Default(),

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 
@@ -19,9 +20,28 @@ import (
 )
 
 // LoadConfig reads a YAML file onto the defaults, applies --set overrides
-// and validates. Unknown keys are errors naming the file and line (or the
-// override).
+// and validates (Validate: the run's required keys, then Resolve). Unknown
+// keys are errors naming the file and line (or the override).
 func LoadConfig(path string, sets []string) (Config, error) {
+	cfg, err := ReadConfig(path, sets)
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.TotalSteps > 0 && cfg.Optim.WarmupSteps > cfg.TotalSteps {
+		log.Warn().Int("optim.warmup_steps", cfg.Optim.WarmupSteps).Int("total_steps", cfg.TotalSteps).
+			Msg("the warm-up is longer than the run: the learning rate never reaches optim.lr")
+	}
+	return cfg, nil
+}
+
+// ReadConfig reads a YAML file onto the defaults and applies --set
+// overrides, without resolving: a command that takes settings from its
+// own flags too (lanpo seed, lanpo eval) applies them and then calls
+// Resolve, so that defaults derived from a key see the flag's value.
+func ReadConfig(path string, sets []string) (Config, error) {
 	cfg := DefaultConfig()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -54,12 +74,8 @@ func LoadConfig(path string, sets []string) (Config, error) {
 			return cfg, fmt.Errorf("--set: %w", err)
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	if cfg.Optim.WarmupSteps > cfg.TotalSteps {
-		log.Warn().Int("optim.warmup_steps", cfg.Optim.WarmupSteps).Int("total_steps", cfg.TotalSteps).
-			Msg("the warm-up is longer than the run: the learning rate never reaches optim.lr")
+	if cfg.RunDir == "" {
+		cfg.RunDir = filepath.Join("runs", strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
 	}
 	return cfg, nil
 }
@@ -133,18 +149,37 @@ func setPath(tree map[string]any, kv string) error {
 	return nil
 }
 
-// Validate checks values and names the first bad key.
+func bad(key string, format string, args ...any) error {
+	return fmt.Errorf("config key %s: %s", key, fmt.Sprintf(format, args...))
+}
+
+// Validate checks a training run's config (lanpo train and sft, RunGRPO,
+// RunSFT): the keys a run needs (run_dir, model), then Resolve. It names
+// the first bad key.
 func (c *Config) Validate() error {
-	bad := func(key string, format string, args ...any) error {
-		return fmt.Errorf("config key %s: %s", key, fmt.Sprintf(format, args...))
-	}
 	switch {
 	case c.RunDir == "":
 		return bad("run_dir", "is required")
 	case c.Model == "":
 		return bad("model", "is required (a Hugging Face model directory, or builtin:tiny)")
-	case c.TotalSteps < 1:
-		return bad("total_steps", "must be ≥ 1, got %d", c.TotalSteps)
+	case c.TotalSteps < 0:
+		return bad("total_steps", "must be ≥ 1 (0: one pass over data.train), got %d", c.TotalSteps)
+	}
+	return c.Resolve()
+}
+
+// Resolve fills every default that depends on another key and checks
+// every value, naming the first bad key. It is the one place such
+// defaults are filled — the lanpo section's relevance floor (from
+// lanpo.similarity), attempt caps (from rollout.max_new_tokens) and mode
+// weights (from lanpo.train_prompt), algo.name — and every entry point goes
+// through it: train and sft (LoadConfig, and RunGRPO and RunSFT for a
+// Config built in Go), seed and eval (after their flags), the demo's
+// stages and lanpo pool. It fills only what is unset, so running it
+// twice changes nothing. The lanpo section is resolved whatever algo.name
+// says: lanpo eval and lanpo seed use it with any run's config.
+func (c *Config) Resolve() error {
+	switch {
 	case c.StopAfterSteps < 0:
 		return bad("stop_after_steps", "must be ≥ 0")
 	case c.Rollout.PromptsPerStep < 1:
@@ -187,8 +222,8 @@ func (c *Config) Validate() error {
 		return bad("algo.epochs", "must be ≥ 1")
 	case c.Algo.MicroBatchSize < 1:
 		return bad("algo.micro_batch_size", "must be ≥ 1")
-	case c.SFT.MicroBatchSize < 1 || c.SFT.GradAccum < 1 || c.SFT.MaxLen < 2:
-		return bad("sft", "micro_batch_size and grad_accum must be ≥ 1, max_len ≥ 2")
+	case c.SFT.MicroBatchSize < 1 || c.SFT.GradAccum < 1 || c.SFT.MaxLen == 1 || c.SFT.MaxLen < 0:
+		return bad("sft", "micro_batch_size and grad_accum must be ≥ 1, max_len ≥ 2 (0: the model's context, at most %d)", DefaultSFTMaxLen)
 	case c.SFT.MaxTokensPerMicroBatch < 0 || c.Algo.MaxTokensPerMicroBatch < 0:
 		return bad("max_tokens_per_micro_batch", "must be ≥ 0 (0: off)")
 	case c.Optim.LR <= 0:
@@ -207,14 +242,14 @@ func (c *Config) Validate() error {
 		return bad("eval.k", "%d samples at eval.temperature 0 are all the same", c.Eval.K)
 	}
 	switch c.Algo.Name {
-	case "", AlgoGRPO:
+	case "":
 		c.Algo.Name = AlgoGRPO
-	case AlgoLANPO:
-		if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
-			return err
-		}
+	case AlgoGRPO, AlgoLANPO:
 	default:
 		return bad("algo.name", "%q: want %s or %s", c.Algo.Name, AlgoGRPO, AlgoLANPO)
+	}
+	if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
+		return err
 	}
 	if _, err := TokenWeights([]int{1}, nil, c.Algo.LossAggMode, 1); err != nil {
 		return bad("algo.loss_agg_mode", "%v", err)

@@ -104,7 +104,7 @@ func checkResume(cfg Config, ckpt string, step int, opts RunOptions) (resumeChec
 	if err != nil {
 		return rc, err
 	}
-	before, err := flattenYAML(raw)
+	before, err := flattenYAML(resolvedYAML(raw))
 	if err != nil {
 		return rc, fmt.Errorf("%s: %w", filepath.Join(ckpt, checkpointConfigFile), err)
 	}
@@ -171,6 +171,21 @@ func (rc resumeCheck) apply(runDir string) error {
 		}
 	}
 	return fsutil.AppendFileSync(filepath.Join(runDir, changesFile), lines.Bytes())
+}
+
+// resolvedYAML is a checkpoint's recorded config resolved by today's
+// rules (Config.Resolve), so that a default an older lanpo left unfilled
+// (the lanpo section of a GRPO run's config) does not read as a change;
+// the recorded text as it is where it no longer decodes.
+func resolvedYAML(raw []byte) []byte {
+	cfg := DefaultConfig()
+	if err := decodeStrict(raw, &cfg); err != nil {
+		return raw
+	}
+	if err := cfg.Resolve(); err != nil {
+		return raw
+	}
+	return []byte(cfg.YAML())
 }
 
 // under reports whether key is one of keys or under one of them.

@@ -226,12 +226,17 @@ func TestConfigErrors(t *testing.T) {
 		{base, []string{"rollout.top_p=0"}, "rollout.top_p"},
 		{base, []string{"nope.x=1"}, "--set"},
 		{base, []string{"novalue"}, "want key=value"},
-		{"model: builtin:tiny\n", nil, "run_dir"},
+		{"run_dir: r\n", nil, "config key model: is required"},
+		{base, []string{"total_steps=-1"}, "total_steps"},
 	} {
 		_, err := LoadConfig(write(c.body), c.sets)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %v: err = %v, want %q", c.body, c.sets, err, c.want)
 		}
+	}
+	// A config naming only the model: run_dir is runs/<the file's name>.
+	if cfg, err := LoadConfig(write("model: builtin:tiny\n"), nil); err != nil || cfg.RunDir != filepath.Join("runs", "c") {
+		t.Errorf("a config without run_dir: run_dir %q, %v", cfg.RunDir, err)
 	}
 	cfg, err := LoadConfig(write(base), []string{"algo.clip_high=0.35", "rollout.max_new_tokens=7"})
 	if err != nil || cfg.Algo.ClipHigh != 0.35 || cfg.Rollout.MaxNewTokens != 7 || cfg.Algo.ClipLow != 0.2 {

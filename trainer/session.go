@@ -87,6 +87,11 @@ type session struct {
 // openSession loads the policy (from the resume checkpoint if any), the
 // tokenizer and the optimizer, and writes the resolved config.
 func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, err error) {
+	// A Config built in Go (the library API) is resolved and checked as
+	// LoadConfig's are; a loaded one is left as it was.
+	if err := cfg.Validate(); err != nil {
+		return nil, ConfigError{err}
+	}
 	runtime.LockOSThread() // all torch work of the run happens on this thread (CONTRIBUTING.md, Threads)
 	// Whatever ran on this thread before may have left autograd off.
 	csrc.SetGradEnabled(true)

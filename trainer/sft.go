@@ -36,6 +36,9 @@ type sftRun struct {
 
 // RunSFT runs (or resumes) supervised fine-tuning as cfg says.
 func RunSFT(ctx context.Context, cfg Config, resume string, opts RunOptions) error {
+	if err := cfg.ResolveRun("sft"); err != nil {
+		return ConfigError{err}
+	}
 	s, err := openSession(cfg, resume, "sft", opts)
 	if err != nil {
 		return err

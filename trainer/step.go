@@ -56,6 +56,9 @@ type grpoRun struct {
 // says. It returns ErrInterrupted after saving a checkpoint when ctx is
 // cancelled.
 func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) error {
+	if err := cfg.ResolveRun(cfg.Algo.Name); err != nil {
+		return ConfigError{err}
+	}
 	s, err := openSession(cfg, resume, cfg.Algo.Name, opts)
 	if err != nil {
 		return err

@@ -59,7 +59,7 @@ func benchLogprobCommand() *cli.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			for _, f := range []string{"n", "h", "v"} {
+			for _, f := range []string{"n", "hidden", "v"} {
 				if c.Int64(f) <= 0 {
 					return usageError{fmt.Errorf("--%s must be > 0, got %d", f, c.Int64(f))}
 				}
@@ -94,10 +94,11 @@ func benchForwardCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "forward",
 		Usage: "forward tokens/s of a random Qwen2.5-0.5B-shape model against Hugging Face transformers",
-		Description: "Builds a model of Qwen2.5-0.5B's shape (24 layers, H 896, 14/2 heads, V 151936) with random\n" +
-			"weights, saves it as a Hugging Face directory, and times the forward pass (hidden states and fp32\n" +
-			"logits) in lanpo and, through --hf-python, in transformers on the same weights, ids and thread\n" +
-			"count, in this one run. Prints both and the ratio (lanpo tokens/s over transformers').",
+		Description: "Builds a model of Qwen2.5-0.5B's shape (24 layers, H 896, 14/2 heads, V 151936; --shape 7b or a\n" +
+			"config.json for another) with random weights, saves it as a Hugging Face directory, and times the\n" +
+			"forward pass (hidden states and fp32 logits) in lanpo and, through --hf-python, in transformers on\n" +
+			"the same weights, ids and thread count, in this one run. Prints both and the ratio (lanpo tokens/s\n" +
+			"over transformers').",
 		Flags: append(benchModelFlags(),
 			&cli.Int64Flag{Name: "batch", Value: 4},
 			&cli.Int64Flag{Name: "seq", Value: 256},
@@ -141,7 +142,7 @@ func runBenchForward(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rep := forwardReport{Shape: fmt.Sprintf("qwen2.5-0.5b (%d layers)", cfg.NumHiddenLayers), Batch: r.Batch, Seq: r.Seq,
+	rep := forwardReport{Shape: fmt.Sprintf("%s (%d layers)", c.String("shape"), cfg.NumHiddenLayers), Batch: r.Batch, Seq: r.Seq,
 		Threads: info.Threads, LanpoMS: r.MedianMS, LanpoTokPerS: r.TokensPerS, AttentionSDPA: m.UsesSDPA()}
 	if py := c.String("hf-python"); py != "" {
 		out, err := bench.RunHF(m, ids, py, bench.HFForward, fmt.Sprint(info.Threads), fmt.Sprint(c.Int("reps")))

@@ -48,7 +48,6 @@ func benchGenerateCommand() *cli.Command {
 			"  lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 \\\n" +
 			"    --prompt-len 512 --new-tokens 512 --cuda-graphs --json",
 		Flags: append(benchModelFlags(),
-			&cli.StringFlag{Name: "shape", Value: "0.5b", Usage: "0.5b, 7b, or a config.json (or a directory holding one)"},
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
 			&cli.StringFlag{Name: "dtype", Usage: "float32, bfloat16 or float16 (default float32 on CPU, bfloat16 on CUDA)"},
 			&cli.Int64Flag{Name: "prompts", Value: 8},

@@ -32,7 +32,7 @@ func benchTokenizeCommand() *cli.Command {
 			&cli.StringFlag{Name: "data", Usage: "JSONL file with the texts", Required: true},
 			&cli.StringFlag{Name: "fields", Value: "text,problem,solution", Usage: "string fields of each line to encode (each one a text)"},
 			&cli.IntFlag{Name: "reps", Value: 3, Usage: "warm passes; the fastest counts"},
-			&cli.StringFlag{Name: "hf-python", Usage: "python with `tokenizers` for the baseline", EnvVars: []string{"LANPO_HF_PYTHON"}},
+			&cli.StringFlag{Name: "hf-python", Usage: "python with tokenizers for the baseline", EnvVars: []string{"LANPO_HF_PYTHON"}},
 		},
 		Action: runBenchTokenize,
 	}

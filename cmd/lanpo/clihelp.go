@@ -15,8 +15,9 @@ import (
 // refused resume); 130 interrupted by a signal (a checkpoint was saved,
 // or the second signal's message says what is kept).
 
-// defaultInUsage is a "(default: …)" a flag's usage text ends with.
-var defaultInUsage = regexp.MustCompile(`\s*\(default: ([^()]*(?:\([^()]*\)[^()]*)*)\)$`)
+// defaultInUsage is a "(default: …)" (or "(default …)") a flag's usage
+// text ends with.
+var defaultInUsage = regexp.MustCompile(`\s*\(default:? ([^()]*(?:\([^()]*\)[^()]*)*)\)$`)
 
 // tidyCLI makes every command of app behave alike: a flag whose usage says
 // its default shows that default alone (not also urfave's zero value); a

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -38,7 +39,7 @@ func demoCommand() *cli.Command {
 			&cli.BoolFlag{Name: "fast", Usage: "a short variant (for tests and a first look)"},
 			&cli.BoolFlag{Name: "compare", Usage: "run every RL arm: " + strings.Join(demo.Arms, ", ")},
 			&cli.StringFlag{Name: "arms", Usage: "RL arms to run, comma-separated (default " + strings.Join(demo.DefaultArms, ",") + ")"},
-			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default 0.75)"},
+			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default: 0.75)"},
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it; the transfer and control worlds share one SFT)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
@@ -68,7 +69,12 @@ func reportCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usageError{errMissingRunDir}
 			}
-			return demo.WriteReport(c.Args().First())
+			dir := c.Args().First()
+			if err := demo.WriteReport(dir); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(dir, "report.html"))
+			return nil
 		},
 	}
 }

@@ -73,59 +73,15 @@ func evalCommand() *cli.Command {
 }
 
 func runEval(c *cli.Context) error {
-	cfg, err := optionalRunConfig(c)
+	cfg, err := evalConfig(c)
 	if err != nil {
 		return err
 	}
-	if v := c.String("prompt-template"); v != "" {
-		if !strings.Contains(v, "{problem}") {
-			return usageError{fmt.Errorf("--prompt-template must contain {problem}")}
-		}
-		cfg.Data.PromptTemplate = v
-	}
-	if c.IsSet("system-prompt") {
-		cfg.Data.SystemPrompt = c.String("system-prompt")
-	}
-	ec := cfg.Eval
-	if v := c.String("bench"); v != "" {
-		ec.Bench = strings.Split(v, ",")
-	}
+	ec, maxNew, modes := cfg.Eval, cfg.Rollout.MaxNewTokens, cfg.Eval.Modes
 	if len(ec.Bench) == 0 {
 		return usageError{fmt.Errorf("--bench is required (or eval.bench in --config)")}
 	}
-	dataDir := c.String("data-dir")
-	if dataDir == "" {
-		dataDir = ec.DataDir
-	}
-	if c.IsSet("k") {
-		ec.K = c.Int("k")
-	}
-	if c.IsSet("limit") {
-		ec.Limit = c.Int("limit")
-		if ec.Limit < 1 {
-			return usageError{fmt.Errorf("--limit %d: want ≥ 1 problems per benchmark (leave it out for all)", ec.Limit)}
-		}
-	}
-	if c.Float64("temperature") >= 0 {
-		ec.Temperature = c.Float64("temperature")
-	}
-	var modes []string
-	for _, m := range c.StringSlice("mode") { // repeatable or comma-separated
-		modes = append(modes, strings.Split(m, ",")...)
-	}
-	if len(modes) == 0 {
-		modes = ec.Modes
-	}
-	if len(modes) == 0 {
-		modes = []string{eval.ModeZeroShot}
-	}
-	maxNew := c.Int("max-new-tokens")
-	if maxNew == 0 {
-		maxNew = ec.MaxNewTokens
-	}
-	if maxNew == 0 {
-		maxNew = cfg.Rollout.MaxNewTokens
-	}
+	dataDir := ec.DataDir
 	var benches []eval.Benchmark
 	for _, spec := range ec.Bench {
 		name, path, err := eval.ResolveBenchmark(strings.TrimSpace(spec), dataDir)
@@ -203,6 +159,68 @@ func runEval(c *cli.Context) error {
 	eval.PrintTable(c.App.Writer, sums)
 	fmt.Fprintf(c.App.Writer, "results: %s%s\n", out, tb)
 	return nil
+}
+
+// evalConfig is lanpo eval's config: --config (or the defaults) with the
+// flags applied — the prompt, eval.bench, data_dir, k, limit, temperature
+// and modes (zero-shot unless given) — and resolved, with the evaluation's
+// token budget (--max-new-tokens, else eval.max_new_tokens, else
+// rollout.max_new_tokens) as rollout.max_new_tokens: the lanpo section's
+// attempt caps follow it (a self-correct prompt shows the whole first
+// attempt unless lanpo.max_attempt_tokens says otherwise).
+func evalConfig(c *cli.Context) (trainer.Config, error) {
+	cfg, err := optionalRunConfig(c)
+	if err != nil {
+		return cfg, err
+	}
+	if v := c.String("prompt-template"); v != "" {
+		if !strings.Contains(v, "{problem}") {
+			return cfg, usageError{fmt.Errorf("--prompt-template must contain {problem}")}
+		}
+		cfg.Data.PromptTemplate = v
+	}
+	if c.IsSet("system-prompt") {
+		cfg.Data.SystemPrompt = c.String("system-prompt")
+	}
+	ec := &cfg.Eval
+	if v := c.String("bench"); v != "" {
+		ec.Bench = strings.Split(v, ",")
+	}
+	if v := c.String("data-dir"); v != "" {
+		ec.DataDir = v
+	}
+	if c.IsSet("k") {
+		ec.K = c.Int("k")
+	}
+	if c.IsSet("limit") {
+		ec.Limit = c.Int("limit")
+		if ec.Limit < 1 {
+			return cfg, usageError{fmt.Errorf("--limit %d: want ≥ 1 problems per benchmark (leave it out for all)", ec.Limit)}
+		}
+	}
+	if c.Float64("temperature") >= 0 {
+		ec.Temperature = c.Float64("temperature")
+	}
+	if ec.K > 1 && ec.Temperature == 0 {
+		return cfg, usageError{fmt.Errorf("--k %d with --temperature 0 (eval.temperature, the default): greedy samples are all the same; use --k 1 or a temperature", ec.K)}
+	}
+	var modes []string
+	for _, m := range c.StringSlice("mode") { // repeatable or comma-separated
+		modes = append(modes, strings.Split(m, ",")...)
+	}
+	if len(modes) > 0 {
+		ec.Modes = modes
+	}
+	if len(ec.Modes) == 0 {
+		ec.Modes = []string{eval.ModeZeroShot}
+	}
+	if n := c.Int("max-new-tokens"); n > 0 {
+		ec.MaxNewTokens = n
+	}
+	if ec.MaxNewTokens > 0 {
+		cfg.Rollout.MaxNewTokens = ec.MaxNewTokens
+	}
+	return cfg, resolveConfig(c, &cfg)
 }
 
 // checkpointRun splits a checkpoint directory RUN/checkpoints/NAME into
@@ -295,7 +313,8 @@ func loadModelAndTokenizer(c *cli.Context, dir string) (*model.Model, *tokenizer
 
 // optionalRunConfig is --config with its --set overrides, or the default
 // config when --config is absent (then --set is a usage error: it has
-// nothing to override).
+// nothing to override). It is not resolved yet: the command applies its
+// own flags, then resolveConfig.
 func optionalRunConfig(c *cli.Context) (trainer.Config, error) {
 	if c.String("config") == "" {
 		if len(c.StringSlice("set")) > 0 {
@@ -303,9 +322,22 @@ func optionalRunConfig(c *cli.Context) (trainer.Config, error) {
 		}
 		return trainer.DefaultConfig(), nil
 	}
-	cfg, err := trainer.LoadConfig(c.String("config"), c.StringSlice("set"))
+	cfg, err := trainer.ReadConfig(c.String("config"), c.StringSlice("set"))
 	if err != nil {
 		return cfg, usageError{err}
 	}
 	return cfg, nil
+}
+
+// resolveConfig fills a command's config's derived defaults once its
+// flags are in (trainer.Config.Resolve); a bad value names the key, and
+// the file when it came from --config.
+func resolveConfig(c *cli.Context, cfg *trainer.Config) error {
+	if err := cfg.Resolve(); err != nil {
+		if path := c.String("config"); path != "" {
+			return usageError{fmt.Errorf("%s: %w", path, err)}
+		}
+		return usageError{err}
+	}
+	return nil
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -157,7 +161,8 @@ func TestCLIManners(t *testing.T) {
 				t.Errorf("%v --help: %v", args, err)
 			}
 			for _, line := range strings.Split(out, "\n") {
-				if strings.Count(line, "(default:") > 1 {
+				// "(default 0.75) (default: 0)" as much as "(default: x) (default: y)".
+				if strings.Count(line, "(default") > 1 {
 					t.Errorf("%v --help shows two defaults: %s", args, strings.TrimSpace(line))
 				}
 			}
@@ -167,5 +172,122 @@ func TestCLIManners(t *testing.T) {
 	walk(nil, newApp().Commands)
 	if s := exitStatus(fmt.Errorf("wrapped: %w", trainer.ConfigError{Err: errors.New("refused")})); s != 2 {
 		t.Errorf("a refused resume exits %d", s)
+	}
+}
+
+// flagGetters are urfave's lookups by flag name; for an undefined name
+// they return the zero value in silence (bench logprob read --h after the
+// flag became --hidden, and failed every run with "--h must be > 0").
+var flagGetters = map[string]bool{"String": true, "Int": true, "Int64": true, "Uint64": true, "Uint": true, "Float64": true, "Bool": true,
+	"StringSlice": true, "IntSlice": true, "Int64Slice": true, "Float64Slice": true, "Duration": true, "IsSet": true, "Path": true}
+
+// flagLookups lists the flag names the non-test Go files of dir look up
+// through a *cli.Context (named c or ctx),
+// "file:line name": a string literal passed to a getter, or each string of
+// a []string{…} literal a loop passes to one.
+func flagLookups(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var out []string
+	getterArg := func(n ast.Node) (ast.Expr, bool) {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) != 1 {
+			return nil, false
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || !flagGetters[sel.Sel.Name] {
+			return nil, false
+		}
+		// The CLI's code names its *cli.Context c or ctx.
+		if recv, ok := sel.X.(*ast.Ident); !ok || (recv.Name != "c" && recv.Name != "ctx") {
+			return nil, false
+		}
+		return call.Args[0], true
+	}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if arg, ok := getterArg(n); ok {
+				if lit, ok := arg.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					name, _ := strconv.Unquote(lit.Value)
+					out = append(out, fmt.Sprintf("%s %s", fset.Position(lit.Pos()), name))
+				}
+			}
+			rng, ok := n.(*ast.RangeStmt)
+			if !ok {
+				return true
+			}
+			list, ok1 := rng.X.(*ast.CompositeLit)
+			v, ok2 := rng.Value.(*ast.Ident)
+			if !ok1 || !ok2 {
+				return true
+			}
+			used := false
+			ast.Inspect(rng.Body, func(n ast.Node) bool {
+				if arg, ok := getterArg(n); ok {
+					if id, ok := arg.(*ast.Ident); ok && id.Name == v.Name {
+						used = true
+					}
+				}
+				return true
+			})
+			if used {
+				for _, e := range list.Elts {
+					if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						name, _ := strconv.Unquote(lit.Value)
+						out = append(out, fmt.Sprintf("%s %s", fset.Position(lit.Pos()), name))
+					}
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestFlagLookupsNameFlags: every flag name the CLI's code looks up is the
+// name (or alias) of a flag some command defines — help's -h aside, so a
+// lookup of "h" fails here as it failed for users.
+func TestFlagLookupsNameFlags(t *testing.T) {
+	defined := map[string]bool{}
+	app := newApp()
+	add := func(flags []cli.Flag) {
+		for _, f := range flags {
+			for _, n := range f.Names() {
+				defined[n] = true
+			}
+		}
+	}
+	add(app.Flags)
+	var walk func(cmds []*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			add(c.Flags)
+			walk(c.Subcommands)
+		}
+	}
+	walk(app.Commands)
+	for _, n := range cli.HelpFlag.Names() {
+		delete(defined, n)
+	}
+	lookups := flagLookups(t, ".")
+	if len(lookups) < 50 {
+		t.Fatalf("found %d flag lookups in cmd/lanpo; the scan is broken", len(lookups))
+	}
+	for _, l := range lookups {
+		name := l[strings.LastIndex(l, " ")+1:]
+		if !defined[name] {
+			t.Errorf("%s: no command defines a flag --%s", l[:strings.LastIndex(l, " ")], name)
+		}
 	}
 }

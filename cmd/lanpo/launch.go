@@ -47,7 +47,7 @@ func launchCommand() *cli.Command {
 			&cli.IntFlag{Name: "nnodes", Value: 1, Usage: "machines in the job"},
 			&cli.IntFlag{Name: "node-rank", Usage: "this machine's index, 0 to nnodes-1"},
 			&cli.StringFlag{Name: "master-addr", Usage: "address of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one machine)"},
-			&cli.IntFlag{Name: "master-port", Usage: "its port (default on one machine: a free one; required with --nnodes > 1)"},
+			&cli.IntFlag{Name: "master-port", Usage: "its port; required with --nnodes > 1 (default: a free one, on one machine)"},
 			&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than this machine has CPU cores"},
 			&cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "after a rank fails, how long the others get to stop before SIGKILL"},
 		},

@@ -39,16 +39,20 @@ func loadModel(c *cli.Context) (*model.Model, error) {
 // benchModelFlags are the flags benchModel reads, plus the reference python.
 func benchModelFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.Int64Flag{Name: "layers", Value: 24, Usage: "fewer layers for a quick run"},
+		&cli.StringFlag{Name: "shape", Value: "0.5b", Usage: "0.5b, 7b, or a config.json (or a directory holding one)"},
+		&cli.Int64Flag{Name: "layers", Usage: "fewer layers for a quick run (default: the shape's)"},
 		&cli.StringFlag{Name: "hf-python", EnvVars: []string{"LANPO_HF_PYTHON"}, Value: "python3", Usage: "a python with torch and transformers; \"\" skips the reference"},
 	}
 }
 
-// benchModel builds the random Qwen2.5-0.5B-shape model the benchmarks run,
-// with --layers layers, and reports the libtorch it runs on.
+// benchModel builds the random model of --shape (Qwen2.5-0.5B's by
+// default) the benchmarks run, with --layers layers, and reports the
+// libtorch it runs on.
 func benchModel(c *cli.Context, attn model.AttentionImpl) (*model.Model, csrc.Info, error) {
-	cfg := model.Qwen25_05BShape()
-	cfg.NumHiddenLayers = c.Int64("layers")
+	cfg, err := benchShape(c)
+	if err != nil {
+		return nil, csrc.Info{}, err
+	}
 	info, err := csrc.BuildInfo()
 	if err != nil {
 		return nil, info, err

@@ -104,6 +104,15 @@ func openPool(c *cli.Context) (*pool.Pool, error) {
 	return loadPool(c.Args().First())
 }
 
+// poolRunConfig is the config lanpo pool and eval --pool read a pool
+// with: the defaults, resolved as every entry point's config is, without
+// a byte cap (they only read).
+func poolRunConfig() (trainer.Config, error) {
+	cfg := trainer.DefaultConfig()
+	cfg.LANPO.MaxPoolBytes = 0
+	return cfg, cfg.Resolve()
+}
+
 // loadPool loads a pool from a checkpoint directory, a run directory (its
 // newest checkpoint) or a pool.jsonl file.
 func loadPool(path string) (*pool.Pool, error) {
@@ -118,10 +127,11 @@ func loadPool(path string) (*pool.Pool, error) {
 		}
 		path = filepath.Join(path, pool.File)
 	}
-	// The pool's own caps apply: the command only reads.
-	cfg := pool.DefaultConfig()
-	cfg.MaxBytes = 0
-	p, err := pool.Load(path, cfg)
+	cfg, err := poolRunConfig()
+	if err != nil {
+		return nil, err
+	}
+	p, err := pool.Load(path, cfg.LANPO.PoolConfig())
 	if err != nil {
 		return nil, err
 	}

@@ -54,10 +54,12 @@ func seedCommand() *cli.Command {
 	}
 }
 
-func runSeed(c *cli.Context) error {
+// seedConfig is lanpo seed's config: --config (or the defaults) with
+// --temperature, --max-new-tokens and --seed applied, resolved.
+func seedConfig(c *cli.Context) (trainer.Config, error) {
 	cfg, err := optionalRunConfig(c)
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	if t := c.Float64("temperature"); t >= 0 {
 		cfg.Rollout.Temperature = t
@@ -66,6 +68,14 @@ func runSeed(c *cli.Context) error {
 		cfg.Rollout.MaxNewTokens = n
 	}
 	cfg.Seed = c.Uint64("seed")
+	return cfg, resolveConfig(c, &cfg)
+}
+
+func runSeed(c *cli.Context) error {
+	cfg, err := seedConfig(c)
+	if err != nil {
+		return err
+	}
 	mix := map[string]float64{}
 	for _, kv := range strings.Split(c.String("mix"), ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")

@@ -47,7 +47,7 @@ func trainCommand() *cli.Command {
 			"--allow-change KEY; each is recorded in RUN_DIR/config_changes.jsonl. A resume from a checkpoint older\n" +
 			"than run_dir's newest refuses unless --set-aside-newer. Example: lanpo train --config configs/tiny-grpo.yaml",
 		Flags:  runFlags(),
-		Action: func(c *cli.Context) error { return runTraining(c, trainer.RunGRPO) },
+		Action: func(c *cli.Context) error { return runTraining(c, "train", trainer.RunGRPO) },
 	}
 }
 
@@ -60,13 +60,13 @@ func sftCommand() *cli.Command {
 			"with the optim.* schedule, eval loss on data.eval every sft.eval_every steps. Checkpoints, metrics and\n" +
 			"resume as in `lanpo train`. Example: lanpo sft --config configs/tiny-sft.yaml",
 		Flags:  runFlags(),
-		Action: func(c *cli.Context) error { return runTraining(c, trainer.RunSFT) },
+		Action: func(c *cli.Context) error { return runTraining(c, "sft", trainer.RunSFT) },
 	}
 }
 
 type runFunc func(context.Context, trainer.Config, string, trainer.RunOptions) error
 
-func runTraining(c *cli.Context, run runFunc) error {
+func runTraining(c *cli.Context, command string, run runFunc) error {
 	sets := c.StringSlice("set")
 	if d := c.String("device"); d != "" {
 		sets = append(sets, "device="+d)
@@ -76,6 +76,13 @@ func runTraining(c *cli.Context, run runFunc) error {
 		return usageError{err}
 	}
 	if c.Bool("dry-run") {
+		kind := "sft"
+		if command == "train" {
+			kind = cfg.Algo.Name
+		}
+		if err := cfg.ResolveRun(kind); err != nil {
+			return usageError{err}
+		}
 		fmt.Fprint(c.App.Writer, cfg.YAML())
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -97,4 +98,41 @@ func LANPOConfig(t testing.TB, sets ...string) trainer.Config {
 func LoadWarm(t testing.TB) (*model.Model, *tokenizer.Tokenizer) {
 	t.Helper()
 	return modeltest.Load(t, WarmTiny(t))
+}
+
+// AssertResolved fails t unless cfg is resolved as every entry point's
+// config must be before it is used: Resolve accepts it and changes nothing
+// (a config whose derived defaults were never filled — the lanpo
+// section's attempt caps, relevance floor and mode weights — is changed
+// by it), and the pool section it gives is valid. what names the entry
+// point in the failure.
+func AssertResolved(t testing.TB, what string, cfg trainer.Config) {
+	t.Helper()
+	before := cfg.YAML()
+	if err := cfg.Resolve(); err != nil {
+		t.Errorf("%s: the config does not resolve: %v", what, err)
+		return
+	}
+	if after := cfg.YAML(); after != before {
+		t.Errorf("%s: the config was not resolved (Resolve changed it):\n%s", what, yamlDiff(before, after))
+	}
+	if err := cfg.LANPO.PoolConfig().Validate(); err != nil {
+		t.Errorf("%s: its pool section: %v", what, err)
+	}
+}
+
+// yamlDiff lists the lines of b that are not in a (the keys Resolve
+// filled or changed).
+func yamlDiff(a, b string) string {
+	had := map[string]bool{}
+	for _, l := range strings.Split(a, "\n") {
+		had[l] = true
+	}
+	var out []string
+	for _, l := range strings.Split(b, "\n") {
+		if !had[l] {
+			out = append(out, "  "+l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
