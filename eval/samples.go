@@ -169,3 +169,38 @@ func appendLines(f *os.File, lines []SampleLine) error {
 	}
 	return f.Sync()
 }
+
+// FreeDir is the results directory for o when the user named none: base
+// (RUN/eval/step-N, runs/eval/MODEL) if it is new or holds this same
+// evaluation (which --resume continues, and which without --resume is
+// refused as before), else the first of base-2, base-3, … that is — so a
+// second, different evaluation of one model does not stop at "already has
+// results" when the user asked for no directory at all.
+func FreeDir(base string, o Options) string {
+	want := o.record()
+	for n := 1; ; n++ {
+		dir := base
+		if n > 1 {
+			dir = fmt.Sprintf("%s-%d", base, n)
+		}
+		if _, err := os.Stat(filepath.Join(dir, SamplesFile)); err != nil {
+			return dir
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, recordFile))
+		var was runRecord
+		if err == nil && json.Unmarshal(raw, &was) == nil && recordDiff(withoutCounts(was), withoutCounts(want)) == "" {
+			return dir
+		}
+	}
+}
+
+// withoutCounts drops the problem counts from a record's benchmarks
+// (decontamination changes them after the directory is chosen).
+func withoutCounts(r runRecord) runRecord {
+	bs := make([]string, len(r.Benchmarks))
+	for i, b := range r.Benchmarks {
+		bs[i] = b[:max(0, strings.LastIndexByte(b, ':'))]
+	}
+	r.Benchmarks = bs
+	return r
+}

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 		return trainertest.LANPOConfig(t, sets...).FeedbackSettings()
 	}
 	feedback.LANPOProblems = func(t testing.TB) []rl.Problem {
-		ps, err := trainer.LoadProblems(trainertest.LANPOData, false)
+		ps, err := trainer.LoadProblems(trainertest.LANPOData(), false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -189,6 +190,11 @@ func (o Options) openState(targets map[string]int) (*state, *pool.Pool, error) {
 		return nil, nil, fmt.Errorf("%s exists: pass --resume to continue it, or choose another --out", o.Out)
 	}
 	if !exists || !o.Resume {
+		// The output's directory is made as any writer of a file would
+		// (docs/recipe.md writes into runs/recipe-seed/).
+		if err := os.MkdirAll(filepath.Dir(o.Out), 0o755); err != nil {
+			return nil, nil, err
+		}
 		p, err := pool.New(pc)
 		return st, p, err
 	}

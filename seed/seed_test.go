@@ -101,7 +101,7 @@ func seedOptions(t *testing.T, out string, problems []trainer.Problem) Options {
 // byte.
 func TestSeedEndToEndAndResume(t *testing.T) {
 	m, tk := trainertest.LoadWarm(t)
-	problems, err := trainer.LoadProblems(trainertest.LANPOData, false)
+	problems, err := trainer.LoadProblems(trainertest.LANPOData(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestSeedEndToEndAndResume(t *testing.T) {
 // receive a gold answer, only the verifier does.
 func TestSeedNeverShowsGold(t *testing.T) {
 	m, tk := trainertest.LoadWarm(t)
-	problems, _ := trainer.LoadProblems(trainertest.LANPOData, false)
+	problems, _ := trainer.LoadProblems(trainertest.LANPOData(), false)
 	for i := range problems {
 		problems[i].Answer = "GOLD" + strings.Repeat("Q", i+1) + "X"
 	}

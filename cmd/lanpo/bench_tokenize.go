@@ -115,7 +115,10 @@ func runBenchTokenize(c *cli.Context) error {
 	raw, err := bench.RunPython(py, bench.HFTokenize, dir,
 		filepath.Join(c.String("tokenizer"), tokenizer.TokenizerFile), filepath.Join(dir, "texts.json"), strconv.Itoa(reps))
 	if err != nil {
-		return fmt.Errorf("Hugging Face baseline: %w", err)
+		// lanpo's own figures stand; the baseline's absence is said, as
+		// bench forward and generate say theirs.
+		fmt.Fprintf(w, "Hugging Face baseline: unavailable: %v\n", err)
+		return nil
 	}
 	var hf struct {
 		ColdS     float64 `json:"cold_s"`

@@ -75,7 +75,8 @@ func runBenchVerify(c *cli.Context) error {
 	}
 	out, err := bench.RunPython(py, bench.MathVerify, dir, filepath.Join(dir, "pairs.json"))
 	if err != nil {
-		return fmt.Errorf("math-verify baseline: %w", err)
+		fmt.Fprintf(w, "math-verify baseline: unavailable: %v\n", err)
+		return nil
 	}
 	var mv struct {
 		Seconds  float64 `json:"seconds"`

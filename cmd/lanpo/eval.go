@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/eval"
@@ -34,7 +35,8 @@ func evalCommand() *cli.Command {
 			"$" + eval.DataDirEnv + " (README: where to get the files), or paths to JSONL files of {\"id\",\"problem\",\"answer\"}.\n" +
 			"Prompts come from --config (data.prompt_template, data.system_prompt, the lanpo section) or the flags.\n" +
 			"Results go to --out (default RUN/eval/step-N for a checkpoint RUN/checkpoints/step-N, else\n" +
-			"runs/eval/MODEL): samples.jsonl (appended per batch) and summary.json. --resume continues a killed\n" +
+			"runs/eval/MODEL; -2, -3, … beside it when it holds another evaluation): samples.jsonl (appended per\n" +
+			"batch) and summary.json. --resume continues a killed\n" +
 			"evaluation; the final summary is the same, byte for byte. The numbers also go to TensorBoard (--tensorboard).\n" +
 			"--decontaminate FILE (repeatable or comma-separated; JSONL with \"problem\" and \"id\") drops the benchmark\n" +
 			"problems that have a twin in a training file (pool.Similarity ≥ lanpo.near_duplicate_threshold, the threshold\n" +
@@ -131,13 +133,17 @@ func runEval(c *cli.Context) error {
 			return usageError{fmt.Errorf("config key chat_format: %w", err)}
 		}
 	}
-	out := c.String("out")
-	if out == "" {
-		out = defaultEvalDir(modelDir)
-	}
-	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Out: out, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
+	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
 		NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
+	out := c.String("out")
+	if out == "" {
+		base := defaultEvalDir(modelDir)
+		if out = eval.FreeDir(base, o); out != base {
+			log.Info().Str("results", out).Msg(base + " holds another evaluation of this model: this one goes beside it")
+		}
+	}
+	o.Out = out
 	if isTerminal(os.Stderr) {
 		o.Progress = os.Stderr
 	}

@@ -76,15 +76,17 @@ func Cleanup() {
 	}
 }
 
-// LANPOData is the tiny LANPO data set.
-var LANPOData = Path("configs/data/tiny-arith-lanpo.jsonl")
+// LANPOData is the tiny LANPO data set. (A function: a test binary that
+// runs as the lanpo command from another directory imports this package
+// too, and must not look for the repository when it starts.)
+func LANPOData() string { return Path("configs/data/tiny-arith-lanpo.jsonl") }
 
 // LANPOConfig is configs/tiny-lanpo.yaml from the warmed-up tiny model in
 // a temporary directory, with overrides.
 func LANPOConfig(t testing.TB, sets ...string) trainer.Config {
 	t.Helper()
 	cfg, err := trainer.LoadConfig(Path("configs/tiny-lanpo.yaml"), append([]string{
-		"run_dir=" + filepath.Join(t.TempDir(), "run"), "data.train=" + LANPOData, "model=" + WarmTiny(t), "total_steps=4",
+		"run_dir=" + filepath.Join(t.TempDir(), "run"), "data.train=" + LANPOData(), "model=" + WarmTiny(t), "total_steps=4",
 		"checkpoint.every=1", "checkpoint.keep=10",
 	}, sets...))
 	if err != nil {
