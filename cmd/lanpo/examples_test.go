@@ -106,7 +106,9 @@ var (
 )
 
 // shellBlock reports whether a fenced block's language is a shell's.
-func shellBlock(lang string) bool { return slices.Contains([]string{"", "sh", "bash", "shell", "console"}, lang) }
+func shellBlock(lang string) bool {
+	return slices.Contains([]string{"", "sh", "bash", "shell", "console"}, lang)
+}
 
 // docExamples reads the examples of a Markdown file.
 func docExamples(t *testing.T, path string) []docExample {
