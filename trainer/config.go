@@ -219,6 +219,16 @@ type LogConfig struct {
 	// TensorBoard also writes every metric as a TensorBoard scalar under
 	// RUN_DIR/tensorboard/ (default on): tensorboard --logdir runs/.
 	TensorBoard *bool `yaml:"tensorboard"`
+	// PhaseEvery: where no progress bar shows (stderr not a terminal),
+	// a line this often while a step runs says its phase and progress
+	// (trainer/heartbeat.go); "0" turns it off. A duration such as 30s.
+	PhaseEvery string `yaml:"phase_every"`
+}
+
+// PhaseInterval is log.phase_every parsed (validated at load).
+func (l LogConfig) PhaseInterval() time.Duration {
+	d, _ := time.ParseDuration(l.PhaseEvery)
+	return d
 }
 
 // TensorBoardOn is log.tensorboard (default on).
@@ -244,6 +254,7 @@ func DefaultConfig() Config {
 		LANPO:      feedback.Default(),
 		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
 		Dist:       DistConfig{Timeout: "5m", BucketMB: 16},
+		Log:        LogConfig{PhaseEvery: "30s"},
 	}
 }
 

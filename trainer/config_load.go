@@ -214,6 +214,8 @@ func (c *Config) Resolve() error {
 		return bad("dist.bucket_mb", "must be ≥ 1")
 	case c.Dist.Backend != "" && c.Dist.Backend != "gloo" && c.Dist.Backend != "nccl":
 		return bad("dist.backend", "%q: want gloo, nccl or empty (nccl on CUDA, else gloo)", c.Dist.Backend)
+	case c.Log.PhaseEvery != "" && c.Log.PhaseEvery != "0" && c.Log.PhaseInterval() <= 0:
+		return bad("log.phase_every", "%q: want a duration such as 30s, or 0 (off)", c.Log.PhaseEvery)
 	case c.Dist.TimeoutDuration() <= 0:
 		return bad("dist.timeout", "%q: want a positive duration such as 5m or 90s", c.Dist.Timeout)
 	case c.Algo.TISCap < 1:

@@ -41,6 +41,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			return ErrInterrupted
 		}
 		t := newDevicePhaseTimer(s.m.Device.IsCuda())
+		t.hb, t.step = s.hb, s.state.Step+1
 		before, updates := s.state, s.opt.Updates()
 		met, err := s.guardedStep(step, t)
 		if err != nil && !errors.Is(err, optim.ErrBadLoss) {
@@ -68,6 +69,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 		}
 		if s.evaluate != nil && cfg.Eval.Every > 0 && s.state.Step%cfg.Eval.Every == 0 {
 			start := time.Now()
+			s.hb.enter(s.state.Step, "eval", start)
 			res, err := s.evaluate(s.state.Step, s.m, s.tk, evalPool)
 			if err != nil {
 				return fmt.Errorf("evaluation after step %d: %w", s.state.Step, err)
@@ -79,10 +81,12 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 			return err
 		}
 		if cfg.Checkpoint.Every > 0 && s.state.Step%cfg.Checkpoint.Every == 0 {
+			s.hb.enter(s.state.Step, "checkpoint", time.Now())
 			if err := s.save(); err != nil {
 				return err
 			}
 		}
+		s.hb.enter(s.state.Step, "", time.Now())
 		s.prog.Update(met.Step, fmt.Sprintf("loss %.4f reward %.3f acc %.3f %.0f tok/s", met.Loss, met.RewardMean, met.Accuracy, met.TokensPerS))
 		s.stepLine(met, time.Since(started)/time.Duration(ran))
 	}

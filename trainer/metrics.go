@@ -223,6 +223,8 @@ type phaseTimer struct {
 	phase string
 	secs  map[string]float64
 	cuda  bool // synchronize the device at each boundary
+	hb    *heartbeat
+	step  int // the step timed (1-based), for hb
 }
 
 func newPhaseTimer() *phaseTimer { return &phaseTimer{secs: map[string]float64{}} }
@@ -247,6 +249,7 @@ func (p *phaseTimer) Enter(phase string) {
 		p.secs[p.phase] += now.Sub(p.start).Seconds()
 	}
 	p.phase, p.start = phase, now
+	p.hb.enter(p.step, phase, now)
 }
 
 func (p *phaseTimer) total() float64 {

@@ -76,8 +76,12 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
 		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: rl.StepSeed(cfg.Seed, g.state.Step)}
 	var res []model.Sample
+	opt := cfg.Rollout.GenerateOptions()
+	if g.hb != nil {
+		opt.Progress = g.hb.decoded
+	}
 	err := csrc.NoGrad(func() (err error) {
-		res, err = g.m.GenerateAt(reqs, streams, sp, cfg.Rollout.GenerateOptions())
+		res, err = g.m.GenerateAt(reqs, streams, sp, opt)
 		return err
 	})
 	if err != nil {

@@ -82,6 +82,9 @@ type session struct {
 	// undoDeterministic restores torch's deterministic-algorithms setting
 	// a CUDA run changed (nil: unchanged).
 	undoDeterministic func()
+	// hb logs the step's phase where no progress bar shows (rank 0;
+	// nil: off).
+	hb *heartbeat
 }
 
 // openSession loads the policy (from the resume checkpoint if any), the
@@ -193,6 +196,9 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		opts.Progress = nil
 	}
 	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
+	if s.comm.Rank() == 0 && !s.prog.Shown() {
+		s.hb = startHeartbeat(cfg.Log.PhaseInterval())
+	}
 	if s.comm.Rank() == 0 {
 		ev := log.Info().Str("run_dir", cfg.RunDir).Str("metrics", filepath.Join(cfg.RunDir, metricsFile))
 		if cfg.Log.TensorBoardOn() {
@@ -252,6 +258,7 @@ func (s *session) prepareRunDir(cfg Config, ckpt string, rc resumeCheck) (string
 }
 
 func (s *session) Close() {
+	s.hb.Close()
 	if s.metrics != nil {
 		s.metrics.Close()
 	}

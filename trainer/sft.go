@@ -215,7 +215,8 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	}
 	var loss float64
 	padded, real := 0, 0
-	for _, mb := range mbs {
+	for i, mb := range mbs {
+		r.hb.microBatches(i, len(mbs))
 		l, err := r.nll(mb, float64(max(tokens, 1)), true)
 		if err != nil {
 			return met, err

@@ -93,7 +93,11 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	}
 	var evalPool *pool.Pool
 	if cfg.Algo.Name == AlgoLANPO {
-		ex, err := feedback.NewExplorer(s.m, s.tk, s.cfg.FeedbackSettings(), feedback.Run{Problems: g.problems,
+		fs := s.cfg.FeedbackSettings()
+		if s.hb != nil {
+			fs.Generate.Progress = s.hb.decoded // summaries and plans are generations too
+		}
+		ex, err := feedback.NewExplorer(s.m, s.tk, fs, feedback.Run{Problems: g.problems,
 			SamplesPerPrompt: cfg.Rollout.SamplesPerPrompt, Comm: s.comm, ResumedFrom: s.resumedFrom})
 		if err != nil {
 			return err

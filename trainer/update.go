@@ -93,7 +93,8 @@ func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMe
 				return err
 			}
 		}
-		for _, mb := range mbs {
+		for i, mb := range mbs {
+			g.hb.microBatches(i, len(mbs)+len(dmbs))
 			r, err := g.microBatch(mb, done, lossCfg, epoch == 0)
 			if err != nil {
 				return err
@@ -111,7 +112,8 @@ func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMe
 			done += len(mb)
 		}
 		done = 0
-		for _, mb := range dmbs {
+		for i, mb := range dmbs {
+			g.hb.microBatches(len(mbs)+i, len(mbs)+len(dmbs))
 			r, err := g.distillMicroBatch(mb, done, c)
 			if err != nil {
 				return err
