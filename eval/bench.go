@@ -49,6 +49,9 @@ type Benchmark struct {
 	Path     string
 	Problems []Problem
 	Total    int // problems in the file, before --limit
+	// SkippedLong: problems left out because their prompt and the
+	// generation budget exceed the model's context (--skip-long-prompts).
+	SkippedLong int
 }
 
 // DataDirEnv names the directory benchmark names resolve in when --data-dir

@@ -56,6 +56,10 @@ type Options struct {
 	Resume        bool
 	Batch         int       // problems per generation call
 	Progress      io.Writer // a terminal for the progress line, or nil
+	// SkipLongPrompts leaves out the problems whose prompt and the
+	// generation budget exceed the model's context (counted in the
+	// summary) instead of refusing before the first forward pass.
+	SkipLongPrompts bool
 }
 
 // Files of an evaluation directory.
@@ -87,6 +91,9 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	fs.MaxNewTokens = o.Sampling.MaxNewTokens
 	fb, err := feedback.NewBuilder(m, tk, fs, o.Pool)
 	if err != nil {
+		return nil, err
+	}
+	if o.Benchmarks, err = checkFit(o.Benchmarks, fb, o.SkipLongPrompts); err != nil {
 		return nil, err
 	}
 	eos, err := m.EOSTokenIDs()

@@ -145,3 +145,38 @@ func TestEvalResume(t *testing.T) {
 		t.Fatalf("resuming with another k: %v", err)
 	}
 }
+
+// TestLongPromptsCheckedFirst: a benchmark with a problem whose prompt
+// and the generation budget exceed the model's context is refused before
+// the first forward pass (nothing written, the problem named); with
+// SkipLongPrompts it is left out and counted. Before, the evaluation ran
+// the problems before it and then stopped.
+func TestLongPromptsCheckedFirst(t *testing.T) {
+	m, tk := tinyModel(t) // max_position_embeddings 1024
+	out := filepath.Join(t.TempDir(), "out")
+	o := evalOptions(t, out, handPool(t))
+	o.Batch = 1
+	long := o.Benchmarks[0].Problems[0]
+	long.ID, long.Problem = "long-one", strings.Repeat("What is 1 + 1? ", 200) // ≈ 1000 tokens of the byte-level vocabulary
+	o.Benchmarks[0].Problems = append(o.Benchmarks[0].Problems[:3:3], long, o.Benchmarks[0].Problems[3])
+	_, err := Run(m, tk, o)
+	if err == nil || !strings.Contains(err.Error(), "gsm8k long-one") || !strings.Contains(err.Error(), "--skip-long-prompts") {
+		t.Fatalf("err = %v, want a refusal naming gsm8k long-one", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, SamplesFile)); len(b) > 0 {
+		t.Fatalf("the refused evaluation wrote samples:\n%s", b)
+	}
+	o.SkipLongPrompts = true
+	sums, err := Run(m, tk, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sums[0].N != 4 || sums[0].SkippedLong != 1 {
+		t.Fatalf("problems %d, skipped %d; want 4 and 1", sums[0].N, sums[0].SkippedLong)
+	}
+	var table bytes.Buffer
+	PrintTable(&table, sums)
+	if !strings.Contains(table.String(), "1 skipped: prompt longer than the context allows") {
+		t.Errorf("the table does not say so:\n%s", table.String())
+	}
+}

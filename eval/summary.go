@@ -35,6 +35,10 @@ type Summary struct {
 	// Decontaminated: the benchmark's problems dropped before the
 	// evaluation for a twin in the training files (not counted in N).
 	Decontaminated int `json:"decontaminated,omitempty"`
+	// SkippedLong: problems left out because their prompt did not fit the
+	// model's context with the generation budget (--skip-long-prompts;
+	// not counted in N).
+	SkippedLong int `json:"skipped_long_prompts,omitempty"`
 }
 
 // KValue is one pass@k.
@@ -63,7 +67,7 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 	var out []Summary
 	for _, b := range benches {
 		for _, mode := range modes {
-			s := Summary{Bench: b.Name, Mode: mode, K: k}
+			s := Summary{Bench: b.Name, Mode: mode, K: k, SkippedLong: b.SkippedLong}
 			for _, d := range cont.Dropped {
 				if d.Bench == b.Name {
 					s.Decontaminated++
@@ -188,6 +192,9 @@ func PrintTable(w io.Writer, sums []Summary) {
 		}
 		if s.Decontaminated > 0 {
 			notes = strings.TrimPrefix(notes+fmt.Sprintf("; %d dropped as contaminated", s.Decontaminated), "; ")
+		}
+		if s.SkippedLong > 0 {
+			notes = strings.TrimPrefix(notes+fmt.Sprintf("; %d skipped: prompt longer than the context allows", s.SkippedLong), "; ")
 		}
 		row = append(row, fmt.Sprintf("%.3f", s.MajAtK), fmt.Sprintf("%.0f", s.ResponseTokens), fmt.Sprintf("%.3f", s.Truncated), notes)
 		rows = append(rows, row)

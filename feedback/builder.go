@@ -152,6 +152,24 @@ func (f *Builder) Solve(problem string) ([]int64, error) {
 	return f.format.SolveIDs(f.tk, problem)
 }
 
+// SolveFits reports the length of a problem's solve prompt and whether it
+// and the generation budget fit the model's context: what lanpo eval and
+// lanpo seed check for every problem before the first forward pass.
+func (f *Builder) SolveFits(problem string) (promptTokens int, fits bool, err error) {
+	ids, err := f.Solve(problem)
+	if err != nil {
+		return 0, false, err
+	}
+	mp := f.m.Config.MaxPositionEmbeddings
+	return len(ids), mp <= 0 || int64(len(ids)+f.maxNew) <= mp, nil
+}
+
+// ContextLimit is the model's max_position_embeddings and the generation
+// budget the builder's prompts leave room for.
+func (f *Builder) ContextLimit() (maxPos int64, maxNew int) {
+	return f.m.Config.MaxPositionEmbeddings, f.maxNew
+}
+
 // Reflection is the problem's prompt with an earlier attempt to critique and
 // redo, the training run's reflection prompt; ok is false when it does not
 // fit the model's context.

@@ -112,6 +112,9 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) (map[string]*Stats,
 	if err != nil {
 		return nil, err
 	}
+	if err := checkFit(f, o.Problems); err != nil {
+		return nil, err
+	}
 	out, err := os.OpenFile(o.Out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
@@ -300,4 +303,27 @@ func (s *seeder) decide(out *[]Example, e Example, why string) bool {
 	st.Kept++
 	*out = append(*out, e)
 	return true
+}
+
+// checkFit refuses, before anything is generated or written, problems
+// whose answer prompt and rollout.max_new_tokens exceed the model's
+// context, naming the first ones (a run used to stop in its first batch
+// and leave an empty --out that the next run refused to overwrite).
+func checkFit(f *feedback.Builder, problems []trainer.Problem) error {
+	var long []string
+	for _, p := range problems {
+		n, fits, err := f.SolveFits(p.Problem)
+		if err != nil {
+			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
+		}
+		if !fits {
+			long = append(long, fmt.Sprintf("%s (%s, %d prompt tokens)", p.ID, p.Where, n))
+		}
+	}
+	if len(long) == 0 {
+		return nil
+	}
+	maxPos, maxNew := f.ContextLimit()
+	return fmt.Errorf("%d problems' prompts and max_new_tokens %d do not fit the model's context (max_position_embeddings %d): %s; lower --max-new-tokens or leave them out of --data",
+		len(long), maxNew, maxPos, strings.Join(long[:min(3, len(long))], ", "))
 }

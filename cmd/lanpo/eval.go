@@ -67,6 +67,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "batch-size", Value: 8, Usage: "problems per generation batch (each with its k samples)"},
 			&cli.StringFlag{Name: "out", Usage: "results directory"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the evaluation in --out"},
+			&cli.BoolFlag{Name: "skip-long-prompts", Usage: "leave out (and count in the summary) the problems whose prompt and --max-new-tokens exceed the model's context, instead of refusing before the first one runs"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON instead of a table"},
 			&cli.BoolFlag{Name: "tensorboard", Value: true, Usage: "also write the results as TensorBoard scalars eval/BENCH/MODE/METRIC: for a checkpoint RUN/checkpoints/step-N into RUN/tensorboard at step N (beside the training curves), else into OUT/tensorboard at step 0"},
 		}...),
@@ -133,7 +134,7 @@ func runEval(c *cli.Context) error {
 			return usageError{fmt.Errorf("config key chat_format: %w", err)}
 		}
 	}
-	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
+	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"), SkipLongPrompts: c.Bool("skip-long-prompts"),
 		NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
 	out := c.String("out")

@@ -41,3 +41,19 @@ func TestSeedCLI(t *testing.T) {
 		t.Fatalf("--set without --config: %v", err)
 	}
 }
+
+// TestSeedChecksPromptsFirst: problems whose prompt and max_new_tokens
+// exceed the model's context (the tiny model's 1024 with the default
+// 1024) are refused before anything is written, naming file and line; the
+// run used to stop in its first batch and leave an empty --out that the
+// next run refused to overwrite.
+func TestSeedChecksPromptsFirst(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "seed.jsonl")
+	_, err := runWithStdin(t, "", "seed", "--model", warmTiny(t), "--data", "../../configs/data/tiny-arith-lanpo.jsonl", "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "tiny-arith-lanpo.jsonl:1") || !strings.Contains(err.Error(), "do not fit the model's context") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatalf("%s was written", out)
+	}
+}

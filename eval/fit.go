@@ -1,0 +1,54 @@
+package eval
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lanpo-rl/lanpo/feedback"
+)
+
+// checkFit renders every problem's solve prompt before the first forward
+// pass and checks that it fits the model's context with the generation
+// budget (feedback.Builder.SolveFits) — so an evaluation does not stop at
+// problem 169 of MATH-500 after evaluating 168. Without skip, a problem
+// that does not fit is an error naming the first ones and how many; with
+// skip (--skip-long-prompts) they are left out of their benchmarks and
+// counted (Benchmark.SkippedLong, the summary's skipped_long_prompts).
+// Prompts with context (a plan, an attempt to reflect on) shorten or fall
+// back to the solve prompt on their own.
+func checkFit(benches []Benchmark, fb *feedback.Builder, skip bool) ([]Benchmark, error) {
+	var long []string
+	out := make([]Benchmark, len(benches))
+	for i, b := range benches {
+		keep := b.Problems[:0:0]
+		for _, p := range b.Problems {
+			n, fits, err := fb.SolveFits(p.Problem)
+			if err != nil {
+				return nil, fmt.Errorf("%s, problem %s: %w", b.Name, p.ID, err)
+			}
+			if !fits {
+				long = append(long, fmt.Sprintf("%s %s (%d prompt tokens)", b.Name, p.ID, n))
+				continue
+			}
+			keep = append(keep, p)
+		}
+		b.SkippedLong = len(b.Problems) - len(keep)
+		b.Problems = keep
+		out[i] = b
+	}
+	if len(long) == 0 {
+		return out, nil
+	}
+	maxPos, maxNew := fb.ContextLimit()
+	if !skip {
+		return nil, fmt.Errorf("%d problems' prompts and --max-new-tokens %d do not fit the model's context (max_position_embeddings %d): %s; "+
+			"lower --max-new-tokens, or pass --skip-long-prompts to leave them out (counted in the summary)",
+			len(long), maxNew, maxPos, strings.Join(long[:min(3, len(long))], ", "))
+	}
+	for _, b := range out {
+		if len(b.Problems) == 0 {
+			return nil, fmt.Errorf("%s: no problem's prompt fits the model's context (max_position_embeddings %d) with --max-new-tokens %d", b.Name, maxPos, maxNew)
+		}
+	}
+	return out, nil
+}
