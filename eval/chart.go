@@ -103,15 +103,19 @@ func niceTicks(lo, hi float64, n int) []float64 {
 			break
 		}
 	}
-	start := math.Floor(lo/step) * step
+	// Multiples of the step, rounded to 10 digits: 3 × 0.1 is 0.3, not
+	// 0.30000000000000004 (a label that printed as its tail, "0000000004").
+	tick := func(i float64) float64 {
+		r, _ := strconv.ParseFloat(fmt.Sprintf("%.10g", i*step), 64)
+		return r
+	}
+	first := math.Floor(lo / step)
 	var out []float64
-	for v := start; v <= hi+step*1e-9; v += step {
-		// Multiples of the step, rounded to 10 digits: 3 × 0.1 is 0.3.
-		r, _ := strconv.ParseFloat(fmt.Sprintf("%.10g", math.Round(v/step)*step), 64)
-		out = append(out, r)
+	for i := first; tick(i) <= hi+step*1e-9; i++ {
+		out = append(out, tick(i))
 	}
 	if out[len(out)-1] < hi {
-		out = append(out, out[len(out)-1]+step)
+		out = append(out, tick(first+float64(len(out))))
 	}
 	return out
 }

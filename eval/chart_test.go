@@ -34,6 +34,10 @@ func TestTickLabels(t *testing.T) {
 		{100, 110, "100 102.5 105 107.5 110"},
 		{0, 0.002, "0 0.0005 0.001 0.0015 0.002"},
 		{-0.3, 0.1, "-0.3 -0.2 -0.1 0 0.1"},
+		// The tick above the last value is a multiple of the step too
+		// (it was 0.2 + 0.1 = 0.30000000000000004).
+		{0, 0.29, "0 0.1 0.2 0.3"},
+		{0.05, 0.68, "0 0.2 0.4 0.6 0.8"},
 	} {
 		var labels []string
 		for _, v := range niceTicks(c.lo, c.hi, 5) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lanpo-rl/lanpo/csrc"
@@ -131,23 +132,61 @@ func scalars(line map[string]any) map[string]float64 {
 		switch x := v.(type) {
 		case float64:
 			if k != "step" {
-				out[k] = x
+				out[TensorBoardTag(k)] = x
 			}
 		case bool:
 			if x {
-				out[k] = 1
+				out[TensorBoardTag(k)] = 1
 			} else {
-				out[k] = 0
+				out[TensorBoardTag(k)] = 0
 			}
 		case map[string]any:
 			for sub, y := range x {
 				if f, ok := y.(float64); ok {
-					out[k+"/"+sub] = f
+					out[TensorBoardTag(k+"."+sub)] = f
 				}
 			}
 		}
 	}
 	return out
+}
+
+// tensorBoardGroups put the metrics.jsonl keys of every run in the
+// sections TRL and verl users know (the keys themselves stay: metrics.jsonl
+// is a contract); a key not listed is LANPO's (feedback.Metrics and the
+// original-prompt and consolidation keys) and goes to lanpo/.
+// docs/metrics.md gives each key's tag; TestTensorBoardTags compares.
+var tensorBoardGroups = map[string]string{
+	"loss": "train", "lr": "train", "grad_norm": "train", "kl": "train", "clip_frac": "train",
+	"entropy": "train", "ratio_mean": "train", "padding_frac": "train", "update_skipped": "train",
+
+	"reward_mean": "rollout", "reward_std": "rollout", "accuracy": "rollout", "zero_variance_group_frac": "rollout",
+	"response_length_mean": "rollout", "response_length_max": "rollout", "truncation_ratio": "rollout",
+	"groups_kept": "rollout", "groups_dropped": "rollout", "reward_mean_kept": "rollout", "accuracy_kept": "rollout",
+	"sampler_trainer_logp_max_abs_diff": "rollout", "sampler_logp_gap_mean": "rollout",
+	"sampler_logp_gap_max": "rollout", "sampler_tis_clipped_frac": "rollout",
+
+	"tokens": "perf", "tokens_prefilled": "perf", "tokens_generated": "perf",
+	"tokens_trained": "perf", "tokens_per_s": "perf",
+}
+
+// TensorBoardTag is the TensorBoard tag of a metrics.jsonl key: its
+// section (train/, rollout/, lanpo/ — without the key's own lanpo_ —,
+// perf/ with the phases' seconds as perf/seconds/PHASE, eval/ with
+// eval_loss as eval/loss and eval/… keys as they are) and the key.
+func TensorBoardTag(key string) string {
+	switch {
+	case strings.HasPrefix(key, "eval/"):
+		return key
+	case key == "eval_loss":
+		return "eval/loss"
+	case strings.HasPrefix(key, "seconds."):
+		return "perf/seconds/" + strings.TrimPrefix(key, "seconds.")
+	}
+	if g, ok := tensorBoardGroups[key]; ok {
+		return g + "/" + key
+	}
+	return "lanpo/" + strings.TrimPrefix(key, "lanpo_")
 }
 
 func (l *metricsLog) write(m StepMetrics) error {

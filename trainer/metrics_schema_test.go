@@ -78,3 +78,31 @@ func TestMetricsSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestTensorBoardTags: every key docs/metrics.md lists has, in its last
+// column, the TensorBoard tag TensorBoardTag gives it, and the tags are
+// grouped in the sections the page names.
+func TestTensorBoardTags(t *testing.T) {
+	doc, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_/@.A-Z]+)` \\|.*\\| ([^|]+) \\|$").FindAllStringSubmatch(string(doc), -1)
+	if len(rows) < 60 {
+		t.Fatalf("%d rows with a TensorBoard column in docs/metrics.md", len(rows))
+	}
+	for _, r := range rows {
+		key, col := r[1], strings.TrimSpace(r[2])
+		switch key {
+		case "step", "seconds", "eval/BENCH/MODE/METRIC":
+			continue
+		}
+		tag := TensorBoardTag(key)
+		if col != "`"+tag+"`" {
+			t.Errorf("%s: docs/metrics.md says %s, the code tags it %s", key, col, tag)
+		}
+		if g, _, _ := strings.Cut(tag, "/"); !strings.Contains("train rollout lanpo perf eval", g) {
+			t.Errorf("%s: tag %s is in no section", key, tag)
+		}
+	}
+}

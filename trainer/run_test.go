@@ -942,7 +942,7 @@ func TestStepLinesAndTensorBoard(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"1 reward_mean", "2 seconds/rollout", "2 accuracy"} {
+	for _, k := range []string{"1 rollout/reward_mean", "2 perf/seconds/rollout", "2 rollout/accuracy", "2 train/loss"} {
 		if _, ok := tb[k]; !ok || lines != 2 {
 			t.Errorf("no TensorBoard scalar %q (%d metric lines)", k, lines)
 		}
