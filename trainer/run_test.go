@@ -953,3 +953,47 @@ func TestStepLinesAndTensorBoard(t *testing.T) {
 		t.Error("log.tensorboard=false wrote TensorBoard events")
 	}
 }
+
+// TestResumeOfAnOlderChecksConfig: a checkpoint whose recorded config
+// was written before the lanpo section was resolved for every run (a GRPO
+// run's lanpo.max_attempt_chars 0, relevance_floor and mode weights unset)
+// and before log.phase_every existed resumes without a refused change: the
+// recorded config is resolved by today's rules before the comparison.
+func TestResumeOfAnOlderChecksConfig(t *testing.T) {
+	cfg := tinyConfig(t, "total_steps=1", "rollout.prompts_per_step=2")
+	runGRPO(t, cfg, "")
+	recorded := filepath.Join(cfg.RunDir, checkpointsDir, checkpointName(1), checkpointConfigFile)
+	raw, err := os.ReadFile(recorded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := string(raw)
+	for _, r := range [][2]string{{"max_attempt_chars: 256", "max_attempt_chars: 0"}, {"max_attempt_tokens: 16", "max_attempt_tokens: 0"},
+		{"relevance_floor: 0.5", "relevance_floor: null"}, {"    phase_every: 30s\n", ""}} {
+		if !strings.Contains(old, r[0]) {
+			t.Fatalf("the recorded config lacks %q:\n%s", r[0], old)
+		}
+		old = strings.Replace(old, r[0], r[1], 1)
+	}
+	if err := os.WriteFile(recorded, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The manifest lists the files' sizes: the edited one's too.
+	manPath := filepath.Join(filepath.Dir(recorded), manifestFile)
+	var man manifest
+	if b, err := os.ReadFile(manPath); err != nil || json.Unmarshal(b, &man) != nil {
+		t.Fatalf("%s: %v", manPath, err)
+	}
+	man.Files[checkpointConfigFile] = int64(len(old))
+	if b, err := json.Marshal(man); err != nil || os.WriteFile(manPath, b, 0o644) != nil {
+		t.Fatal(err)
+	}
+	if got := completeCheckpoints(filepath.Join(cfg.RunDir, checkpointsDir)); len(got) != 1 {
+		t.Fatalf("the edited checkpoint is not complete: %v", got)
+	}
+	longer := cfg
+	longer.TotalSteps = 2
+	if err := RunGRPO(context.Background(), longer, "auto", RunOptions{}); err != nil {
+		t.Fatalf("resuming a checkpoint with an older lanpo's config: %v", err)
+	}
+}
