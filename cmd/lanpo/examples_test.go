@@ -187,16 +187,22 @@ func docExamples(t *testing.T, path string) []docExample {
 	return out
 }
 
-// shellWords splits a command line as a shell would into words and the
-// operators between commands (|, ||, &&, ;, &, <, >, (, )), quotes
-// removed, up to a comment.
-func shellWords(s string) []string {
-	var words []string
+// shellWord is a word of a command line, or an operator between
+// commands (|, ||, &&, ;, &, <, >, (, )).
+type shellWord struct {
+	text string
+	op   bool
+}
+
+// shellWords splits a command line as a shell would into words and
+// operators, quotes removed, up to a comment.
+func shellWords(s string) []shellWord {
+	var words []shellWord
 	var cur strings.Builder
 	inWord := false
 	flush := func() {
 		if inWord {
-			words = append(words, cur.String())
+			words = append(words, shellWord{text: cur.String()})
 			cur.Reset()
 			inWord = false
 		}
@@ -236,7 +242,7 @@ func shellWords(s string) []string {
 			if i+1 < len(s) && (s[i:i+2] == "||" || s[i:i+2] == "&&") {
 				op, i = s[i:i+2], i+1
 			}
-			words = append(words, op)
+			words = append(words, shellWord{text: op, op: true})
 		default:
 			cur.WriteByte(ch)
 			inWord = true
@@ -253,16 +259,16 @@ func lanpoCalls(line string) [][]string {
 	words := shellWords(line)
 	var calls [][]string
 	for i, w := range words {
-		image := w == "lanpo:cuda" && !slices.Contains(words[:i], "--entrypoint")
-		if w != "lanpo" && !image && !strings.HasSuffix(w, "/lanpo") {
+		image := w.text == "lanpo:cuda" && !slices.Contains(words[:i], shellWord{text: "--entrypoint"})
+		if w.op || (w.text != "lanpo" && !image && !strings.HasSuffix(w.text, "/lanpo")) {
 			continue
 		}
 		var args []string
 		for _, a := range words[i+1:] {
-			if strings.Contains("|| && | ; & < > ( )", a) && len(a) <= 2 && strings.Trim(a, "|&;<>()") == "" {
+			if a.op {
 				break
 			}
-			args = append(args, a)
+			args = append(args, a.text)
 		}
 		calls = append(calls, args)
 	}
@@ -590,6 +596,8 @@ func TestCheckCallFindsBadFlags(t *testing.T) {
 		{"echo '{\"ids\":[1]}' | bin/lanpo score --model m > out.jsonl", true},
 		{"lanpo pool query --text 'What is 7 + 5?' runs/x", true},
 		{"docker run --rm --gpus all lanpo:cuda env --json", true},
+		{"bin/lanpo generate --model m --stop '|' --hf-python '' < in.jsonl", false}, // generate has no --hf-python
+		{"bin/lanpo bench generate --hf-python '' --json", true},
 	} {
 		var err error
 		calls := lanpoCalls(c.line)
@@ -601,5 +609,53 @@ func TestCheckCallFindsBadFlags(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%q: %v (want ok %v)", c.line, err, c.ok)
 		}
+	}
+}
+
+// TestScriptCommands: the lanpo commands the Makefile and scripts/ run
+// (make bench, the GPU bundle's validate.sh) exist with their flags — the
+// fused log-prob benchmarks of both failed on a renamed flag.
+func TestScriptCommands(t *testing.T) {
+	files, err := filepath.Glob("../../scripts/*/*.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../../Makefile")
+	// validate.sh lists its benchmarks as "NAME|COMMAND" strings.
+	named := regexp.MustCompile(`"[\w.-]+\|(bin/lanpo [^"]*)"`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i < len(lines); i++ {
+			at, line := i+1, lines[i]
+			for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
+				i++
+				line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(lines[i])
+			}
+			if strings.HasPrefix(strings.TrimSpace(line), "#") || strings.Contains(line, "-o bin/lanpo") || strings.Contains(line, "install ") {
+				continue
+			}
+			var calls [][]string
+			if ms := named.FindAllStringSubmatch(line, -1); ms != nil {
+				for _, m := range ms {
+					calls = append(calls, lanpoCalls(m[1])...)
+				}
+			} else {
+				calls = lanpoCalls(line)
+			}
+			for _, c := range calls {
+				n++
+				if err := checkCall(c); err != nil {
+					t.Errorf("%s:%d: %v", f, at, err)
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("%d lanpo commands found in the Makefile and scripts/: the scan is broken", n)
 	}
 }
