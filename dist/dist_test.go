@@ -1,23 +1,22 @@
 package dist
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lanpo-rl/lanpo/internal/disttest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/disttest"
+	"github.com/lanpo-rl/lanpo/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -27,24 +26,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for the launcher's two writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // launchRole runs n ranks of this test binary in role, bounded by 60 s.
 func launchRole(t *testing.T, role string, n int, o LaunchOptions) (string, error) {
 	t.Helper()
@@ -52,7 +33,7 @@ func launchRole(t *testing.T, role string, n int, o LaunchOptions) (string, erro
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	o.NProcPerNode, o.Exe, o.Args = n, exe, []string{"-test.run=^$"}
 	o.Env = append([]string{roleVar + "=" + role}, o.Env...)
 	o.Stdout, o.Stderr = &out, &out

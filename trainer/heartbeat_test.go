@@ -5,31 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
+
+	"github.com/lanpo-rl/lanpo/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer two goroutines may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHeartbeatLines: with a clock of its own, the heartbeat says the
 // phase, the time in it and the progress — sequences of the phase's
@@ -99,7 +82,7 @@ func TestHeartbeatLines(t *testing.T) {
 func TestHeartbeatInARun(t *testing.T) {
 	atInfo(t)
 	run := func(t *testing.T, sets ...string) string {
-		var buf syncBuffer
+		var buf syncbuf.Buffer
 		saved := log.Logger
 		log.Logger = zerolog.New(&buf)
 		defer func() { log.Logger = saved }()
