@@ -156,6 +156,22 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	return sums, nil
 }
 
+// CheckFit renders every benchmark problem's prompt and checks it against
+// m's context with the generation budget, as Run does before its first
+// forward pass (checkFit): for an evaluator that runs later (lanpo train's
+// eval.every), so a problem that cannot fit stops the run at its start,
+// not at its first evaluation.
+func CheckFit(m *model.Model, tk *tokenizer.Tokenizer, o Options) error {
+	fs := o.Feedback
+	fs.MaxNewTokens = o.Sampling.MaxNewTokens
+	fb, err := feedback.NewBuilder(m, tk, fs, nil)
+	if err != nil {
+		return err
+	}
+	_, err = checkFit(o.Benchmarks, fb, o.SkipLongPrompts)
+	return err
+}
+
 // nearDuplicate is the twin threshold in use (Options.NearDuplicate).
 func (o *Options) nearDuplicate() float64 {
 	switch {

@@ -74,6 +74,11 @@ type EvalConfig struct {
 	MaxNewTokens int      `yaml:"max_new_tokens"` // 0: rollout.max_new_tokens
 	BatchSize    int      `yaml:"batch_size"`
 	Seed         uint64   `yaml:"seed"`
+	// SkipLongPrompts leaves out (and counts) the problems whose prompt
+	// and max_new_tokens exceed the model's context; otherwise such a
+	// problem stops the run before its first step (lanpo eval:
+	// --skip-long-prompts).
+	SkipLongPrompts bool `yaml:"skip_long_prompts"`
 }
 
 // TrainConfig are memory switches of the update (SFT and RL).

@@ -17,6 +17,8 @@ import (
 // runs without grad, so training is the same with or without it. Without
 // record it keeps the samples in memory (the ranks other than 0 of a
 // data-parallel run, which evaluate alike but must not write the files).
+// Before the first step its Check refuses a benchmark problem whose prompt
+// does not fit the model's context (eval.skip_long_prompts: leave them out).
 func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	ec := cfg.Eval
 	var benches []eval.Benchmark
@@ -39,18 +41,35 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	if maxNew == 0 {
 		maxNew = cfg.Rollout.MaxNewTokens
 	}
-	fs := cfg.FeedbackSettings()
-	return func(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error) {
-		o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: fs, Pool: p, Batch: ec.BatchSize, Resume: true,
-			Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: maxNew, Seed: ec.Seed},
-			Out:      filepath.Join(cfg.RunDir, "eval", fmt.Sprintf("step-%06d", step))}
-		if !record {
-			o.Out, o.Resume = "", false
-		}
-		sums, err := eval.Run(m, tk, o)
-		if err != nil {
-			return nil, err
-		}
-		return eval.Flatten(sums), nil
-	}, nil
+	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
+		SkipLongPrompts: ec.SkipLongPrompts, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: maxNew, Seed: ec.Seed}}
+	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record}, nil
+}
+
+// trainingEvaluator is TrainingEvaluator's: the options of every
+// evaluation but the step's pool and directory.
+type trainingEvaluator struct {
+	o      eval.Options
+	runDir string
+	record bool
+}
+
+func (e trainingEvaluator) Check(m *model.Model, tk *tokenizer.Tokenizer) error {
+	if err := eval.CheckFit(m, tk, e.o); err != nil {
+		return fmt.Errorf("config key eval.bench: %w", err)
+	}
+	return nil
+}
+
+func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error) {
+	o := e.o
+	o.Pool = p
+	if e.record {
+		o.Out, o.Resume = filepath.Join(e.runDir, "eval", fmt.Sprintf("step-%06d", step)), true
+	}
+	sums, err := eval.Run(m, tk, o)
+	if err != nil {
+		return nil, err
+	}
+	return eval.Flatten(sums), nil
 }

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"os"
 	"path/filepath"
@@ -70,5 +71,44 @@ func TestTrainingWithEvaluationTrainsTheSame(t *testing.T) {
 	page, _ := os.ReadFile(filepath.Join(dir, "with", "report.html"))
 	if !strings.Contains(string(page), "evaluation: tiny-arith-lanpo") || !strings.Contains(string(page), "Evaluation: eval/step-000003") {
 		t.Fatal("the run report lacks the evaluation curve or the last evaluation's table")
+	}
+}
+
+// TestTrainingEvaluationCheckedAtStart: an eval.bench problem whose prompt
+// and eval.max_new_tokens exceed the model's context stops the run before
+// its first step (it used to stop it at the first evaluation, after the
+// steps before it); eval.skip_long_prompts leaves it out instead.
+func TestTrainingEvaluationCheckedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	bench := filepath.Join(dir, "bench.jsonl")
+	long := strings.Repeat("What is 1 + 1? ", 200) // ≈ 1000 tokens: over the tiny model's 1024 with 64 new
+	if err := os.WriteFile(bench, []byte(`{"id": "short", "problem": "What is 1 + 2?", "answer": "3"}`+"\n"+
+		`{"id": "long", "problem": "`+long+`", "answer": "2"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, sets ...string) (Config, error) {
+		cfg := tinyConfig(t, append([]string{"run_dir=" + filepath.Join(dir, name), "total_steps=2", "eval.every=2", "eval.bench=[" + bench + "]",
+			"eval.max_new_tokens=64"}, sets...)...)
+		ev, err := TrainingEvaluator(cfg, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg, RunGRPO(context.Background(), cfg, "", RunOptions{Evaluate: ev})
+	}
+	cfg, err := run("refused")
+	var ce ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "bench long") || !strings.Contains(err.Error(), "eval.bench") {
+		t.Fatalf("err = %v, want a config error naming the problem", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.RunDir, metricsFile)); len(b) > 0 {
+		t.Fatalf("the refused run trained:\n%s", b)
+	}
+	cfg, err = run("skipped", "eval.skip_long_prompts=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := eval.ReadMetrics(filepath.Join(cfg.RunDir, metricsFile))
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%d metric rows, %v", len(rows), err)
 	}
 }

@@ -22,6 +22,11 @@ import (
 func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics, error), evalPool *pool.Pool) error {
 	cfg := s.cfg
 	ran := 0
+	if s.evaluate != nil && cfg.Eval.Every > 0 {
+		if err := s.evaluate.Check(s.m, s.tk); err != nil {
+			return ConfigError{err}
+		}
+	}
 	started := time.Now()
 	defer func() { s.prog.Done(fmt.Sprintf("step %d", s.state.Step)) }()
 	for s.state.Step < cfg.TotalSteps {
@@ -70,7 +75,7 @@ func (s *session) loop(ctx context.Context, step func(*phaseTimer) (StepMetrics,
 		if s.evaluate != nil && cfg.Eval.Every > 0 && s.state.Step%cfg.Eval.Every == 0 {
 			start := time.Now()
 			s.hb.enter(s.state.Step, "eval", start)
-			res, err := s.evaluate(s.state.Step, s.m, s.tk, evalPool)
+			res, err := s.evaluate.Evaluate(s.state.Step, s.m, s.tk, evalPool)
 			if err != nil {
 				return fmt.Errorf("evaluation after step %d: %w", s.state.Step, err)
 			}

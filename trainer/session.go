@@ -51,8 +51,12 @@ type RunOptions struct {
 
 // Evaluator evaluates the policy after a step and returns named results;
 // p is the run's experience pool (nil for GRPO and SFT), which it must not
-// change.
-type Evaluator func(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error)
+// change. Check runs before the first step: what can be checked without
+// evaluating, so that a bad benchmark stops the run at its start.
+type Evaluator interface {
+	Check(m *model.Model, tk *tokenizer.Tokenizer) error
+	Evaluate(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error)
+}
 
 // session is what SFT and GRPO share: the policy, tokenizer, optimizer,
 // state, metrics and the step loop with its checkpoints.

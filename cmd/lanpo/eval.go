@@ -134,7 +134,7 @@ func runEval(c *cli.Context) error {
 			return usageError{fmt.Errorf("config key chat_format: %w", err)}
 		}
 	}
-	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"), SkipLongPrompts: c.Bool("skip-long-prompts"),
+	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"), SkipLongPrompts: c.Bool("skip-long-prompts") || cfg.Eval.SkipLongPrompts,
 		NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
 	out := c.String("out")
