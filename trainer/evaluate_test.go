@@ -2,8 +2,8 @@ package trainer
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
