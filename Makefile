@@ -65,9 +65,14 @@ else
 	@$(MAKE) --no-print-directory deps TORCH=
 endif
 
+# go test runs two packages at once here (one per core), and the tests start
+# lanpo processes of their own; libtorch's OpenMP threads spin while they
+# wait (GNU OpenMP's default), so two busy processes starve each other:
+# `go test ./cmd/lanpo ./demo` passed 600 s and timed out, and took 181 s
+# with OMP_WAIT_POLICY=passive (2 cores).
 test-one: deps
 	$(GO) vet ./...
-	LANPO_REQUIRE_DIST=1 $(GO) test -count=1 -timeout 30m ./...
+	OMP_WAIT_POLICY=passive LANPO_REQUIRE_DIST=1 $(GO) test -count=1 -timeout 30m ./...
 
 # Each benchmark prints a ratio against a baseline measured in the same run.
 # bench forward compares with transformers when LANPO_HF_PYTHON names a
