@@ -2,7 +2,6 @@ package eval
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/lanpo-rl/lanpo/feedback"
 )
@@ -39,14 +38,12 @@ func checkFit(benches []Benchmark, fb *feedback.Builder, skip bool) ([]Benchmark
 	if len(long) == 0 {
 		return out, nil
 	}
-	maxPos, maxNew := fb.ContextLimit()
 	if !skip {
-		return nil, fmt.Errorf("%d problems' prompts and --max-new-tokens %d do not fit the model's context (max_position_embeddings %d): %s; "+
-			"lower --max-new-tokens, or pass --skip-long-prompts to leave them out (counted in the summary)",
-			len(long), maxNew, maxPos, strings.Join(long[:min(3, len(long))], ", "))
+		return nil, fb.TooLong(long, "lower --max-new-tokens, or pass --skip-long-prompts to leave them out (counted in the summary)")
 	}
 	for _, b := range out {
 		if len(b.Problems) == 0 {
+			maxPos, maxNew := fb.ContextLimit()
 			return nil, fmt.Errorf("%s: no problem's prompt fits the model's context (max_position_embeddings %d) with --max-new-tokens %d", b.Name, maxPos, maxNew)
 		}
 	}

@@ -87,9 +87,7 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	if o.Benchmarks, contamination.Dropped, err = Decontaminate(o.Benchmarks, o.Decontaminate, contamination.NearDuplicate); err != nil {
 		return nil, err
 	}
-	fs := o.Feedback
-	fs.MaxNewTokens = o.Sampling.MaxNewTokens
-	fb, err := feedback.NewBuilder(m, tk, fs, o.Pool)
+	fb, err := o.builder(m, tk)
 	if err != nil {
 		return nil, err
 	}
@@ -162,14 +160,20 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 // eval.every), so a problem that cannot fit stops the run at its start,
 // not at its first evaluation.
 func CheckFit(m *model.Model, tk *tokenizer.Tokenizer, o Options) error {
-	fs := o.Feedback
-	fs.MaxNewTokens = o.Sampling.MaxNewTokens
-	fb, err := feedback.NewBuilder(m, tk, fs, nil)
+	fb, err := o.builder(m, tk)
 	if err != nil {
 		return err
 	}
 	_, err = checkFit(o.Benchmarks, fb, o.SkipLongPrompts)
 	return err
+}
+
+// builder is the evaluation's prompt builder: the feedback settings with
+// the evaluation's generation budget, and its pool (retrieval's).
+func (o *Options) builder(m *model.Model, tk *tokenizer.Tokenizer) (*feedback.Builder, error) {
+	fs := o.Feedback
+	fs.MaxNewTokens = o.Sampling.MaxNewTokens
+	return feedback.NewBuilder(m, tk, fs, o.Pool)
 }
 
 // nearDuplicate is the twin threshold in use (Options.NearDuplicate).

@@ -2,6 +2,7 @@ package feedback
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -168,6 +169,14 @@ func (f *Builder) SolveFits(problem string) (promptTokens int, fits bool, err er
 // budget the builder's prompts leave room for.
 func (f *Builder) ContextLimit() (maxPos int64, maxNew int) {
 	return f.m.Config.MaxPositionEmbeddings, f.maxNew
+}
+
+// TooLong is the error for the problems SolveFits found too long, each
+// named as the caller names problems: how many, the first three, and fix
+// (what the user can do).
+func (f *Builder) TooLong(named []string, fix string) error {
+	return fmt.Errorf("%d problems' prompts and max_new_tokens %d do not fit the model's context (max_position_embeddings %d): %s; %s",
+		len(named), f.maxNew, f.m.Config.MaxPositionEmbeddings, strings.Join(named[:min(3, len(named))], ", "), fix)
 }
 
 // Reflection is the problem's prompt with an earlier attempt to critique and

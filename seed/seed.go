@@ -323,7 +323,5 @@ func checkFit(f *feedback.Builder, problems []trainer.Problem) error {
 	if len(long) == 0 {
 		return nil
 	}
-	maxPos, maxNew := f.ContextLimit()
-	return fmt.Errorf("%d problems' prompts and max_new_tokens %d do not fit the model's context (max_position_embeddings %d): %s; lower --max-new-tokens or leave them out of --data",
-		len(long), maxNew, maxPos, strings.Join(long[:min(3, len(long))], ", "))
+	return f.TooLong(long, "lower --max-new-tokens or leave them out of --data")
 }

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
 )
@@ -172,7 +173,8 @@ func (c *Config) Validate() error {
 // every value, naming the first bad key. It is the one place such
 // defaults are filled — the lanpo section's relevance floor (from
 // lanpo.similarity), attempt caps (from rollout.max_new_tokens) and mode
-// weights (from lanpo.train_prompt), algo.name — and every entry point goes
+// weights (from lanpo.train_prompt), algo.name, eval.max_new_tokens (from
+// rollout.max_new_tokens) and eval.modes (zero-shot) — and every entry point goes
 // through it: train and sft (LoadConfig, and RunGRPO and RunSFT for a
 // Config built in Go), seed and eval (after their flags), the demo's
 // stages and lanpo pool. It fills only what is unset, so running it
@@ -252,6 +254,12 @@ func (c *Config) Resolve() error {
 	}
 	if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
 		return err
+	}
+	if c.Eval.MaxNewTokens == 0 {
+		c.Eval.MaxNewTokens = c.Rollout.MaxNewTokens
+	}
+	if len(c.Eval.Modes) == 0 {
+		c.Eval.Modes = []string{eval.ModeZeroShot}
 	}
 	if _, err := TokenWeights([]int{1}, nil, c.Algo.LossAggMode, 1); err != nil {
 		return bad("algo.loss_agg_mode", "%v", err)

@@ -20,6 +20,9 @@ import (
 // Before the first step its Check refuses a benchmark problem whose prompt
 // does not fit the model's context (eval.skip_long_prompts: leave them out).
 func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
+	if err := cfg.Resolve(); err != nil { // eval.modes, eval.max_new_tokens
+		return nil, err
+	}
 	ec := cfg.Eval
 	var benches []eval.Benchmark
 	for _, spec := range ec.Bench {
@@ -33,16 +36,8 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 		}
 		benches = append(benches, b)
 	}
-	modes := ec.Modes
-	if len(modes) == 0 {
-		modes = []string{eval.ModeZeroShot}
-	}
-	maxNew := ec.MaxNewTokens
-	if maxNew == 0 {
-		maxNew = cfg.Rollout.MaxNewTokens
-	}
-	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
-		SkipLongPrompts: ec.SkipLongPrompts, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: maxNew, Seed: ec.Seed}}
+	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
+		SkipLongPrompts: ec.SkipLongPrompts, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: ec.MaxNewTokens, Seed: ec.Seed}}
 	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record}, nil
 }
 

@@ -108,16 +108,7 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 func userWorkspace(t *testing.T) (ws, tiny string) {
 	t.Helper()
 	ws = t.TempDir()
-	tiny = filepath.Join(ws, "tiny")
-	if err := os.MkdirAll(tiny, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	warm := warmTiny(t)
-	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-		if err := fsutil.CopyFile(filepath.Join(warm, f), filepath.Join(tiny, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tiny = copyWarmTiny(t, ws)
 	problems, err := os.ReadFile("../../configs/data/tiny-arith-lanpo.jsonl")
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +135,22 @@ func userWorkspace(t *testing.T) (ws, tiny string) {
 	write("grpo.yaml", "model: tiny\ndata:\n  train: problems.jsonl\n"+budget)
 	write("lanpo.yaml", "model: tiny\ndata:\n  train: problems.jsonl\nalgo:\n  name: lanpo\n"+budget)
 	return ws, tiny
+}
+
+// copyWarmTiny copies the warmed tiny model's Hugging Face files (not its
+// trainer state) into ws/tiny, a model directory as a user has one.
+func copyWarmTiny(t *testing.T, ws string) string {
+	t.Helper()
+	tiny := filepath.Join(ws, "tiny")
+	if err := os.MkdirAll(tiny, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		if err := fsutil.CopyFile(filepath.Join(warmTiny(t), f), filepath.Join(tiny, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tiny
 }
 
 // runAsUser runs lanpo (this test binary as the command: TestMain) in dir

@@ -80,14 +80,13 @@ func runEval(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ec, maxNew, modes := cfg.Eval, cfg.Rollout.MaxNewTokens, cfg.Eval.Modes
+	ec := cfg.Eval
 	if len(ec.Bench) == 0 {
 		return usageError{fmt.Errorf("--bench is required (or eval.bench in --config)")}
 	}
-	dataDir := ec.DataDir
 	var benches []eval.Benchmark
 	for _, spec := range ec.Bench {
-		name, path, err := eval.ResolveBenchmark(strings.TrimSpace(spec), dataDir)
+		name, path, err := eval.ResolveBenchmark(strings.TrimSpace(spec), ec.DataDir)
 		if err != nil {
 			return usageError{err}
 		}
@@ -134,9 +133,9 @@ func runEval(c *cli.Context) error {
 			return usageError{fmt.Errorf("config key chat_format: %w", err)}
 		}
 	}
-	o := eval.Options{Benchmarks: benches, Modes: modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"), SkipLongPrompts: c.Bool("skip-long-prompts") || cfg.Eval.SkipLongPrompts,
-		NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
-		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: maxNew, Seed: c.Uint64("seed")}}
+	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
+		SkipLongPrompts: ec.SkipLongPrompts, NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
+		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: ec.MaxNewTokens, Seed: c.Uint64("seed")}}
 	out := c.String("out")
 	if out == "" {
 		base := defaultEvalDir(modelDir)
@@ -169,12 +168,13 @@ func runEval(c *cli.Context) error {
 }
 
 // evalConfig is lanpo eval's config: --config (or the defaults) with the
-// flags applied — the prompt, eval.bench, data_dir, k, limit, temperature
-// and modes (zero-shot unless given) — and resolved, with the evaluation's
-// token budget (--max-new-tokens, else eval.max_new_tokens, else
-// rollout.max_new_tokens) as rollout.max_new_tokens: the lanpo section's
-// attempt caps follow it (a self-correct prompt shows the whole first
-// attempt unless lanpo.max_attempt_tokens says otherwise).
+// flags applied — the prompt, eval.bench, data_dir, k, limit, temperature,
+// modes and skip_long_prompts — and resolved (modes: zero-shot unless
+// given), with the evaluation's token budget (--max-new-tokens, else
+// eval.max_new_tokens, else rollout.max_new_tokens) as
+// rollout.max_new_tokens: the lanpo section's attempt caps follow it (a
+// self-correct prompt shows the whole first attempt unless
+// lanpo.max_attempt_tokens says otherwise).
 func evalConfig(c *cli.Context) (trainer.Config, error) {
 	cfg, err := optionalRunConfig(c)
 	if err != nil {
@@ -218,8 +218,8 @@ func evalConfig(c *cli.Context) (trainer.Config, error) {
 	if len(modes) > 0 {
 		ec.Modes = modes
 	}
-	if len(ec.Modes) == 0 {
-		ec.Modes = []string{eval.ModeZeroShot}
+	if c.Bool("skip-long-prompts") {
+		ec.SkipLongPrompts = true
 	}
 	if n := c.Int("max-new-tokens"); n > 0 {
 		ec.MaxNewTokens = n

@@ -388,11 +388,7 @@ func exampleWorkspace(t *testing.T) (string, []string) {
 	must(os.MkdirAll(filepath.Join(ws, "tmp"), 0o755))
 	// tiny: the warmed built-in model; qwen: a random Qwen3 with the real
 	// tokenizer.
-	tiny := filepath.Join(ws, "tiny")
-	must(os.MkdirAll(tiny, 0o755))
-	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-		must(fsutil.CopyFile(filepath.Join(warmTiny(t), f), filepath.Join(tiny, f)))
-	}
+	tiny := copyWarmTiny(t, ws)
 	must(os.MkdirAll(filepath.Join(ws, "models"), 0o755))
 	must(os.Symlink(tiny, filepath.Join(ws, "models", "Qwen2.5-1.5B-Instruct")))
 	qwen := filepath.Join(ws, "qwen")
