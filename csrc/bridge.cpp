@@ -97,6 +97,33 @@ extern "C" char *lanpo_cuda_mem_info(int device, int64_t *free_bytes, int64_t *t
   })
 }
 
+extern "C" char *lanpo_cuda_empty_cache(int *supported) {
+  LANPO_GUARD("cuda_empty_cache", {
+    *supported = 0;
+#ifdef LANPO_CUDA
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    *supported = 1;
+#endif
+  })
+}
+
+extern "C" char *lanpo_cuda_device_name(int device, char *name, int n, int *supported) {
+  LANPO_GUARD("cuda_device_name", {
+    *supported = 0;
+    if (n > 0) name[0] = 0;
+#ifdef LANPO_CUDA
+    cudaDeviceProp prop;
+    cudaError_t err = cudaGetDeviceProperties(&prop, device);
+    if (err != cudaSuccess) throw std::runtime_error(std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(err));
+    if (n > 0) {
+      std::strncpy(name, prop.name, static_cast<size_t>(n) - 1);
+      name[n - 1] = 0;
+    }
+    *supported = 1;
+#endif
+  })
+}
+
 extern "C" void lanpo_malloc_measure(void) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   malloc_trim(0);

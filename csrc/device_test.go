@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/internal/cudatest"
 )
@@ -58,6 +61,44 @@ func TestDeviceCallsOnCPUBuild(t *testing.T) {
 	}
 	if d, ok, err := csrc.CurrentCUDADevice(); ok || err != nil || d != -1 {
 		t.Errorf("CurrentCUDADevice on a CPU build: %d, supported %v, %v", d, ok, err)
+	}
+	if ok, err := csrc.EmptyCUDACache(); ok || err != nil {
+		t.Errorf("EmptyCUDACache on a CPU build: supported %v, %v", ok, err)
+	}
+	if name, ok, err := csrc.CUDADeviceName(gotch.CudaBuilder(0)); ok || err != nil || name != "" {
+		t.Errorf("CUDADeviceName on a CPU build: %q, supported %v, %v", name, ok, err)
+	}
+}
+
+// TestCUDAEmptyCacheReleasesMemory: a freed 256 MiB tensor stays reserved
+// by the caching allocator until EmptyCUDACache hands it back to the
+// driver (what a benchmark does before its baseline's process starts);
+// the device has a name.
+func TestCUDAEmptyCacheReleasesMemory(t *testing.T) {
+	d := cudatest.Real(t)
+	if name, ok, err := csrc.CUDADeviceName(d); err != nil || !ok || name == "" {
+		t.Fatalf("CUDADeviceName: %q, supported %v, %v", name, ok, err)
+	}
+	x := ts.MustZeros([]int64{64 << 20}, gotch.Float, d) // 256 MiB
+	if err := csrc.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	x.MustDrop()
+	held, _, err := csrc.CUDAMemory(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := csrc.EmptyCUDACache(); err != nil || !ok {
+		t.Fatalf("EmptyCUDACache: supported %v, %v", ok, err)
+	}
+	after, _, err := csrc.CUDAMemory(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reserved %d MiB after the drop, %d MiB after EmptyCUDACache; driver free %d → %d MiB",
+		held.Reserved>>20, after.Reserved>>20, held.Free>>20, after.Free>>20)
+	if held.Reserved-after.Reserved < 256<<20 {
+		t.Errorf("EmptyCUDACache released %d MiB of the allocator's reserve, want ≥ 256", (held.Reserved-after.Reserved)>>20)
 	}
 }
 

@@ -170,6 +170,13 @@ char *lanpo_cuda_peak_bytes(int device, int reset, int64_t *bytes, int *supporte
 // what this process's caching allocator has allocated and reserved.
 // *supported is 0 on a build without CUDA.
 char *lanpo_cuda_mem_info(int device, int64_t *free_bytes, int64_t *total_bytes, int64_t *allocated, int64_t *reserved, int *supported);
+// Gives every unused block the caching allocator holds back to the driver
+// (torch.cuda.empty_cache), so another process can use it. *supported is 0
+// on a build without CUDA.
+char *lanpo_cuda_empty_cache(int *supported);
+// The name of a CUDA device (cudaGetDeviceProperties), NUL-terminated in
+// name[0..n). *supported is 0 on a build without CUDA.
+char *lanpo_cuda_device_name(int device, char *name, int n, int *supported);
 // Makes the host allocator return every large free to the system (fixed
 // mmap threshold, heap trimmed), so peak RSS measures what tensors hold.
 void lanpo_malloc_measure(void);

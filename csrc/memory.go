@@ -79,6 +79,29 @@ func CUDAMemory(d gotch.Device) (info CUDAMemInfo, ok bool, err error) {
 	return CUDAMemInfo{Free: int64(f), Total: int64(t), Allocated: int64(a), Reserved: int64(r)}, sup != 0, nil
 }
 
+// EmptyCUDACache gives the blocks the CUDA caching allocator holds unused
+// back to the driver (torch.cuda.empty_cache), so that another process —
+// a benchmark's baseline — can have them; ok is false on a build without
+// CUDA.
+func EmptyCUDACache() (ok bool, err error) {
+	var sup C.int
+	if err := takeError(C.lanpo_cuda_empty_cache(&sup)); err != nil {
+		return false, err
+	}
+	return sup != 0, nil
+}
+
+// CUDADeviceName is device d's name ("NVIDIA H100 80GB HBM3"); ok is false
+// on a build without CUDA.
+func CUDADeviceName(d gotch.Device) (name string, ok bool, err error) {
+	var buf [256]C.char
+	var sup C.int
+	if err := takeError(C.lanpo_cuda_device_name(C.int(d.CInt()), &buf[0], C.int(len(buf)), &sup)); err != nil {
+		return "", false, err
+	}
+	return C.GoString(&buf[0]), sup != 0, nil
+}
+
 // procStatusKB reads one kB field of /proc/self/status, or -1.
 func procStatusKB(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")

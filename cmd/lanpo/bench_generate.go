@@ -23,9 +23,11 @@ func benchGenerateCommand() *cli.Command {
 			"static KV cache, every decode step on the device with a look by the host every --sync-every steps; on\n" +
 			"CUDA the rows decoded at once are capped by --memory-fraction of the GPU, and the batches it took\n" +
 			"are reported), then through --hf-python with transformers' generate() on the same device, dtype and\n" +
-			"shape (random weights of its own: speed depends on the shape, not the values; on an out-of-memory\n" +
-			"error it retries in 2, 4, … sequential batches and says so). With --cuda-graphs the same run again\n" +
-			"with decode steps replayed as CUDA graphs (on CPU: the bookkeeping only), against the eager run.\n" +
+			"shape (random weights of its own, made on the device: speed depends on the shape, not the values; on\n" +
+			"an out-of-memory error it retries in 2, 4, … sequential batches and says so). lanpo's model and its\n" +
+			"cached GPU memory are released before the baseline starts, and the report says how much memory each\n" +
+			"side had. With --cuda-graphs the same run again with decode steps replayed as CUDA graphs (on CPU:\n" +
+			"the bookkeeping only), against the eager run.\n" +
 			"\n" +
 			"--count-steps counts what a decode step does on the path a CUDA run takes (SDPA attention), from a\n" +
 			"1-layer and a 2-layer model of the shape: leaf kernels per layer (operators that reach a backend\n" +
@@ -36,13 +38,17 @@ func benchGenerateCommand() *cli.Command {
 			"engine without KV cache.\n" +
 			"\n" +
 			"--shape: 0.5b (Qwen2.5-0.5B), 7b (Qwen2.5-7B) or a config.json; --layers cuts the layers.\n" +
-			"--json prints one object: shape, device, dtype, rows, new_tokens, sync_every, lanpo_tokens_per_s,\n" +
+			"--json prints one object per line: lanpo's results as soon as they are in (with hf_pending when the\n" +
+			"baseline is still to run), then, after the baseline, the whole object again. Fields: shape, device,\n" +
+			"dtype, rows, new_tokens, sync_every, lanpo_tokens_per_s,\n" +
 			"lanpo_ms, lanpo_batches, kv_cache_mb, graphs_tokens_per_s, graphs_over_eager, graph_warmups,\n" +
 			"graph_captures, graph_replays (with --cuda-graphs), hf (transformers' JSON: tokens_per_s, ms, batches, …, or\n" +
 			"hf_error), lanpo_over_hf, step_* means over the timed steps (wall_ms, forward_host_ms,\n" +
 			"forward_gpu_ms, look_ms) with host_share (the step's enqueueing and looks over wall) and\n" +
-			"launch_over_gpu (enqueueing over GPU time), and counts (kernels_per_layer, views_per_layer,\n" +
-			"layer_kernels, step_kernels_outside_layers, outside_kernels, syncs_per_token, …).\n" +
+			"launch_over_gpu (enqueueing over GPU time), counts (kernels_per_layer, views_per_layer,\n" +
+			"layer_kernels, step_kernels_outside_layers, outside_kernels, syncs_per_token, …), and on CUDA gpu,\n" +
+			"gpu_total_gib, lanpo_peak_gib (the caching allocator's peak), lanpo_reserved_gib and\n" +
+			"gpu_free_gib_for_hf (the driver's free memory once lanpo let go; hf has its own peak_gib).\n" +
 			"\n" +
 			"The GRPO-shaped batch of the GPU benchmarks (docs/gpu.md):\n" +
 			"  lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 \\\n" +
@@ -90,6 +96,12 @@ type genBench struct {
 	GraphCaptures   int             `json:"graph_captures,omitempty"`
 	GraphReplays    int             `json:"graph_replays,omitempty"`
 	NoCacheTPS      float64         `json:"nocache_tokens_per_s,omitempty"`
+	GPU             string          `json:"gpu,omitempty"`
+	GPUTotalGiB     float64         `json:"gpu_total_gib,omitempty"`
+	LanpoPeakGiB    float64         `json:"lanpo_peak_gib,omitempty"`
+	LanpoReservGiB  float64         `json:"lanpo_reserved_gib,omitempty"`
+	FreeGiBForHF    float64         `json:"gpu_free_gib_for_hf,omitempty"`
+	HFPending       bool            `json:"hf_pending,omitempty"`
 	HF              json.RawMessage `json:"hf,omitempty"`
 	HFError         string          `json:"hf_error,omitempty"`
 	LanpoOverHF     float64         `json:"lanpo_over_hf,omitempty"`
@@ -221,6 +233,17 @@ func runBenchGenerate(c *cli.Context) error {
 			r.Shape, cfg.NumHiddenLayers, r.Device, r.DType, r.Prompts, r.Samples, r.PromptLen, p.MaxNewTokens, info.Threads)
 	}
 	opt := model.GenerateOptions{MemoryFraction: c.Float64("memory-fraction"), SyncEvery: r.SyncEvery}
+	peak := csrc.NewPeakMeter(dev)
+	if dev.IsCuda() {
+		if r.GPU, _, err = csrc.CUDADeviceName(dev); err != nil {
+			return err
+		}
+		mem, _, err := csrc.CUDAMemory(dev)
+		if err != nil {
+			return err
+		}
+		r.GPUTotalGiB = gib(mem.Total)
+	}
 	tps, err := timeGenerate(m, reqs, p, opt, &r.LanpoBatches)
 	if err != nil {
 		return err
@@ -258,26 +281,66 @@ func runBenchGenerate(c *cli.Context) error {
 		}
 		r.NoCacheTPS = float64(r.Rows*n) / time.Since(start).Seconds()
 	}
-	if py := c.String("hf-python"); py != "" {
-		hf, err := bench.RunHFConfig(cfg, prompts, py, bench.HFGenerate, devString(dev), r.DType, fmt.Sprint(info.Threads), fmt.Sprint(r.Samples), fmt.Sprint(p.MaxNewTokens))
+	if dev.IsCuda() {
+		b, _ := peak.Peak()
+		mem, _, err := csrc.CUDAMemory(dev)
 		if err != nil {
-			r.HFError = err.Error()
-		} else {
-			r.HF = hf
-			var v struct {
-				TokensPerS float64 `json:"tokens_per_s"`
-			}
-			if json.Unmarshal(hf, &v) == nil && v.TokensPerS > 0 {
-				r.LanpoOverHF = r.LanpoTokensPerS / v.TokensPerS
-			}
+			return err
+		}
+		r.LanpoPeakGiB, r.LanpoReservGiB = gib(b), gib(mem.Reserved)
+	}
+	py := c.String("hf-python")
+	r.HFPending = py != ""
+	if c.Bool("json") {
+		// lanpo's figures first: a baseline that runs out of time or
+		// memory loses only its own.
+		if err := json.NewEncoder(w).Encode(r); err != nil {
+			return err
+		}
+	} else {
+		r.print(w, c)
+	}
+	if py == "" {
+		return nil
+	}
+	r.HFPending = false
+	// The baseline is another process: lanpo's weights, KV cache and the
+	// blocks its caching allocator keeps go back to the driver first.
+	m.Close()
+	if dev.IsCuda() {
+		if err := csrc.Synchronize(); err != nil {
+			return err
+		}
+		if _, err := csrc.EmptyCUDACache(); err != nil {
+			return err
+		}
+		mem, _, err := csrc.CUDAMemory(dev)
+		if err != nil {
+			return err
+		}
+		r.FreeGiBForHF = gib(mem.Free)
+	}
+	hf, err := bench.RunHFConfig(cfg, prompts, py, bench.HFGenerate, devString(dev), r.DType, fmt.Sprint(info.Threads), fmt.Sprint(r.Samples), fmt.Sprint(p.MaxNewTokens))
+	if err != nil {
+		r.HFError = err.Error()
+	} else {
+		r.HF = hf
+		var v struct {
+			TokensPerS float64 `json:"tokens_per_s"`
+		}
+		if json.Unmarshal(hf, &v) == nil && v.TokensPerS > 0 {
+			r.LanpoOverHF = r.LanpoTokensPerS / v.TokensPerS
 		}
 	}
 	if c.Bool("json") {
 		return json.NewEncoder(w).Encode(r)
 	}
-	r.print(w, c)
+	r.printHF(w)
 	return nil
 }
+
+// gib is bytes in GiB.
+func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
 // timeGenerate is the output tokens/s of one generation of reqs (prefill
 // included), counting its generation batches.
@@ -353,6 +416,16 @@ func (r *genBench) print(w io.Writer, c *cli.Context) {
 	}
 	if r.NoCacheTPS > 0 {
 		fmt.Fprintf(w, "  lanpo without KV cache  %8.1f tokens/s (first %d steps)   lanpo/no-cache %.1fx\n", r.NoCacheTPS, c.Int("nocache-steps"), r.LanpoTokensPerS/r.NoCacheTPS)
+	}
+	if r.GPU != "" {
+		fmt.Fprintf(w, "  memory: %s, %.1f GiB; lanpo peak %.1f GiB allocated, %.1f GiB reserved\n", r.GPU, r.GPUTotalGiB, r.LanpoPeakGiB, r.LanpoReservGiB)
+	}
+}
+
+// printHF writes the baseline's line of the report.
+func (r *genBench) printHF(w io.Writer) {
+	if r.FreeGiBForHF > 0 {
+		fmt.Fprintf(w, "  lanpo's model released: %.1f GiB of the GPU free for transformers\n", r.FreeGiBForHF)
 	}
 	switch {
 	case r.HFError != "":

@@ -11,8 +11,10 @@ import (
 
 // bench generate's JSON, which scripts/gpu/validate.sh collects: at a tiny
 // shape on the CPU, with a stand-in for transformers' script that reports a
-// known speed, every field is there and the ratios come from the measured
-// times; a python that cannot run the baseline leaves hf_error instead.
+// known speed, lanpo's object comes first (hf_pending, no baseline yet: a
+// baseline that times out cannot take it along), then the whole object with
+// every field there and the ratios from the measured times; a python that
+// cannot run the baseline leaves hf_error instead.
 func TestBenchGenerateJSON(t *testing.T) {
 	fake := filepath.Join(t.TempDir(), "python")
 	script := "#!/bin/sh\n# args: script MODEL_DIR IDS_JSON DEVICE DTYPE THREADS SAMPLES NEW\n" +
@@ -27,9 +29,22 @@ func TestBenchGenerateJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err, out)
 	}
-	var r map[string]any
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want lanpo's object, then the whole one; got %d line(s):\n%s", len(lines), out)
+	}
+	var first, r map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatalf("%v: %s", err, lines[0])
+	}
+	if first["hf_pending"] != true || first["hf"] != nil || first["lanpo_tokens_per_s"] == nil {
+		t.Errorf("the first object should hold lanpo's figures and say the baseline is pending: %s", lines[0])
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &r); err != nil {
+		t.Fatalf("%v: %s", err, lines[1])
+	}
+	if r["hf_pending"] != nil || r["lanpo_tokens_per_s"] != first["lanpo_tokens_per_s"] {
+		t.Errorf("the whole object should repeat lanpo's figures and not be pending: %s", lines[1])
 	}
 	num := func(k string) float64 {
 		v, ok := r[k].(float64)

@@ -3,9 +3,14 @@
 # of that shape: speed depends on the shape), the prompt ids lanpo sampled
 # from, on DEVICE in DTYPE, sampling at temperature 1 with no top-k/top-p,
 # exactly NEW_TOKENS new tokens per sample (min_new_tokens: EOS never ends a
-# sample). On CUDA it synchronizes before reading the clock; on an
-# out-of-memory error it retries with the prompts in 2, 4, ... sequential
-# batches. Prints one JSON line. Needs torch and transformers.
+# sample). A random model is made on DEVICE directly, transformers' own
+# initialization skipped where it can be and the weights filled there
+# (N(0, 0.02)): a 7B model built on the CPU with random init takes minutes.
+# On CUDA it synchronizes before reading the clock and reports the GPU's
+# free memory at its start; on an out-of-memory error it retries with the
+# prompts in 2, 4, ... sequential batches. Prints one JSON line. Needs torch
+# and transformers.
+import contextlib
 import json
 import os
 import sys
@@ -32,12 +37,32 @@ def with_dtype(fn, *args):
         return fn(*args, torch_dtype=dtype)
 
 
-if os.path.exists(os.path.join(model_dir, "model.safetensors")):
-    model = with_dtype(AutoModelForCausalLM.from_pretrained, model_dir)
-else:
-    model = with_dtype(AutoModelForCausalLM.from_config, AutoConfig.from_pretrained(model_dir))
-model = model.to(device=device, dtype=dtype).eval()  # whichever argument name took
+def no_init():
+    # transformers' switch for skipping weight init: transformers 5 keeps it
+    # in transformers.initialization, 4.x in modeling_utils.
+    for mod in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            return __import__(mod, fromlist=["no_init_weights"]).no_init_weights(), "skipped"
+        except (ImportError, AttributeError):
+            pass
+    return contextlib.nullcontext(), "transformers'"
+
+
 cuda = device.startswith("cuda")
+if cuda:
+    free0, total0 = torch.cuda.mem_get_info(torch.device(device))
+t_build = time.perf_counter()
+if os.path.exists(os.path.join(model_dir, "model.safetensors")):
+    model, init = with_dtype(AutoModelForCausalLM.from_pretrained, model_dir), "pretrained"
+else:
+    ctx, init = no_init()
+    with torch.device(device), ctx:
+        model = with_dtype(AutoModelForCausalLM.from_config, AutoConfig.from_pretrained(model_dir))
+    with torch.no_grad():
+        for p in model.parameters():  # finite values, made on the device
+            p.normal_(0.0, 0.02)
+model = model.to(device=device, dtype=dtype).eval()  # whichever argument name took
+build_s = time.perf_counter() - t_build
 
 
 def sync():
@@ -77,7 +102,9 @@ with torch.no_grad():
 res = {"ms": ms, "new_tokens": int(new), "tokens_per_s": new / (ms / 1000), "batches": batches, "device": device,
        "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
        "transformers": transformers.__version__}
+res["build_s"], res["init"] = build_s, init
 if cuda:
     res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     res["gpu"] = torch.cuda.get_device_name()
+    res["free_gib_at_start"], res["total_gib"] = free0 / 2**30, total0 / 2**30
 print(json.dumps(res))
