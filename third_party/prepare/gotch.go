@@ -88,7 +88,25 @@ func newBuild(lt *Libtorch, cuda bool) (*Build, error) {
 	// gotch without any C++ of its own is linked by gcc, not g++: the C++
 	// runtime and libm must be named.
 	b.LDFLAGS = append(b.LDFLAGS, "-ltorch_cpu", "-lc10", "-lstdc++", "-lm")
+	// Binaries for another machine (the GPU bundle's prebuilt ones) carry
+	// no RUNPATH into this machine's libtorch: there LD_LIBRARY_PATH finds
+	// that machine's, and a library it lacks cannot be found here instead.
+	if os.Getenv("LANPO_NO_RPATH") == "1" {
+		b.LDFLAGS = withoutRPath(b.LDFLAGS)
+		b.CUDALDFLAGS = withoutRPath(b.CUDALDFLAGS)
+	}
 	return b, nil
+}
+
+// withoutRPath is flags without their -Wl,-rpath,DIR entries.
+func withoutRPath(flags []string) []string {
+	var out []string
+	for _, f := range flags {
+		if !strings.HasPrefix(f, "-Wl,-rpath,") {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (b *Build) kind() string {

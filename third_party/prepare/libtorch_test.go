@@ -104,6 +104,19 @@ func TestBuildFlags(t *testing.T) {
 	if !strings.Contains(ld, "-lcudart") || !strings.Contains(ld, "-lcublas") || strings.Contains(ld, "allow-shlib-undefined") {
 		t.Errorf("CUDA LDFLAGS: %s", ld)
 	}
+	if !strings.Contains(ld, "-Wl,-rpath,") {
+		t.Errorf("CUDA LDFLAGS without a RUNPATH: %s", ld)
+	}
+	// LANPO_NO_RPATH=1 (the GPU bundle's binaries): no RUNPATH at all.
+	t.Setenv("LANPO_NO_RPATH", "1")
+	bare, err := newBuild(lt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld := strings.Join(bare.LDFLAGS, " "); strings.Contains(ld, "rpath") || !strings.Contains(ld, "-L/lt/lib") || !strings.Contains(ld, "-lcudart") {
+		t.Errorf("LANPO_NO_RPATH=1 LDFLAGS: %s", ld)
+	}
+	t.Setenv("LANPO_NO_RPATH", "")
 	lt.HasCUDA = false
 	if _, err := newBuild(lt, true); err == nil {
 		t.Error("CUDA=1 with a CPU-only libtorch was accepted")

@@ -10,7 +10,8 @@
 // `make deps` runs it; every other make target depends on that.
 //
 // Environment: LIBTORCH, CUDA=1, CUDA_HOME, XDG_CACHE_HOME, PYTHON, CXX,
-// LANPO_GLOO_INCLUDE, LANPO_NCCL_INCLUDE, LANPO_DEBIAN_MIRROR.
+// LANPO_GLOO_INCLUDE, LANPO_NCCL_INCLUDE, LANPO_DEBIAN_MIRROR, LANPO_NO_RPATH=1
+// (binaries without a RUNPATH into this machine's libtorch: the GPU bundle's).
 package main
 
 import (
