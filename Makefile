@@ -14,9 +14,11 @@
 #   make bench   benchmarks (each prints a ratio against a baseline in the same run)
 #   make demo    the main job on an embedded task: the transfer world, SFT then GRPO
 #                and LANPO with consolidation side by side (docs/demo.md)
-#   make gpu-bundle  gpu-bundle/: what a GPU machine without Go or network needs to
-#                build and validate lanpo (docs/gpu.md)
-#   make gpu-rehearsal  run that bundle here as a GPU machine would: offline, no Go
+#   make gpu-bundle  gpu-bundle/: prebuilt CUDA=1 binaries (lanpo and the GPU
+#                tests), and Go with the modules to build them from source, for a GPU
+#                machine without Go or network: scripts/gpu/validate.sh all (docs/gpu.md)
+#   make gpu-rehearsal  run that bundle here as a GPU machine would: offline, no Go,
+#                torch 2.11 and its CUDA libraries from PyPI in a venv (4.6 GB, cached)
 #   make clean   remove build outputs and generated files (not the cache)
 #
 # Variables: TORCH=2.11.0|2.1.0 (the cached PyPI libtorch; default 2.11.0),

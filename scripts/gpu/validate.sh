@@ -1,216 +1,408 @@
 #!/usr/bin/env bash
-# scripts/gpu/validate.sh STAGE — build lanpo with CUDA on a GPU machine from
-# the checkout and gpu-bundle/ alone (no Go, module proxy or network needed),
-# against the machine's own torch and CUDA, then run one stage:
+# scripts/gpu/validate.sh all | test | bench [NAME...] — validate lanpo on a
+# lent GPU machine from the checkout and gpu-bundle/ alone (no Go, module
+# proxy or network needed), against the machine's own torch and CUDA:
 #
-#   test    facts, build, every GPU test (go test -run CUDA ./...)
-#   bench   facts, build, the GPU benchmarks (lanpo bench … --device cuda --json);
-#           bench NAME… runs only those (names in the list below)
+#   all     everything in one call, most valuable first: facts, the binaries,
+#           lanpo env on the GPU, every GPU test, the fused log-prob,
+#           generate-0.5b and grpo-step-0.5b benchmarks, then the 7B ones
+#   test    facts, the binaries, every GPU test
+#   bench   facts, the binaries, the GPU benchmarks; bench NAME… runs only
+#           those (names in the list below)
 #
-# Each stage rebuilds (a GPU machine stays warm only ~30 s between calls).
-# Results go to $OUT (default ./gpu-out), at most 6 files:
-#   facts.json      GPU, driver, torch, CUDA, nvcc, compiler, CPUs; build times
-#   build.log       prepare and go build
-#   STAGE.log       the stage's raw output
-#   STAGE.jsonl     one JSON object per test or benchmark: name, status
-#                   (pass, fail, skip, ok), seconds, and the benchmark's JSON
-#   summary.md      the same as tables
-# Without a GPU (make gpu-rehearsal) the build still runs through the link,
-# the test binaries are compiled and linked, and every GPU test and
-# benchmark is reported "skip" with the reason "no GPU".
+# The binaries: the bundle's prebuilt ones (bin.tar.xz: bin/lanpo and a test
+# binary per package with GPU tests), run with LD_LIBRARY_PATH naming the
+# machine's torch/lib and nvidia/*/lib; when one does not start for a reason
+# a rebuild can fix (not a missing library), or the bundle has none, they are
+# built from source with the bundle's Go and modules (≈ 3–4 minutes).
 #
-# Finds: torch through `python3 -c 'import torch'` (or LIBTORCH), CUDA through
-# nvcc (or CUDA_HOME), NCCL's header in pip's nvidia/nccl. See docs/gpu.md.
+# Results go to $OUT (default ./gpu-out), each line flushed as it comes, so a
+# timeout or crash keeps what came before. Six files:
+#   facts.json   GPU, driver, torch, CUDA, compiler, CPUs; which binaries ran
+#                and why; build times; lanpo env --json
+#   build.log    unpacking, the build if any, and why anything failed to load
+#                (lanpo env's stderr, ldd's "not found", LD_DEBUG=libs lines)
+#   run.log      the tests' and benchmarks' raw output
+#   test.jsonl   one object per GPU test: package, name, status, seconds
+#   bench.jsonl  one object per benchmark: name, status (ok, partial, fail,
+#                skip), seconds, command, the benchmark's JSON
+#   summary.md   all of it as tables, rewritten after every result
+#
+# Exit 1 when lanpo cannot start, when nvidia-smi lists a GPU that lanpo
+# does not see, or when a test or benchmark fails. A GPU test that skips on
+# a GPU machine fails (LANPO_REQUIRE_CUDA=1). Without a GPU (make
+# gpu-rehearsal) the test binaries run and skip, the benchmarks are "skip".
+#
+# LANPO_GPU_BUDGET_S (default 400): the seconds this call may take; a
+# benchmark's timeout is cut to what is left, and one that cannot start in
+# time is reported "skip". Finds: torch through `python3 -c 'import torch'`
+# (or LIBTORCH), CUDA through nvcc (or CUDA_HOME). See docs/gpu.md.
 set -uo pipefail
 stage=${1:-}
 only=("${@:2}")
-case "$stage" in test | bench) ;; *)
-	echo "usage: scripts/gpu/validate.sh test | bench [NAME...]" >&2
+case "$stage" in all | test | bench) ;; *)
+	echo "usage: scripts/gpu/validate.sh all | test | bench [NAME...]" >&2
 	exit 2
 	;;
 esac
 cd "$(dirname "$0")/../.."
 repo=$PWD
+source scripts/gpu/lib.sh
 bundle=$repo/gpu-bundle
 OUT=${OUT:-$repo/gpu-out}
 work=${LANPO_GPU_WORK:-/tmp/lanpo-gpu}
+budget=${LANPO_GPU_BUDGET_S:-400}
 mkdir -p "$OUT" "$work"
 t_start=$(date +%s)
-log() { echo "validate: $*" | tee -a "$OUT/build.log" >&2; }
 now() { date +%s; }
+left() { echo $((budget - ($(now) - t_start))); }
+log() { echo "validate: $*" | tee -a "$OUT/build.log" >&2; }
 json_str() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))' 2>/dev/null || printf '"%s"' "$(sed 's/\\/\\\\/g; s/"/\\"/g' | tr '\n' ' ')"; }
 : >"$OUT/build.log"
+: >"$OUT/run.log"
+case "$stage" in all) stages="test bench" ;; *) stages=$stage ;; esac
+for s in $stages; do : >"$OUT/$s.jsonl"; done
 
-# --- unpack the bundle --------------------------------------------------
-for n in go modcache gotch gloo; do
-	[ -f "$bundle/$n.tar.xz" ] || { log "no $bundle/$n.tar.xz: run make gpu-bundle on the CPU machine and carry gpu-bundle"; exit 1; }
-	if [ ! -f "$work/$n/.unpacked" ]; then
-		rm -rf "${work:?}/$n" && mkdir -p "$work/$n"
-		xz -dc -T0 "$bundle/$n.tar.xz" | tar -C "$work/$n" -xf - && touch "$work/$n/.unpacked"
-	fi
-done
-export GOROOT=$work/go PATH=$work/go/bin:$PATH GOMODCACHE=$work/modcache GOPROXY=off GOSUMDB=off
-export GOTOOLCHAIN=local GOFLAGS=-trimpath GOCACHE=$work/gocache XDG_CACHE_HOME=$work/cache GOTELEMETRY=off
-export LANPO_GOTCH_SRC=$work/gotch LANPO_GLOO_INCLUDE=$work/gloo CUDA=1
-unset GOWORK
+# --- facts, written at once and again as they grow -------------------------
+declare -A fact
+fact[stage]=$(printf '%s' "$stage" | json_str)
+write_facts() {
+	{
+		echo "{"
+		local k first=1
+		for k in stage gpu torch_python libtorch ld_library_path nvcc cxx cpus mem_kib binaries binaries_why unpack_s prepare_s go_build_s test_build_s gotch_wrapper go lanpo_env; do
+			[ -n "${fact[$k]:-}" ] || continue
+			[ $first = 1 ] || echo ","
+			printf '  "%s": %s' "$k" "${fact[$k]}"
+			first=0
+		done
+		echo
+		echo "}"
+	} >"$OUT/facts.json"
+}
+gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+gpu_listed=false
+[ -n "$gpu_line" ] && gpu_listed=true
+torch_line=$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null)
+nvcc_bin=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+nvcc_line=$("$nvcc_bin" --version 2>/dev/null | tail -2 | tr '\n' ' ')
+fact[gpu]=$(printf '%s' "${gpu_line:-none}" | json_str)
+fact[torch_python]=$(printf '%s' "${torch_line:-none}" | json_str)
+fact[nvcc]=$(printf '%s' "${nvcc_line:-none}" | json_str)
+fact[cxx]=$(printf '%s' "$(${CXX:-g++} --version 2>/dev/null | head -1)" | json_str)
+fact[cpus]=$(nproc)
+fact[mem_kib]=$(awk '/MemTotal/{print $2}' /proc/meminfo)
+log "GPU: ${gpu_line:-none}; torch: ${torch_line:-none}; nvcc: ${nvcc_line:-none}; $(nproc) CPUs"
+
 if [ -z "${LIBTORCH:-}" ]; then
 	LIBTORCH=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>>"$OUT/build.log") || {
 		log "no torch: python3 cannot import torch and LIBTORCH is unset"
+		write_facts
 		exit 1
 	}
 fi
 export LIBTORCH
+# The machine's torch and the CUDA libraries pip put beside it.
+site=$(dirname "$LIBTORCH")
+LD_LIBRARY_PATH=$LIBTORCH/lib$(for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && printf ':%s' "$d"; done)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+fact[libtorch]=$(printf '%s' "$LIBTORCH" | json_str)
+fact[ld_library_path]=$(printf '%s' "$LD_LIBRARY_PATH" | json_str)
+write_facts
 
-# --- facts ----------------------------------------------------------------
-gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
-torch_line=$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null)
-nvcc_bin=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
-nvcc_line=$("$nvcc_bin" --version 2>/dev/null | tail -2 | tr '\n' ' ')
-{
-	echo "{"
-	echo "  \"stage\": \"$stage\","
-	echo "  \"gpu\": $(printf '%s' "${gpu_line:-none}" | json_str),"
-	echo "  \"torch_python\": $(printf '%s' "${torch_line:-none}" | json_str),"
-	echo "  \"libtorch\": $(printf '%s' "$LIBTORCH" | json_str),"
-	echo "  \"nvcc\": $(printf '%s' "${nvcc_line:-none}" | json_str),"
-	echo "  \"cxx\": $(printf '%s' "$(${CXX:-g++} --version | head -1)" | json_str),"
-	echo "  \"go\": $(printf '%s' "$(go version)" | json_str),"
-	echo "  \"cpus\": $(nproc),"
-	echo "  \"mem_kib\": $(awk '/MemTotal/{print $2}' /proc/meminfo),"
-} >"$OUT/facts.json.part"
-log "GPU: ${gpu_line:-none}; torch: ${torch_line:-none}; nvcc: ${nvcc_line:-none}; $(nproc) CPUs"
-
-# --- build ------------------------------------------------------------------
-t0=$(now)
-GOWORK=off go run ./third_party/prepare >>"$OUT/build.log" 2>&1
-rc=$?
-t_prepare=$(($(now) - t0))
-if [ $rc -eq 0 ]; then
-	t0=$(now)
-	go build -o bin/lanpo ./cmd/lanpo >>"$OUT/build.log" 2>&1
-	rc=$?
-	t_build=$(($(now) - t0))
-else
-	t_build=0
-fi
-wrapper_json=$(ls -t "$XDG_CACHE_HOME"/lanpo/gotch-wrapper/*/timings.json 2>/dev/null | head -1)
-{
-	cat "$OUT/facts.json.part"
-	echo "  \"prepare_s\": $t_prepare,"
-	echo "  \"go_build_s\": $t_build,"
-	echo "  \"build_ok\": $([ $rc -eq 0 ] && echo true || echo false),"
-	echo "  \"gotch_wrapper\": $(cat "${wrapper_json:-/dev/null}" 2>/dev/null || echo null),"
-	echo "  \"lanpo_env\": $(bin/lanpo env --json 2>/dev/null || echo null)"
-	echo "}"
-} >"$OUT/facts.json"
-rm -f "$OUT/facts.json.part"
-if [ $rc -ne 0 ]; then
-	log "build failed after ${t_prepare}+${t_build} s (build.log)"
-	printf '# lanpo GPU validation: %s\n\nBuild failed; see build.log.\n' "$stage" >"$OUT/summary.md"
-	exit 1
-fi
-log "built CUDA=1 lanpo in ${t_prepare} s (prepare) + ${t_build} s (go build)"
-gpu=false
-if bin/lanpo env --json 2>/dev/null | grep -q '"cuda_available":true'; then gpu=true; fi
-log "GPU usable by lanpo: $gpu"
-
-results=$OUT/$stage.jsonl
-: >"$results"
-: >"$OUT/$stage.log"
-emit() { # emit NAME STATUS SECONDS [EXTRA-JSON-FIELDS]
-	printf '{"stage":"%s","name":"%s","status":"%s","seconds":%s%s}\n' "$stage" "$1" "$2" "$3" "${4:+,$4}" >>"$results"
+# --- results ------------------------------------------------------------------
+summary() {
+	python3 - "$OUT" "$stage" "$(($(now) - t_start))" <<'PY' >"$OUT/summary.md.tmp" 2>>"$OUT/build.log" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
+import json, os, sys
+out, stage, wall = sys.argv[1:4]
+facts = json.load(open(os.path.join(out, "facts.json")))
+env = facts.get("lanpo_env") or {}
+print(f"# lanpo GPU validation: {stage}\n")
+print(f"GPU: {facts.get('gpu')}; torch: {facts.get('torch_python')}; nvcc: {facts.get('nvcc')}; {facts.get('cpus')} CPUs\n")
+print(f"Binaries: {facts.get('binaries', 'not yet')}" + (f" ({facts['binaries_why']})" if facts.get("binaries_why") else "") +
+      f"; lanpo sees CUDA: {env.get('cuda_available', 'unknown')}; wall so far {wall} s\n")
+keys = {"logprob": ("speedup", "fused_ms", "naive_ms", "fused_tflops"),
+        "generate": ("lanpo_tokens_per_s", "graphs_over_eager", "lanpo_over_hf", "lanpo_peak_gib"),
+        "grpo": ("step_s", "tokens_per_s")}
+for name in ("test", "bench"):
+    path = os.path.join(out, name + ".jsonl")
+    if not os.path.exists(path):
+        continue
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    if not rows:
+        continue
+    print(f"## {name}\n\n| name | status | seconds | note |\n|---|---|---|---|")
+    for r in rows:
+        note = r.get("reason") or ("exit %s" % r["exit"] if "exit" in r else "")
+        res = r.get("result")
+        if isinstance(res, dict):
+            ks = next((v for k, v in keys.items() if r["name"].startswith(k)), ())
+            note = ", ".join(f"{k} {res[k]:.3g}" if isinstance(res[k], float) else f"{k} {res[k]}" for k in ks if k in res) or note
+        pkg = (r.get("package", "").rsplit("/", 1)[-1] + ".") if r.get("package") else ""
+        print(f"| {pkg}{r['name']} | {r['status']} | {r.get('seconds', '')} | {note} |")
+    print()
+PY
+}
+emit() { # emit STAGE NAME STATUS SECONDS [EXTRA-JSON-FIELDS]
+	printf '{"stage":"%s","name":"%s","status":"%s","seconds":%s%s}\n' "$1" "$2" "$3" "$4" "${5:+,$5}" >>"$OUT/$1.jsonl"
+	summary
 }
 
-# --- stage: test -------------------------------------------------------------
-run_tests() {
-	local names
-	names=$(grep -rhoE '^func (Test[A-Za-z0-9_]*CUDA[A-Za-z0-9_]*)\(t \*testing\.T\)' --include='*_test.go' . |
-		sed -E 's/^func (Test[A-Za-z0-9_]*)\(.*/\1/' | sort -u)
-	if [ "$gpu" != true ]; then
-		# No GPU: prove every test binary compiles and links offline, and
-		# report the GPU tests as skipped.
-		local t0 rc
-		t0=$(now)
-		mkdir -p "$work/testbin"
-		go vet ./... >>"$OUT/test.log" 2>&1 && go test -c -o "$work/testbin/" ./... >>"$OUT/test.log" 2>&1
-		rc=$?
-		emit "compile and link every test binary (CUDA=1)" "$([ $rc -eq 0 ] && echo pass || echo fail)" $(($(now) - t0))
-		for n in $names; do emit "$n" skip 0 '"reason":"no GPU"'; done
-		return $rc
+# diagnose BIN WHY: why BIN cannot start or see the GPU, into build.log.
+diagnose() {
+	local bin=$1 why=$2 missing pat
+	{
+		echo "=== $why"
+		echo "--- $bin env --json: exit $env_rc; stderr:"
+		cat "$work/env.err" 2>/dev/null
+		echo "--- LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+		echo "--- ldd $bin, libraries not found:"
+		ldd "$bin" 2>&1 | grep -E 'not found|error|wrong ELF' | sort -u | grep . || echo "(none)"
+	} >>"$OUT/build.log"
+	missing=$(ldd "$bin" 2>&1 | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
+	# The failing libraries' search, or libcuda's (the driver's library,
+	# opened at run time) when every library was found.
+	pat=$(printf '%s' "${missing:-libcuda.so}" | sed 's/ *$//; s/\./\\./g; s/ /|/g')
+	{
+		echo "--- LD_DEBUG=libs lines for ${missing:-libcuda.so (every linked library was found)}:"
+		# (the loader's hardware-capability subdirectories left out)
+		LD_DEBUG=libs "$bin" env --json 2>&1 >/dev/null | grep -E "$pat" | grep -vE 'glibc-hwcaps/|/tls/|/x86_64/(x86_64/)?lib' | head -60
+		echo "--- nvidia-smi: ${gpu_line:-none}"
+	} >>"$OUT/build.log"
+	log "$why: see build.log${missing:+ (not found: ${missing% })}"
+	missing_libs=$missing
+}
+
+# start BIN: runs BIN env --json into $env_json; 0 when it started.
+start() {
+	env_json=$("$1" env --json 2>"$work/env.err")
+	env_rc=$?
+	return $env_rc
+}
+
+fail_early() { # fail_early WHY: the binaries cannot run; record and exit 1
+	fact[binaries_why]=$(printf '%s' "$1" | json_str)
+	write_facts
+	for s in $stages; do emit "$s" "lanpo starts" fail 0 "\"reason\":$(printf '%s' "$1" | json_str)"; done
+	summary
+	exit 1
+}
+
+# --- the binaries -----------------------------------------------------------
+lanpo=
+testbin=
+mode=
+why=
+if [ -f "$bundle/bin.tar.xz" ]; then
+	t0=$(now)
+	rm -rf "$work/prebuilt" && mkdir -p "$work/prebuilt"
+	if xz -dc -T0 "$bundle/bin.tar.xz" | tar -C "$work/prebuilt" -xf - 2>>"$OUT/build.log"; then
+		fact[unpack_s]=$(($(now) - t0))
+		if start "$work/prebuilt/bin/lanpo"; then
+			lanpo=$work/prebuilt/bin/lanpo testbin=$work/prebuilt/tests mode=prebuilt
+			log "prebuilt binaries start ($(($(now) - t0)) s to unpack and start)"
+		else
+			missing_libs=
+			diagnose "$work/prebuilt/bin/lanpo" "the prebuilt lanpo does not start"
+			if [ -n "$missing_libs" ]; then
+				# A library the machine lacks: a binary built here would
+				# need it too.
+				fail_early "the prebuilt lanpo does not start: not found: ${missing_libs% } (a rebuild needs them too)"
+			fi
+			why="the prebuilt lanpo does not start ($(tail -1 "$work/env.err" | cut -c1-200))"
+		fi
+	else
+		why="bin.tar.xz does not unpack"
+		log "$why"
 	fi
-	# A GPU test that skips on a GPU machine is a failure here.
-	export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8} LANPO_REQUIRE_CUDA=1
-	go test -count=1 -v -timeout 5m -run CUDA ./... >"$OUT/test.log" 2>&1
-	local rc=$?
-	# --- PASS: TestX (1.23s) / --- FAIL / --- SKIP, with the package from the
-	# ok/FAIL line that closes each package.
-	awk -v stage=test '
-		/^=== RUN/ { next }
-		/^(    )?--- (PASS|FAIL|SKIP): / {
-			st = $2; sub(":", "", st); name = $3; secs = $4; gsub(/[()s]/, "", secs)
-			if (name ~ /\//) next
-			pend[++n] = sprintf("\"name\":\"%s\",\"status\":\"%s\",\"seconds\":%s", name, tolower(st), secs); next
-		}
-		/^(ok|FAIL)[ \t]+[a-z]/ {
-			for (i = 1; i <= n; i++) printf "{\"stage\":\"%s\",\"package\":\"%s\",%s}\n", stage, $2, pend[i]
-			n = 0
-		}' "$OUT/test.log" >>"$results"
-	grep -E '^(ok|FAIL|panic|---)' "$OUT/test.log" | head -50 >&2
+else
+	why="no prebuilt binaries in the bundle"
+fi
+
+if [ -z "$lanpo" ]; then
+	for n in go modcache gotch gloo; do
+		[ -f "$bundle/$n.tar.xz" ] || fail_early "$why, and no source build to fall back on ($bundle/$n.tar.xz missing: make gpu-bundle dropped it or was not run)"
+	done
+	log "building from source: $why"
+	t0=$(now)
+	for n in go modcache gotch gloo; do
+		if [ ! -f "$work/$n/.unpacked" ]; then
+			rm -rf "${work:?}/$n" && mkdir -p "$work/$n"
+			xz -dc -T0 "$bundle/$n.tar.xz" | tar -C "$work/$n" -xf - && touch "$work/$n/.unpacked"
+		fi
+	done
+	fact[unpack_s]=$(($(now) - t0))
+	export GOROOT=$work/go PATH=$work/go/bin:$PATH GOMODCACHE=$work/modcache GOPROXY=off GOSUMDB=off
+	export GOTOOLCHAIN=local GOFLAGS=-trimpath GOCACHE=$work/gocache XDG_CACHE_HOME=$work/cache GOTELEMETRY=off
+	export LANPO_GOTCH_SRC=$work/gotch LANPO_GLOO_INCLUDE=$work/gloo CUDA=1
+	unset GOWORK
+	fact[go]=$(printf '%s' "$(go version)" | json_str)
+	t0=$(now)
+	GOWORK=off go run ./third_party/prepare >>"$OUT/build.log" 2>&1
+	rc=$?
+	fact[prepare_s]=$(($(now) - t0))
+	if [ $rc -eq 0 ]; then
+		t0=$(now)
+		go build -o bin/lanpo ./cmd/lanpo >>"$OUT/build.log" 2>&1
+		rc=$?
+		fact[go_build_s]=$(($(now) - t0))
+	fi
+	if [ $rc -eq 0 ] && [[ " $stages " == *" test "* ]]; then
+		t0=$(now)
+		mkdir -p "$work/src-tests"
+		mapfile -t pkgs < <(gpu_test_packages)
+		go test -c -o "$work/src-tests/" "${pkgs[@]}" >>"$OUT/build.log" 2>&1
+		rc=$?
+		for p in "${pkgs[@]}"; do
+			b=$(basename "$p").test
+			[ ! -f "$work/src-tests/$b" ] || [ "$b" = "$(test_binary_name "$p")" ] || mv "$work/src-tests/$b" "$work/src-tests/$(test_binary_name "$p")"
+			echo "$(test_binary_name "$p") $p"
+		done >"$work/src-tests/packages"
+		fact[test_build_s]=$(($(now) - t0))
+	fi
+	wrapper_json=$(ls -t "$XDG_CACHE_HOME"/lanpo/gotch-wrapper/*/timings.json 2>/dev/null | head -1)
+	[ -z "$wrapper_json" ] || fact[gotch_wrapper]=$(cat "$wrapper_json")
+	[ $rc -eq 0 ] || fail_early "$why; the source build failed (build.log)"
+	log "built CUDA=1 lanpo from source in ${fact[prepare_s]} s (prepare) + ${fact[go_build_s]} s (go build) + ${fact[test_build_s]:-0} s (test binaries)"
+	start "$repo/bin/lanpo" || {
+		diagnose "$repo/bin/lanpo" "lanpo built from source does not start"
+		fail_early "$why; lanpo built from source does not start either (build.log)"
+	}
+	lanpo=$repo/bin/lanpo testbin=$work/src-tests mode="built from source"
+fi
+fact[binaries]=$(printf '%s' "$mode" | json_str)
+[ -z "$why" ] || fact[binaries_why]=$(printf '%s' "$why" | json_str)
+fact[lanpo_env]=$env_json
+write_facts
+
+gpu=false
+if printf '%s' "$env_json" | grep -q '"cuda_available":true'; then gpu=true; fi
+if [ "$gpu_listed" = true ] && [ "$gpu" != true ]; then
+	diagnose "$lanpo" "nvidia-smi lists a GPU ($gpu_line) but lanpo sees none"
+	fail_early "nvidia-smi lists a GPU but lanpo sees none (build.log: ldd, LD_DEBUG=libs)"
+fi
+log "binaries: $mode; GPU usable by lanpo: $gpu"
+summary
+
+# --- GPU tests: each package's test binary, from its directory -----------------
+run_tests() {
+	local rc=0 bin dir t0 st tmo n=0 pending
+	if [ "$gpu" = true ]; then
+		export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8} LANPO_REQUIRE_CUDA=1
+	fi
+	tmo=$(($(left) < 240 ? $(left) : 240))
+	if [ "$tmo" -lt 20 ]; then
+		while read -r bin dir; do
+			emit test "$dir" skip 0 "\"reason\":\"out of time (LANPO_GPU_BUDGET_S=$budget)\""
+		done <"$testbin/packages"
+		return 0
+	fi
+	# The packages' binaries run at once (small models; 16 CPUs and one
+	# GPU to share), each from its directory under the same timeout; each
+	# one's results are written as it finishes.
+	t0=$(now)
+	rm -rf "$work/tests" && mkdir -p "$work/tests"
+	while read -r bin dir; do
+		(
+			cd "$repo/$dir" && timeout -k 10 "$tmo" "$testbin/$bin" -test.run CUDA -test.v -test.count=1 -test.timeout "${tmo}s" >"$work/tests/$bin.out" 2>&1
+			echo $? >"$work/tests/$bin.rc"
+		) &
+		n=$((n + 1))
+	done <"$testbin/packages"
+	pending=$(cut -d' ' -f1 "$testbin/packages")
+	while [ -n "$pending" ]; do
+		sleep 1
+		local still=
+		for bin in $pending; do
+			if [ ! -f "$work/tests/$bin.rc" ]; then
+				still="$still $bin"
+				continue
+			fi
+			dir=$(awk -v b="$bin" '$1 == b {print $2}' "$testbin/packages")
+			st=$(cat "$work/tests/$bin.rc")
+			{
+				echo "=== test $dir ($bin, timeout ${tmo} s): exit $st after $(($(now) - t0)) s"
+				cat "$work/tests/$bin.out"
+			} >>"$OUT/run.log"
+			# --- PASS: TestX (1.23s) / --- FAIL / --- SKIP, top-level tests
+			# only; a skip's or failure's reason: the test's last logged line.
+			awk -v pkg="${dir#./}" '
+				/^    [A-Za-z0-9_]+\.go:[0-9]+: / { msg = $0; sub(/^ +/, "", msg); gsub(/\\/, "\\\\", msg); gsub(/"/, "\\\"", msg) }
+				/^=== RUN/ { msg = "" }
+				/^--- (PASS|FAIL|SKIP): / {
+					st = $2; sub(":", "", st); secs = $4; gsub(/[()s]/, "", secs)
+					why = (st != "PASS" && msg != "") ? sprintf(",\"reason\":\"%s\"", substr(msg, 1, 300)) : ""
+					printf "{\"stage\":\"test\",\"package\":\"%s\",\"name\":\"%s\",\"status\":\"%s\",\"seconds\":%s%s}\n", pkg, $3, tolower(st), secs, why
+					msg = ""
+				}' "$work/tests/$bin.out" >>"$OUT/test.jsonl"
+			if [ "$st" -ne 0 ]; then
+				rc=1
+				grep -q '^--- FAIL' "$work/tests/$bin.out" ||
+					emit test "$dir" fail $(($(now) - t0)) "\"exit\":$st,\"reason\":$(tail -3 "$work/tests/$bin.out" | json_str)"
+			fi
+			summary
+		done
+		pending=$still
+	done
+	wait
+	grep -hE '^(--- |ok|FAIL|PASS|panic)' "$OUT/run.log" | tail -40 >&2
 	return $rc
 }
 
-# --- stage: bench ------------------------------------------------------------
-# name|command (run from the checkout with bin/lanpo); each prints one JSON
-# object on stdout. `validate.sh bench NAME…` runs only those named.
+# --- benchmarks ---------------------------------------------------------------
+# name|timeout seconds|command (LANPO stands for the binary); each prints
+# JSON lines on stdout, the last one whole. Most valuable first.
 benches=(
-	"logprob-7b-forward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --reps 5 --json"
-	"logprob-7b-forward-backward|bin/lanpo bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --grad --reps 3 --json"
-	"grpo-step-0.5b|bin/lanpo bench grpo-step --device cuda --shape 0.5b --prompts 16 --samples 8 --new-tokens 256 --json"
-	"generate-0.5b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
-	"generate-7b|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
-	"generate-0.5b-top-p|bin/lanpo bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --top-p 0.95 --count-steps 0 --hf-python '' --json"
+	"logprob-7b-forward|90|LANPO bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --reps 5 --json"
+	"logprob-7b-forward-backward|90|LANPO bench logprob --device cuda --dtype bfloat16 --n 16384 --hidden 3584 --v 152064 --grad --reps 3 --json"
+	"generate-0.5b|150|LANPO bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
+	"grpo-step-0.5b|120|LANPO bench grpo-step --device cuda --shape 0.5b --prompts 16 --samples 8 --new-tokens 256 --json"
+	"generate-7b|240|LANPO bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
+	"generate-0.5b-top-p|120|LANPO bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --top-p 0.95 --count-steps 0 --hf-python '' --json"
 )
 run_benches() {
-	local rc=0
+	local rc=0 b name tmo cmd t0 st result
 	for b in "${benches[@]}"; do
-		local name=${b%%|*} cmd=${b#*|}
+		name=${b%%|*} b=${b#*|} tmo=${b%%|*} cmd=${b#*|}
 		if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
+		local cjson
+		cjson=$(printf '%s' "${cmd//LANPO/bin/lanpo}" | json_str)
 		if [ "$gpu" != true ]; then
-			emit "$name" skip 0 "\"reason\":\"no GPU\",\"command\":$(printf '%s' "$cmd" | json_str)"
+			emit bench "$name" skip 0 "\"reason\":\"no GPU\",\"command\":$cjson"
 			continue
 		fi
-		local t0 out st
+		[ "$(left)" -ge "$tmo" ] || tmo=$(left)
+		if [ "$tmo" -lt 30 ]; then
+			emit bench "$name" skip 0 "\"reason\":\"out of time (LANPO_GPU_BUDGET_S=$budget)\",\"command\":$cjson"
+			continue
+		fi
 		t0=$(now)
-		echo "\$ $cmd" >>"$OUT/bench.log"
-		out=$(timeout 300 bash -c "$cmd" 2>>"$OUT/bench.log")
+		echo "=== bench $name (timeout ${tmo} s): ${cmd//LANPO/bin/lanpo}" >>"$OUT/run.log"
+		# timeout signals the whole process group: transformers' python too.
+		timeout -k 10 "$tmo" bash -c "${cmd//LANPO/\"\$LANPO_BIN\"}" >"$work/bench.out" 2>>"$OUT/run.log"
 		st=$?
-		printf '%s\n' "$out" >>"$OUT/bench.log"
-		local result
-		result=$(printf '%s\n' "$out" | grep '^{' | tail -1)
-		if [ $st -eq 0 ] && [ -n "$result" ]; then
-			emit "$name" ok $(($(now) - t0)) "\"command\":$(printf '%s' "$cmd" | json_str),\"result\":$result"
+		cat "$work/bench.out" >>"$OUT/run.log"
+		result=$(grep '^{' "$work/bench.out" | tail -1)
+		if [ "$st" -eq 0 ] && [ -n "$result" ]; then
+			emit bench "$name" ok $(($(now) - t0)) "\"command\":$cjson,\"result\":$result"
+		elif [ -n "$result" ]; then
+			# lanpo's figures came before the baseline failed or ran out of time.
+			emit bench "$name" partial $(($(now) - t0)) "\"command\":$cjson,\"exit\":$st,\"result\":$result"
+			rc=1
 		else
-			emit "$name" fail $(($(now) - t0)) "\"command\":$(printf '%s' "$cmd" | json_str),\"exit\":$st"
+			emit bench "$name" fail $(($(now) - t0)) "\"command\":$cjson,\"exit\":$st"
 			rc=1
 		fi
 	done
 	return $rc
 }
 
-if [ "$stage" = test ]; then run_tests; else run_benches; fi
-rc=$?
-
-# --- summary ----------------------------------------------------------------
-{
-	echo "# lanpo GPU validation: $stage"
-	echo
-	echo "GPU: ${gpu_line:-none}; torch: ${torch_line:-none}; nvcc: ${nvcc_line:-none}; $(nproc) CPUs"
-	echo
-	echo "Build: prepare ${t_prepare} s, go build ${t_build} s; GPU usable: $gpu; stage wall $(($(now) - t_start)) s; exit $rc"
-	echo
-	echo "| name | status | seconds | note |"
-	echo "|---|---|---|---|"
-	sed -E 's/.*"name":"([^"]*)","status":"([^"]*)","seconds":([0-9.]*)(,"reason":"([^"]*)")?.*/| \1 | \2 | \3 | \5 |/' "$results"
-} >"$OUT/summary.md"
+export LANPO_BIN=$lanpo
+rc=0
+for s in $stages; do
+	if [ "$s" = test ]; then run_tests || rc=1; else run_benches || rc=1; fi
+done
+summary
 cat "$OUT/summary.md" >&2
+log "done in $(($(now) - t_start)) s, exit $rc"
 exit $rc
