@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -308,6 +309,9 @@ func runBenchGenerate(c *cli.Context) error {
 	// blocks its caching allocator keeps go back to the driver first.
 	m.Close()
 	if dev.IsCuda() {
+		// Tensors not dropped explicitly go with their finalizers.
+		runtime.GC()
+		runtime.GC()
 		if err := csrc.Synchronize(); err != nil {
 			return err
 		}

@@ -61,6 +61,7 @@ else:
     with torch.no_grad():
         for p in model.parameters():  # finite values, made on the device
             p.normal_(0.0, 0.02)
+    model.tie_weights()  # init_weights would have tied them (a tied head shares the embedding)
 model = model.to(device=device, dtype=dtype).eval()  # whichever argument name took
 build_s = time.perf_counter() - t_build
 

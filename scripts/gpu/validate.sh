@@ -28,14 +28,15 @@
 #                skip), seconds, command, the benchmark's JSON
 #   summary.md   all of it as tables, rewritten after every result
 #
-# Exit 1 when lanpo cannot start, when nvidia-smi lists a GPU that lanpo
-# does not see, or when a test or benchmark fails. A GPU test that skips on
-# a GPU machine fails (LANPO_REQUIRE_CUDA=1). Without a GPU (make
-# gpu-rehearsal) the test binaries run and skip, the benchmarks are "skip".
+# Exit 1 when lanpo cannot start, when nvidia-smi (or torch) lists a GPU
+# that lanpo does not see, or when a test or benchmark fails, is partial
+# (the baseline failed or did not finish) or could not run in time. A GPU
+# test that skips on a GPU machine fails (LANPO_REQUIRE_CUDA=1). Without a
+# GPU (make gpu-rehearsal) the test binaries run and skip, the benchmarks
+# are "skip".
 #
-# LANPO_GPU_BUDGET_S (default 400): the seconds this call may take; a
-# benchmark's timeout is cut to what is left, and one that cannot start in
-# time is reported "skip". Finds: torch through `python3 -c 'import torch'`
+# LANPO_GPU_BUDGET_S (default 400, for the device tool's timeout_s 420):
+# the seconds this call may take; a timeout is cut to what is left. Finds: torch through `python3 -c 'import torch'`
 # (or LIBTORCH), CUDA through nvcc (or CUDA_HOME). See docs/gpu.md.
 set -uo pipefail
 stage=${1:-}
@@ -80,12 +81,14 @@ write_facts() {
 		echo "}"
 	} >"$OUT/facts.json"
 }
-gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+gpu_line=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 gpu_listed=false
-[ -n "$gpu_line" ] && gpu_listed=true
-torch_line=$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null)
+torch_line=$(timeout 60 python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null)
+# A GPU that torch sees counts as listed too (nvidia-smi may be missing).
+case "$torch_line" in *" True") [ -n "$gpu_line" ] || gpu_line="a GPU torch sees (no nvidia-smi)" ;; esac
 nvcc_bin=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 nvcc_line=$("$nvcc_bin" --version 2>/dev/null | tail -2 | tr '\n' ' ')
+[ -n "$gpu_line" ] && gpu_listed=true
 fact[gpu]=$(printf '%s' "${gpu_line:-none}" | json_str)
 fact[torch_python]=$(printf '%s' "${torch_line:-none}" | json_str)
 fact[nvcc]=$(printf '%s' "${nvcc_line:-none}" | json_str)
@@ -128,7 +131,13 @@ for name in ("test", "bench"):
     path = os.path.join(out, name + ".jsonl")
     if not os.path.exists(path):
         continue
-    rows = [json.loads(l) for l in open(path) if l.strip()]
+    rows = []
+    for l in open(path, encoding="utf-8", errors="replace"):
+        try:
+            rows.append(json.loads(l))
+        except ValueError:
+            if l.strip():
+                rows.append({"name": "(a line that is not JSON)", "status": "?", "reason": l.strip()[:80]})
     if not rows:
         continue
     print(f"## {name}\n\n| name | status | seconds | note |\n|---|---|---|---|")
@@ -138,8 +147,12 @@ for name in ("test", "bench"):
         if isinstance(res, dict):
             ks = next((v for k, v in keys.items() if r["name"].startswith(k)), ())
             note = ", ".join(f"{k} {res[k]:.3g}" if isinstance(res[k], float) else f"{k} {res[k]}" for k in ks if k in res) or note
+            if res.get("hf_error"):
+                note += "; baseline failed: " + res["hf_error"][:120]
+            elif res.get("hf_pending"):
+                note += "; the baseline did not finish"
         pkg = (r.get("package", "").rsplit("/", 1)[-1] + ".") if r.get("package") else ""
-        print(f"| {pkg}{r['name']} | {r['status']} | {r.get('seconds', '')} | {note} |")
+        print(f"| {pkg}{r.get('name')} | {r.get('status')} | {r.get('seconds', '')} | {note} |")
     print()
 PY
 }
@@ -166,7 +179,7 @@ diagnose() {
 	{
 		echo "--- LD_DEBUG=libs lines for ${missing:-libcuda.so (every linked library was found)}:"
 		# (the loader's hardware-capability subdirectories left out)
-		LD_DEBUG=libs "$bin" env --json 2>&1 >/dev/null | grep -E "$pat" | grep -vE 'glibc-hwcaps/|/tls/|/x86_64/(x86_64/)?lib' | head -60
+		LD_DEBUG=libs timeout 60 "$bin" env --json 2>&1 >/dev/null | grep -E "$pat" | grep -vE 'glibc-hwcaps/|/tls/|/x86_64/(x86_64/)?lib' | head -60
 		echo "--- nvidia-smi: ${gpu_line:-none}"
 	} >>"$OUT/build.log"
 	log "$why: see build.log${missing:+ (not found: ${missing% })}"
@@ -175,7 +188,7 @@ diagnose() {
 
 # start BIN: runs BIN env --json into $env_json; 0 when it started.
 start() {
-	env_json=$("$1" env --json 2>"$work/env.err")
+	env_json=$(timeout 120 "$1" env --json 2>"$work/env.err")
 	env_rc=$?
 	return $env_rc
 }
@@ -238,12 +251,12 @@ if [ -z "$lanpo" ]; then
 	unset GOWORK
 	fact[go]=$(printf '%s' "$(go version)" | json_str)
 	t0=$(now)
-	GOWORK=off go run ./third_party/prepare >>"$OUT/build.log" 2>&1
+	GOWORK=off timeout "$(left)" go run ./third_party/prepare >>"$OUT/build.log" 2>&1
 	rc=$?
 	fact[prepare_s]=$(($(now) - t0))
 	if [ $rc -eq 0 ]; then
 		t0=$(now)
-		go build -o bin/lanpo ./cmd/lanpo >>"$OUT/build.log" 2>&1
+		timeout "$(left)" go build -o bin/lanpo ./cmd/lanpo >>"$OUT/build.log" 2>&1
 		rc=$?
 		fact[go_build_s]=$(($(now) - t0))
 	fi
@@ -251,7 +264,7 @@ if [ -z "$lanpo" ]; then
 		t0=$(now)
 		mkdir -p "$work/src-tests"
 		mapfile -t pkgs < <(gpu_test_packages)
-		go test -c -o "$work/src-tests/" "${pkgs[@]}" >>"$OUT/build.log" 2>&1
+		timeout "$(left)" go test -c -o "$work/src-tests/" "${pkgs[@]}" >>"$OUT/build.log" 2>&1
 		rc=$?
 		for p in "${pkgs[@]}"; do
 			b=$(basename "$p").test
@@ -285,17 +298,51 @@ log "binaries: $mode; GPU usable by lanpo: $gpu"
 summary
 
 # --- GPU tests: each package's test binary, from its directory -----------------
+# test_rows PKG FILE: a JSON line per top-level test in go test -v output
+# (--- PASS/FAIL/SKIP), with a skip's or failure's reason: the test's last
+# logged line before it.
+test_rows() {
+	python3 - "$1" "$2" <<'PY'
+import json, re, sys
+pkg, msg = sys.argv[1], ""
+for line in open(sys.argv[2], encoding="utf-8", errors="replace"):
+    line = line.rstrip("\n")
+    if re.match(r"^    \w+\.go:\d+: ", line):
+        msg = line.strip()
+    elif line.startswith("=== RUN"):
+        msg = ""
+    m = re.match(r"^--- (PASS|FAIL|SKIP): (\S+) \(([\d.]+)s\)", line)
+    if m:
+        r = {"stage": "test", "package": pkg, "name": m[2], "status": m[1].lower(), "seconds": float(m[3])}
+        if m[1] != "PASS" and msg:
+            r["reason"] = msg[:300]
+        print(json.dumps(r, ensure_ascii=False))
+        msg = ""
+PY
+}
+
 run_tests() {
-	local rc=0 bin dir t0 st tmo n=0 pending
+	local rc=0 bin dir t0 st tmo n pending
+	local -a tenv=(OMP_WAIT_POLICY=passive)
 	if [ "$gpu" = true ]; then
-		export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8} LANPO_REQUIRE_CUDA=1
+		tenv+=(CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}" LANPO_REQUIRE_CUDA=1)
 	fi
+	if [ ! -s "$testbin/packages" ]; then
+		emit test "test binaries" fail 0 "\"reason\":\"no $testbin/packages: no test binary to run\""
+		return 1
+	fi
+	n=$(wc -l <"$testbin/packages")
+	# libtorch's OpenMP threads spin while they wait: the binaries running
+	# at once share the CPUs instead (make test's fix for the same thing).
+	tenv+=(OMP_NUM_THREADS=$(($(nproc) / n > 0 ? $(nproc) / n : 1)))
 	tmo=$(($(left) < 240 ? $(left) : 240))
-	if [ "$tmo" -lt 20 ]; then
+	if [ "$tmo" -lt 30 ]; then
+		# On a GPU an untested package is a failure; without one a skip.
 		while read -r bin dir; do
-			emit test "$dir" skip 0 "\"reason\":\"out of time (LANPO_GPU_BUDGET_S=$budget)\""
+			emit test "$dir" "$([ "$gpu" = true ] && echo fail || echo skip)" 0 "\"reason\":\"out of time (LANPO_GPU_BUDGET_S=$budget)\""
 		done <"$testbin/packages"
-		return 0
+		[ "$gpu" != true ]
+		return
 	fi
 	# The packages' binaries run at once (small models; 16 CPUs and one
 	# GPU to share), each from its directory under the same timeout; each
@@ -304,10 +351,11 @@ run_tests() {
 	rm -rf "$work/tests" && mkdir -p "$work/tests"
 	while read -r bin dir; do
 		(
-			cd "$repo/$dir" && timeout -k 10 "$tmo" "$testbin/$bin" -test.run CUDA -test.v -test.count=1 -test.timeout "${tmo}s" >"$work/tests/$bin.out" 2>&1
+			# go's own timeout first, so its goroutine dump makes it into the log.
+			cd "$repo/$dir" && env "${tenv[@]}" timeout -k 10 "$tmo" "$testbin/$bin" -test.run CUDA -test.v -test.count=1 \
+				-test.timeout "$((tmo - 15))s" >"$work/tests/$bin.out" 2>&1
 			echo $? >"$work/tests/$bin.rc"
 		) &
-		n=$((n + 1))
 	done <"$testbin/packages"
 	pending=$(cut -d' ' -f1 "$testbin/packages")
 	while [ -n "$pending" ]; do
@@ -324,17 +372,7 @@ run_tests() {
 				echo "=== test $dir ($bin, timeout ${tmo} s): exit $st after $(($(now) - t0)) s"
 				cat "$work/tests/$bin.out"
 			} >>"$OUT/run.log"
-			# --- PASS: TestX (1.23s) / --- FAIL / --- SKIP, top-level tests
-			# only; a skip's or failure's reason: the test's last logged line.
-			awk -v pkg="${dir#./}" '
-				/^    [A-Za-z0-9_]+\.go:[0-9]+: / { msg = $0; sub(/^ +/, "", msg); gsub(/\\/, "\\\\", msg); gsub(/"/, "\\\"", msg) }
-				/^=== RUN/ { msg = "" }
-				/^--- (PASS|FAIL|SKIP): / {
-					st = $2; sub(":", "", st); secs = $4; gsub(/[()s]/, "", secs)
-					why = (st != "PASS" && msg != "") ? sprintf(",\"reason\":\"%s\"", substr(msg, 1, 300)) : ""
-					printf "{\"stage\":\"test\",\"package\":\"%s\",\"name\":\"%s\",\"status\":\"%s\",\"seconds\":%s%s}\n", pkg, $3, tolower(st), secs, why
-					msg = ""
-				}' "$work/tests/$bin.out" >>"$OUT/test.jsonl"
+			test_rows "${dir#./}" "$work/tests/$bin.out" >>"$OUT/test.jsonl"
 			if [ "$st" -ne 0 ]; then
 				rc=1
 				grep -q '^--- FAIL' "$work/tests/$bin.out" ||
@@ -361,7 +399,14 @@ benches=(
 	"generate-0.5b-top-p|120|LANPO bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --top-p 0.95 --count-steps 0 --hf-python '' --json"
 )
 run_benches() {
-	local rc=0 b name tmo cmd t0 st result
+	local rc=0 b name tmo cmd t0 st result status
+	for name in "${only[@]}"; do
+		[[ " ${benches[*]%%|*} " == *" $name "* ]] || {
+			log "no benchmark named $name (have: ${benches[*]%%|*})"
+			emit bench "$name" fail 0 '"reason":"no such benchmark"'
+			rc=1
+		}
+	done
 	for b in "${benches[@]}"; do
 		name=${b%%|*} b=${b#*|} tmo=${b%%|*} cmd=${b#*|}
 		if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
@@ -373,20 +418,35 @@ run_benches() {
 		fi
 		[ "$(left)" -ge "$tmo" ] || tmo=$(left)
 		if [ "$tmo" -lt 30 ]; then
-			emit bench "$name" skip 0 "\"reason\":\"out of time (LANPO_GPU_BUDGET_S=$budget)\",\"command\":$cjson"
+			# Not run on a GPU: the call fails, so no one reads it as a pass.
+			emit bench "$name" fail 0 "\"reason\":\"out of time (LANPO_GPU_BUDGET_S=$budget)\",\"command\":$cjson"
+			rc=1
 			continue
 		fi
 		t0=$(now)
 		echo "=== bench $name (timeout ${tmo} s): ${cmd//LANPO/bin/lanpo}" >>"$OUT/run.log"
 		# timeout signals the whole process group: transformers' python too.
-		timeout -k 10 "$tmo" bash -c "${cmd//LANPO/\"\$LANPO_BIN\"}" >"$work/bench.out" 2>>"$OUT/run.log"
-		st=$?
-		cat "$work/bench.out" >>"$OUT/run.log"
-		result=$(grep '^{' "$work/bench.out" | tail -1)
-		if [ "$st" -eq 0 ] && [ -n "$result" ]; then
+		# Into run.log as it comes: a benchmark cut off keeps what it printed.
+		timeout -k 10 "$tmo" bash -c "${cmd//LANPO/\"\$LANPO_BIN\"}" 2>>"$OUT/run.log" | tee "$work/bench.out" >>"$OUT/run.log"
+		st=${PIPESTATUS[0]}
+		# The last whole JSON object; "partial" when it lacks the baseline
+		# (hf_pending: lanpo's figures came, then it failed or ran out of
+		# time; hf_error: the baseline failed).
+		result=$(python3 -c '
+import json, sys
+for l in reversed(open(sys.argv[1], errors="replace").read().splitlines()):
+    try:
+        r = json.loads(l)
+    except ValueError:
+        continue
+    if isinstance(r, dict):
+        print(json.dumps(r))
+        break' "$work/bench.out" 2>/dev/null)
+		status=ok
+		case "$result" in *'"hf_pending": true'* | *'"hf_error":'*) status=partial ;; esac
+		if [ "$st" -eq 0 ] && [ -n "$result" ] && [ $status = ok ]; then
 			emit bench "$name" ok $(($(now) - t0)) "\"command\":$cjson,\"result\":$result"
 		elif [ -n "$result" ]; then
-			# lanpo's figures came before the baseline failed or ran out of time.
 			emit bench "$name" partial $(($(now) - t0)) "\"command\":$cjson,\"exit\":$st,\"result\":$result"
 			rc=1
 		else

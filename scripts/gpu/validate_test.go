@@ -17,7 +17,8 @@ import (
 
 // A stand-in lanpo: `env --json` prints what FAKE_CUDA says (or fails to
 // start with FAKE_START=fail); `bench generate` prints lanpo's object, then
-// the whole one (or exits 3 in between with FAKE_HF=crash); other
+// the whole one (or exits 3 in between with FAKE_HF=crash, or reports
+// hf_error with FAKE_HF=error); other
 // benchmarks print one object.
 const fakeLanpo = `#!/bin/sh
 case "$1" in
@@ -29,6 +30,7 @@ bench)
 	generate)
 		echo '{"lanpo_tokens_per_s":1000.5,"hf_pending":true}'
 		[ "$FAKE_HF" = crash ] && exit 3
+		[ "$FAKE_HF" = error ] && { echo '{"lanpo_tokens_per_s":1000.5,"hf_error":"out of memory"}'; exit 0; }
 		echo '{"lanpo_tokens_per_s":1000.5,"lanpo_over_hf":2.5}' ;;
 	*) echo '{"speedup":3.25}' ;;
 	esac ;;
@@ -41,7 +43,7 @@ esac
 const fakeTest = `#!/bin/sh
 echo "=== RUN   TestCUDAThing"
 if [ ! -f here.txt ]; then echo "    thing_test.go:9: not run from its package directory"; echo "--- FAIL: TestCUDAThing (0.00s)"; exit 1; fi
-if [ "$LANPO_REQUIRE_CUDA" = 1 ]; then echo "--- PASS: TestCUDAThing (0.25s)"; else echo "    thing_test.go:7: no CUDA here"; echo "--- SKIP: TestCUDAThing (0.00s)"; fi
+if [ "$LANPO_REQUIRE_CUDA" = 1 ]; then echo "--- PASS: TestCUDAThing (0.25s)"; else printf '    thing_test.go:7: no CUDA here ≈ × "quoted" \\ back\ttab\n'; echo "--- SKIP: TestCUDAThing (0.00s)"; fi
 echo PASS
 `
 
@@ -282,7 +284,7 @@ func TestValidateFailsLoudly(t *testing.T) {
 			t.Fatalf("exit %d, want 0", rc)
 		}
 		tests, benches := m.rows(t, "test.jsonl"), m.rows(t, "bench.jsonl")
-		if len(tests) != 2 || tests[0]["status"] != "skip" || tests[0]["reason"] != "thing_test.go:7: no CUDA here" {
+		if len(tests) != 2 || tests[0]["status"] != "skip" || tests[0]["reason"] != "thing_test.go:7: no CUDA here ≈ × \"quoted\" \\ back\ttab" {
 			t.Errorf("test.jsonl: %v", tests)
 		}
 		if len(benches) != 6 || benches[0]["status"] != "skip" || benches[0]["reason"] != "no GPU" {
@@ -291,8 +293,9 @@ func TestValidateFailsLoudly(t *testing.T) {
 	})
 }
 
-// A baseline that dies after lanpo's figures leaves them as "partial" (and
-// exit 1); a call out of time reports what it could not start as skipped.
+// A baseline that dies after lanpo's figures, or reports an error, leaves
+// them as "partial" (and exit 1); a benchmark name that does not exist
+// fails; on a GPU, a call out of time fails what it could not start.
 func TestValidateKeepsPartialResults(t *testing.T) {
 	needTools(t)
 	m := newMachine(t, prebuilt(), true)
@@ -310,14 +313,30 @@ func TestValidateKeepsPartialResults(t *testing.T) {
 	}
 
 	m = newMachine(t, prebuilt(), true)
-	if rc := m.run(t, []string{"LANPO_GPU_BUDGET_S=1"}, "all"); rc != 0 {
-		t.Fatalf("exit %d", rc)
+	if rc := m.run(t, []string{"FAKE_HF=error"}, "bench", "generate-7b", "generate-70b"); rc != 1 {
+		t.Fatalf("exit %d, want 1", rc)
+	}
+	benches = m.rows(t, "bench.jsonl")
+	if len(benches) != 2 || benches[0]["name"] != "generate-70b" || benches[0]["status"] != "fail" || benches[1]["status"] != "partial" {
+		t.Errorf("bench.jsonl: %v", benches)
+	}
+	if sum := m.file(t, "summary.md"); !strings.Contains(sum, "baseline failed: out of memory") {
+		t.Errorf("summary.md does not say the baseline failed:\n%s", sum)
+	}
+
+	m = newMachine(t, prebuilt(), true)
+	if rc := m.run(t, []string{"LANPO_GPU_BUDGET_S=1"}, "all"); rc != 1 {
+		t.Fatalf("exit %d, want 1", rc)
 	}
 	for _, f := range []string{"test.jsonl", "bench.jsonl"} {
-		for _, r := range m.rows(t, f) {
-			if r["status"] != "skip" || !strings.HasPrefix(r["reason"].(string), "out of time") {
+		rows := m.rows(t, f)
+		for _, r := range rows {
+			if r["status"] != "fail" || !strings.HasPrefix(r["reason"].(string), "out of time") {
 				t.Errorf("%s: %v", f, r)
 			}
+		}
+		if len(rows) == 0 {
+			t.Errorf("%s is empty", f)
 		}
 	}
 }
