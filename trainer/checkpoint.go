@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog/log"
 
@@ -76,10 +77,12 @@ func readTokenizerFiles(dir string) ([]namedFile, error) {
 	return out, nil
 }
 
-// manifest lists a checkpoint's files with their sizes.
+// manifest lists a checkpoint's files with their sizes and SHA-256
+// digests (verify.go; absent in checkpoints sealed before digests).
 type manifest struct {
-	Step  int              `json:"step"`
-	Files map[string]int64 `json:"files"`
+	Step    int               `json:"step"`
+	Files   map[string]int64  `json:"files"`
+	Digests map[string]string `json:"sha256,omitempty"`
 }
 
 func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
@@ -192,13 +195,22 @@ func sealCheckpoint(root, tmp, final string, step, keep int) error {
 	if err != nil {
 		return err
 	}
+	var names []string
+	var total int64
 	for _, e := range entries {
 		info, err := e.Info()
 		if err != nil {
 			return err
 		}
 		man.Files[e.Name()] = info.Size()
+		names = append(names, e.Name())
+		total += info.Size()
 	}
+	start := time.Now()
+	if man.Digests, err = digestFiles(tmp, names); err != nil {
+		return fmt.Errorf("checkpoint digests: %w", err)
+	}
+	log.Debug().Int("files", len(names)).Float64("gb", float64(total)/1e9).Float64("seconds", time.Since(start).Seconds()).Msg("checkpoint digests (SHA-256)")
 	js, _ := json.MarshalIndent(man, "", "  ")
 	if err := fsutil.WriteFileSync(filepath.Join(tmp, manifestFile), append(js, '\n')); err != nil {
 		return err
@@ -271,14 +283,12 @@ func completeCheckpoints(root string) []string {
 	return out
 }
 
+// checkManifest is the cheap check (names and sizes) that decides which
+// checkpoints are complete; VerifyCheckpoint adds the digests.
 func checkManifest(dir string) error {
-	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	man, err := readManifest(dir)
 	if err != nil {
 		return err
-	}
-	var man manifest
-	if err := json.Unmarshal(raw, &man); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, manifestFile), err)
 	}
 	for _, name := range requiredFiles {
 		if _, ok := man.Files[name]; !ok {
@@ -322,21 +332,33 @@ func pruneCheckpoints(root string, keep int) {
 	}
 }
 
-// ResolveResume turns --resume into a checkpoint directory: "" (start
-// fresh), "auto" (the newest complete checkpoint of the run, or fresh if
-// there is none) or a path, which must be a complete checkpoint.
+// ResolveResume turns --resume into a verified checkpoint directory: ""
+// (start fresh), "auto" (the newest complete checkpoint of the run that
+// passes verification — one that fails is set aside and the previous one
+// taken; fresh if there is none) or a path, which must be a complete
+// checkpoint that passes verification. It reads every file of the chosen
+// checkpoint (VerifyCheckpoint) and may move checkpoints: one process of a
+// run calls it (rank 0).
 func ResolveResume(runDir, resume string) (string, error) {
 	switch resume {
 	case "":
 		return "", nil
 	case "auto":
 		pruneTemps(filepath.Join(runDir, checkpointsDir))
-		return NewestCheckpoint(runDir), nil
+		return verifiedNewest(runDir)
 	}
-	if err := checkManifest(resume); err != nil {
-		return "", fmt.Errorf("--resume %s: not a complete checkpoint: %w", resume, err)
+	v, err := VerifyCheckpoint(resume)
+	if err != nil {
+		return "", fmt.Errorf("--resume %s: %w", resume, err)
 	}
+	logVerified(v)
 	return resume, nil
+}
+
+// CompleteCheckpoints lists the run directory's complete checkpoints
+// (manifest and sizes; not their digests), oldest first.
+func CompleteCheckpoints(runDir string) []string {
+	return completeCheckpoints(filepath.Join(runDir, checkpointsDir))
 }
 
 // NewestCheckpoint is the run directory's newest complete checkpoint, or

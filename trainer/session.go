@@ -128,11 +128,18 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 			return nil, err
 		}
 	}
-	ckpt, err := ResolveResume(cfg.RunDir, resume)
+	// Rank 0 verifies the checkpoint (and sets a corrupt one aside); every
+	// rank resumes from its choice.
+	var ckpt string
+	if s.comm.Rank() == 0 {
+		ckpt, err = ResolveResume(cfg.RunDir, resume)
+	}
+	chosen, err := agree(s.comm, err, ckpt)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.sameOnEveryRank("--resume checkpoint", ckpt); err != nil {
+	ckpt = chosen[0]
+	if err := s.seesCheckpoint(ckpt); err != nil {
 		return nil, err
 	}
 	var saved TrainerState
@@ -278,18 +285,17 @@ func (s *session) Close() {
 	runtime.UnlockOSThread()
 }
 
-// sameOnEveryRank checks that every rank has the same value of what.
-func (s *session) sameOnEveryRank(what, v string) error {
-	all, err := dist.GatherJSON(s.comm, v)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	for r, x := range all {
-		if x != v {
-			return fmt.Errorf("%s: rank %d has %q, rank %d has %q (every rank must see the same run directory)", what, r, x, s.comm.Rank(), v)
+// seesCheckpoint checks that every rank sees the checkpoint rank 0 chose
+// (every rank must see the same run directory).
+func (s *session) seesCheckpoint(ckpt string) error {
+	var err error
+	if ckpt != "" {
+		if _, serr := os.Stat(filepath.Join(ckpt, manifestFile)); serr != nil {
+			err = fmt.Errorf("--resume checkpoint %s, chosen by rank 0, is not there for rank %d (every rank must see the same run directory): %w", ckpt, s.comm.Rank(), serr)
 		}
 	}
-	return nil
+	_, err = agree(s.comm, err, "")
+	return err
 }
 
 // LoadOptions are the model options the config asks for (checked by

@@ -63,6 +63,8 @@ var userCases = []struct {
 	{"pool stats", []userCase{{args: []string{"pool", "stats", "runs/lanpo"}, want: `"problems":8`}}},
 	{"pool show", []userCase{{args: []string{"pool", "show", "--problem", "arith-1", "runs/lanpo"}, want: `"problem_id":"arith-1"`}}},
 	{"pool query", []userCase{{args: []string{"pool", "query", "--text", "What is 7 + 5?", "runs/lanpo"}, want: `"bm25"`}}},
+	{"checkpoint", nil},
+	{"checkpoint verify", []userCase{{args: []string{"checkpoint", "verify", "runs/lanpo"}, want: "step-000001: ok: "}}},
 	{"eval", []userCase{{args: []string{"eval", "--model", "{tiny}", "--bench", "problems.jsonl", "--max-new-tokens", "32"},
 		sized: "--max-new-tokens 32, as grpo.yaml", want: "results: runs/eval/tiny"}}},
 	{"seed", []userCase{{args: []string{"seed", "--model", "{tiny}", "--data", "problems.jsonl", "--out", "seed.jsonl", "--max-new-tokens", "32"},

@@ -76,6 +76,7 @@ func newApp() *cli.App {
 			trainCommand(),
 			launchCommand(),
 			poolCommand(),
+			checkpointCommand(),
 			evalCommand(),
 			seedCommand(),
 			planCommand(),

@@ -119,8 +119,8 @@ func loadPool(path string) (*pool.Pool, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		if _, err := os.Stat(filepath.Join(path, pool.File)); err != nil {
 			// A run directory: its newest complete checkpoint.
-			ckpt, rerr := trainer.ResolveResume(path, "auto")
-			if rerr != nil || ckpt == "" {
+			ckpt := trainer.NewestCheckpoint(path) // read only: nothing verified or moved
+			if ckpt == "" {
 				return nil, fmt.Errorf("%s: neither a checkpoint with %s nor a run directory with checkpoints", path, pool.File)
 			}
 			path = ckpt

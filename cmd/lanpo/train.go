@@ -88,7 +88,7 @@ func runTraining(c *cli.Context, command string, run runFunc) error {
 	}
 	resume := c.String("resume")
 	if resume == "" {
-		if dir, _ := trainer.ResolveResume(cfg.RunDir, "auto"); dir != "" {
+		if dir := trainer.NewestCheckpoint(cfg.RunDir); dir != "" {
 			return usageError{fmt.Errorf("run_dir %s already has checkpoints (newest: %s): pass --resume auto to continue it, or choose another run_dir", cfg.RunDir, dir)}
 		}
 	}
