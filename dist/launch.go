@@ -33,7 +33,18 @@ type LaunchOptions struct {
 	Env            []string
 	Stdout, Stderr io.Writer     // where the children's prefixed lines go (nil: os.Stdout, os.Stderr)
 	Grace          time.Duration // SIGTERM to SIGKILL (0: 30 s)
+	// MaxRestarts: when a rank fails, every rank is stopped and the job
+	// started again, at most this many times (torchrun's --max-restarts;
+	// one machine only). Each start's ranks get TORCHELASTIC_RESTART_COUNT
+	// = the restarts so far, which lanpo's training reads as --resume auto.
+	MaxRestarts int
 }
+
+// ExitNoRestart is the exit status of a rank whose failure a restart
+// cannot fix (a refused config, a full disk): the launcher does not
+// restart the job after it. It is the status lanpo exits with for a
+// usage or config error.
+const ExitNoRestart = 2
 
 // ExitError is how a launch ends when a rank fails: the first rank that
 // exited non-zero or was killed by a signal.
@@ -47,22 +58,46 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
-	var s string
-	if e.Signal != 0 {
-		s = fmt.Sprintf("rank %d was killed by signal %d (%s)", e.Rank, int(e.Signal), signalName(e.Signal))
-	} else {
-		s = fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
-	}
+	s := e.what()
 	if e.Forwarded != nil {
 		s += fmt.Sprintf(" (after the launcher forwarded %s to every rank)", e.Forwarded)
 	}
 	return s
 }
 
+func (e *ExitError) what() string {
+	var s string
+	if e.Signal != 0 {
+		s = fmt.Sprintf("rank %d was killed by signal %d (%s)", e.Rank, int(e.Signal), signalName(e.Signal))
+	} else {
+		s = fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
+	}
+	return s
+}
+
+// RestartsError is how a launch with restarts ends when they run out: the
+// failure of every start, the last one first in Error.
+type RestartsError struct {
+	Failures []*ExitError
+	Max      int
+}
+
+func (e *RestartsError) Error() string {
+	var all []string
+	for i, f := range e.Failures {
+		all = append(all, fmt.Sprintf("start %d: %s", i+1, f.what()))
+	}
+	return fmt.Sprintf("%s, after %d restart(s) (--max-restarts %d): %s", e.Failures[len(e.Failures)-1].what(),
+		len(e.Failures)-1, e.Max, strings.Join(all, "; "))
+}
+
+func (e *RestartsError) Unwrap() error { return e.Failures[len(e.Failures)-1] }
+
 // Launch starts NProcPerNode children of Exe with Args and the environment
 // torchrun gives its workers: RANK = NodeRank·NProcPerNode + local rank,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT=0 and, when unset,
+// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT (0, then the
+// restarts so far) and, when unset,
 // OMP_NUM_THREADS = max(1, CPUs / NProcPerNode). TORCHELASTIC_USE_AGENT_STORE
 // is removed: Launch serves no store, rank 0 does (dist.Init).
 //
@@ -71,12 +106,53 @@ func (e *ExitError) Error() string {
 // child fails (non-zero exit or killed by a signal), the others get SIGTERM,
 // then SIGKILL after Grace, and Launch returns an *ExitError naming the
 // first failed rank and how it ended. Cancelling ctx stops the children the
-// same way. Launch returns nil when every child exits 0.
+// same way. Launch returns nil when every child exits 0. With MaxRestarts,
+// a failed start is followed by another (not after a signal the launcher
+// forwarded, a cancelled ctx, or a rank that exited ExitNoRestart), and
+// when they run out Launch returns a *RestartsError listing each start's
+// failure.
 func Launch(ctx context.Context, o LaunchOptions) error {
+	fixedPort := o.MasterPort != 0
 	if err := o.defaults(); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
-	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE")
+	if o.MaxRestarts < 0 {
+		return fmt.Errorf("launch: max-restarts %d: want 0 or more", o.MaxRestarts)
+	}
+	if o.MaxRestarts > 0 && o.NNodes > 1 {
+		return fmt.Errorf("launch: --max-restarts works on one machine (--nnodes 1): the launchers of several machines do not coordinate a restart; use torchrun's elastic agent there")
+	}
+	var failures []*ExitError
+	for restart := 0; ; restart++ {
+		err := o.launchOnce(ctx, restart)
+		var ee *ExitError
+		if err == nil || !errors.As(err, &ee) || o.MaxRestarts == 0 {
+			return err
+		}
+		failures = append(failures, ee)
+		switch {
+		case ee.Forwarded != nil || ctx.Err() != nil:
+			return err // stopped on purpose
+		case ee.Signal == 0 && ee.Status == ExitNoRestart:
+			fmt.Fprintf(o.Stderr, "launch: %s: a failure a restart cannot fix (a refused config, a full disk): not restarting\n", ee.what())
+			return err
+		case restart == o.MaxRestarts:
+			return &RestartsError{Failures: failures, Max: o.MaxRestarts}
+		}
+		if !fixedPort { // the old rendezvous port may still be held
+			if p, perr := freePort(); perr == nil {
+				o.MasterPort = p
+			}
+		}
+		fmt.Fprintf(o.Stderr, "launch: %s; restart %d of %d: every rank starts again and resumes from the newest complete checkpoint\n",
+			ee.what(), restart+1, o.MaxRestarts)
+	}
+}
+
+// launchOnce is one start of the job: restart is the restarts before it.
+func (o LaunchOptions) launchOnce(ctx context.Context, restart int) error {
+	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT")
+	base = append(base, "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart))
 	if _, ok := lookupEnv(append(base, o.Env...), "OMP_NUM_THREADS"); !ok {
 		base = append(base, fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, runtime.NumCPU()/o.NProcPerNode)))
 	}
@@ -129,8 +205,7 @@ func (o *LaunchOptions) rankCmd(base []string, local int, outMu, errMu *sync.Mut
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(local),
 		"WORLD_SIZE="+strconv.Itoa(o.NNodes*o.NProcPerNode), "LOCAL_WORLD_SIZE="+strconv.Itoa(o.NProcPerNode),
 		"GROUP_RANK="+strconv.Itoa(o.NodeRank), "GROUP_WORLD_SIZE="+strconv.Itoa(o.NNodes),
-		"MASTER_ADDR="+o.MasterAddr, "MASTER_PORT="+strconv.Itoa(o.MasterPort),
-		"TORCHELASTIC_RESTART_COUNT=0")
+		"MASTER_ADDR="+o.MasterAddr, "MASTER_PORT="+strconv.Itoa(o.MasterPort))
 	cmd.Env = append(cmd.Env, o.Env...)
 	prefix := fmt.Sprintf("[rank %d] ", rank)
 	stdout := &lineWriter{w: o.Stdout, mu: outMu, prefix: prefix}

@@ -33,6 +33,7 @@ var roles = map[string]func() error{
 	"fail":        roleFail,
 	"stubborn":    roleStubborn,
 	"signal":      roleSignal,
+	"flaky":       roleFlaky,
 }
 
 func runRole(name string) int {
@@ -284,6 +285,28 @@ func roleFail() error {
 		os.Exit(3)
 	}
 	time.Sleep(60 * time.Second) // ended by the launcher's SIGTERM
+	return nil
+}
+
+// roleFlaky: while TORCHELASTIC_RESTART_COUNT is below
+// LANPO_DIST_TEST_FAILS, rank 1 exits with LANPO_DIST_TEST_STATUS (3 when
+// unset) and rank 0 waits to be stopped; after that both exit 0.
+func roleFlaky() error {
+	env, _, _ := FromEnv()
+	count, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
+	fails, _ := strconv.Atoi(os.Getenv("LANPO_DIST_TEST_FAILS"))
+	fmt.Printf("start %d\n", count)
+	if count < fails {
+		if env.Rank == 1 {
+			status := 3
+			if s := os.Getenv("LANPO_DIST_TEST_STATUS"); s != "" {
+				status, _ = strconv.Atoi(s)
+			}
+			time.Sleep(100 * time.Millisecond)
+			os.Exit(status)
+		}
+		time.Sleep(60 * time.Second) // ended by the launcher's SIGTERM
+	}
 	return nil
 }
 

@@ -32,8 +32,8 @@ func dpArgs(t *testing.T, run string, extra ...string) []string {
 		"--set", "checkpoint.every=2", "--set", "checkpoint.keep=5"}, extra...)
 }
 
-func launchArgs(n int, args []string) []string {
-	return append([]string{"launch", "--nproc-per-node", strconv.Itoa(n), "--grace", "5s", "--"}, args...)
+func launchArgs(n int, args []string, flags ...string) []string {
+	return append(append(append([]string{"launch", "--nproc-per-node", strconv.Itoa(n), "--grace", "5s"}, flags...), "--"), args...)
 }
 
 // f32Weights reads a checkpoint's float32 weights, by name.
@@ -195,6 +195,51 @@ func TestDataParallelTraining(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
 		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
 			t.Fatalf("the resumed two-rank run ended with other weights than the straight one (%v)", err)
+		}
+	})
+
+	// The same kill under --max-restarts: the launcher starts both ranks
+	// again, they resume from the newest checkpoint by themselves, and the
+	// job ends where the uninterrupted one ends, with nobody typing
+	// --resume.
+	t.Run("kill -9 of a rank under --max-restarts", func(t *testing.T) {
+		run := filepath.Join(dir, "restarted")
+		done := make(chan error, 1)
+		var out string
+		go func() {
+			var err error
+			out, err = runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2"), "--max-restarts", "1")...)
+			done <- err
+		}()
+		deadline := time.Now().Add(2 * time.Minute)
+		for metricLines(run) < 3 {
+			if time.Now().After(deadline) {
+				t.Fatal("no 3 steps after 2 minutes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		killedAt := metricLines(run)
+		syscall.Kill(rankPID(t, 1), syscall.SIGKILL)
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("the restarted job did not end within 3 minutes")
+		}
+		if err != nil {
+			t.Fatalf("launch --max-restarts 1: %v\n%s", err, out)
+		}
+		if !strings.Contains(out, "rank 1 was killed by signal 9 (SIGKILL); restart 1 of 1") {
+			t.Errorf("the restart is not logged (killed after %d steps):\n%s", killedAt, out)
+		}
+		final := fmt.Sprintf("step-%06d", dpSteps)
+		a, _ := os.ReadFile(filepath.Join(two, "checkpoints", final, "model.safetensors"))
+		b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
+		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
+			t.Fatalf("the restarted two-rank run ended with other weights than the straight one (%v)", err)
+		}
+		if n := metricLines(run); n != dpSteps {
+			t.Errorf("%d metric lines after the restart, want %d (no step lost or repeated)", n, dpSteps)
 		}
 	})
 }

@@ -27,8 +27,13 @@ func launchCommand() *cli.Command {
 			"  - every output line is prefixed with \"[rank R] \";\n" +
 			"  - Ctrl-C (SIGINT) and SIGTERM are passed on to every rank (a training run saves and stops);\n" +
 			"  - when a rank fails (exits non-zero or is killed), the others get SIGTERM, then SIGKILL after\n" +
-			"    --grace, and launch exits non-zero naming that rank and how it ended. Nothing is restarted:\n" +
-			"    run it again with --resume to continue from the last checkpoint.\n" +
+			"    --grace, and launch exits non-zero naming that rank and how it ended; run it again with\n" +
+			"    --resume auto to continue from the last checkpoint. With --max-restarts N it does that itself:\n" +
+			"    every rank starts again (TORCHELASTIC_RESTART_COUNT counts the restarts, and a restarted\n" +
+			"    training resumes from the run's newest complete checkpoint, as --resume auto), at most N times\n" +
+			"    (each restart logged with the rank that failed and how; when they run out, launch exits naming\n" +
+			"    every start's failure). No restart after a rank exits 2 (a refused config: it would fail again),\n" +
+			"    or after Ctrl-C/SIGTERM. One machine only: launchers on several machines do not coordinate.\n" +
 			"Flags for launch come first; everything after \"--\" is the command each rank runs.\n" +
 			"\n" +
 			"One machine, 4 ranks (CPU: Gloo; on CUDA each rank uses the GPU LOCAL_RANK):\n" +
@@ -40,8 +45,8 @@ func launchCommand() *cli.Command {
 			"routes to --master-addr; set GLOO_SOCKET_IFNAME=eth0 (say) to choose another.\n" +
 			"\n" +
 			"torchrun does the same job: `torchrun --nproc-per-node 4 --no-python lanpo train --config run.yaml`\n" +
-			"works too (lanpo reads its environment, including the rendezvous store its agent serves), and\n" +
-			"adds elastic restarts (--max-restarts) that lanpo launch does not have.",
+			"works too (lanpo reads its environment, including the rendezvous store its agent serves; a worker\n" +
+			"it restarts resumes as above), and restarts across machines.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nproc-per-node", Value: 1, Usage: "ranks on this machine (one per GPU on CUDA)"},
 			&cli.IntFlag{Name: "nnodes", Value: 1, Usage: "machines in the job"},
@@ -50,6 +55,7 @@ func launchCommand() *cli.Command {
 			&cli.IntFlag{Name: "master-port", Usage: "its port; required with --nnodes > 1 (default: a free one, on one machine)"},
 			&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than this machine has CPU cores"},
 			&cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "after a rank fails, how long the others get to stop before SIGKILL"},
+			&cli.IntFlag{Name: "max-restarts", Usage: "after a rank fails, start every rank again (resuming from the newest checkpoint) at most this many times; one machine only"},
 		},
 		Action: runLaunch,
 	}
@@ -74,6 +80,7 @@ func runLaunch(c *cli.Context) error {
 		NProcPerNode: c.Int("nproc-per-node"), NNodes: c.Int("nnodes"), NodeRank: c.Int("node-rank"),
 		MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"),
 		Exe: exe, Args: args, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Grace: c.Duration("grace"),
+		MaxRestarts: c.Int("max-restarts"),
 	})
 	var ee *dist.ExitError
 	switch {

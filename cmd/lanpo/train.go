@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/rs/zerolog/log"
@@ -87,6 +88,16 @@ func runTraining(c *cli.Context, command string, run runFunc) error {
 		return nil
 	}
 	resume := c.String("resume")
+	// A worker restarted by lanpo launch --max-restarts or torchrun
+	// (TORCHELASTIC_RESTART_COUNT > 0) continues from the run's newest
+	// checkpoint, as --resume auto; before the first checkpoint it starts
+	// as the command line says.
+	if n, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT")); n > 0 && resume != "auto" {
+		if dir := trainer.NewestCheckpoint(cfg.RunDir); dir != "" {
+			log.Warn().Int("restart", n).Str("newest", dir).Str("resume_flag", resume).Msg("restarted worker: resuming from the newest checkpoint (--resume auto)")
+			resume = "auto"
+		}
+	}
 	if resume == "" {
 		if dir := trainer.NewestCheckpoint(cfg.RunDir); dir != "" {
 			return usageError{fmt.Errorf("run_dir %s already has checkpoints (newest: %s): pass --resume auto to continue it, or choose another run_dir", cfg.RunDir, dir)}
