@@ -194,33 +194,35 @@ func TestLaunchStopsOthersWhenOneFails(t *testing.T) {
 // --max-restarts: a failed start is followed by another, every rank
 // started again with TORCHELASTIC_RESTART_COUNT counting the restarts;
 // when they run out the error lists every start's failure; a rank that
-// exits ExitNoRestart (a refused config) is not restarted; several
+// exits ExitConfig or ExitNoSpace is not restarted; several
 // machines are refused.
 func TestLaunchRestarts(t *testing.T) {
 	env := func(fails, status int) []string {
 		return []string{fmt.Sprintf("LANPO_DIST_TEST_FAILS=%d", fails), fmt.Sprintf("LANPO_DIST_TEST_STATUS=%d", status)}
 	}
-	out, err := launchRole(t, "flaky", 2, LaunchOptions{MaxRestarts: 2, Env: env(2, 3)})
+	out, err := launchRole(t, "flaky", 2, LaunchOptions{MaxRestarts: 2, Env: env(2, 5)})
 	if err != nil {
 		t.Fatalf("two failures, two restarts allowed: %v", err)
 	}
-	for _, want := range []string{"[rank 0] start 2", "[rank 1] start 2", "rank 1 exited with status 3; restart 1 of 2", "restart 2 of 2"} {
+	for _, want := range []string{"[rank 0] start 2", "[rank 1] start 2", "rank 1 exited with status 5; restart 1 of 2", "restart 2 of 2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	_, err = launchRole(t, "flaky", 2, LaunchOptions{MaxRestarts: 1, Env: env(5, 3)})
+	_, err = launchRole(t, "flaky", 2, LaunchOptions{MaxRestarts: 1, Env: env(5, 5)})
 	var re *RestartsError
-	if !errors.As(err, &re) || len(re.Failures) != 2 || !strings.Contains(err.Error(), "after 1 restart(s) (--max-restarts 1): start 1: rank 1 exited with status 3; start 2: rank 1 exited with status 3") {
+	if !errors.As(err, &re) || len(re.Failures) != 2 || !strings.Contains(err.Error(), "after 1 restart(s) (--max-restarts 1): start 1: rank 1 exited with status 5; start 2: rank 1 exited with status 5") {
 		t.Errorf("restarts exhausted: %v", err)
 	}
 	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Status != 3 {
+	if !errors.As(err, &ee) || ee.Status != 5 {
 		t.Errorf("the last failure is not reachable as an *ExitError: %v", err)
 	}
-	out, err = launchRole(t, "flaky", 2, LaunchOptions{MaxRestarts: 3, Env: env(5, ExitNoRestart)})
-	if !errors.As(err, &ee) || ee.Status != ExitNoRestart || strings.Contains(out, "start 1") || !strings.Contains(out, "not restarting") {
-		t.Errorf("a config error was restarted: %v\n%s", err, out)
+	for _, status := range []int{ExitConfig, ExitNoSpace} {
+		out, err = launchRole(t, "flaky", 2, LaunchOptions{MaxRestarts: 3, Env: env(5, status)})
+		if !errors.As(err, &ee) || ee.Status != status || strings.Contains(out, "start 1") || !strings.Contains(out, "not restarting") {
+			t.Errorf("exit %d (a refused config or a full disk) was restarted: %v\n%s", status, err, out)
+		}
 	}
 	if err := Launch(context.Background(), LaunchOptions{NProcPerNode: 1, NNodes: 2, MasterAddr: "10.0.0.1", MasterPort: 29500,
 		Exe: "/bin/true", MaxRestarts: 1}); err == nil || !strings.Contains(err.Error(), "one machine") {

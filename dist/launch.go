@@ -40,11 +40,18 @@ type LaunchOptions struct {
 	MaxRestarts int
 }
 
-// ExitNoRestart is the exit status of a rank whose failure a restart
-// cannot fix (a refused config, a full disk): the launcher does not
-// restart the job after it. It is the status lanpo exits with for a
-// usage or config error.
-const ExitNoRestart = 2
+// The exit statuses of a rank whose failure a restart cannot fix: the
+// launcher does not restart the job after them. lanpo exits ExitConfig for
+// a usage or config error (a refused resume included) and ExitNoSpace for
+// a checkpoint that did not fit on its disk.
+const (
+	ExitConfig  = 2
+	ExitNoSpace = 3
+)
+
+// noRestart reports whether a rank's exit status says a restart would fail
+// the same way.
+func noRestart(status int) bool { return status == ExitConfig || status == ExitNoSpace }
 
 // ExitError is how a launch ends when a rank fails: the first rank that
 // exited non-zero or was killed by a signal.
@@ -108,7 +115,8 @@ func (e *RestartsError) Unwrap() error { return e.Failures[len(e.Failures)-1] }
 // first failed rank and how it ended. Cancelling ctx stops the children the
 // same way. Launch returns nil when every child exits 0. With MaxRestarts,
 // a failed start is followed by another (not after a signal the launcher
-// forwarded, a cancelled ctx, or a rank that exited ExitNoRestart), and
+// forwarded, a cancelled ctx, or a rank that exited ExitConfig or
+// ExitNoSpace), and
 // when they run out Launch returns a *RestartsError listing each start's
 // failure.
 func Launch(ctx context.Context, o LaunchOptions) error {
@@ -133,7 +141,7 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 		switch {
 		case ee.Forwarded != nil || ctx.Err() != nil:
 			return err // stopped on purpose
-		case ee.Signal == 0 && ee.Status == ExitNoRestart:
+		case ee.Signal == 0 && noRestart(ee.Status):
 			fmt.Fprintf(o.Stderr, "launch: %s: a failure a restart cannot fix (a refused config, a full disk): not restarting\n", ee.what())
 			return err
 		case restart == o.MaxRestarts:

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -172,8 +173,8 @@ func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, err
 		}
 		return nil
 	}()
-	if _, err := agree(c, err, ""); err != nil {
-		return "", err
+	if _, aerr := agree(c, err, ""); aerr != nil {
+		return "", diagnoseSave(root, final, err, aerr)
 	}
 	// 3. rank 0 seals it: the manifest, written last, then the rename.
 	err = func() error {
@@ -182,10 +183,22 @@ func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, err
 		}
 		return sealCheckpoint(root, tmp, final, state.Step, keep)
 	}()
-	if _, err := agree(c, err, ""); err != nil {
-		return "", err
+	if _, aerr := agree(c, err, ""); aerr != nil {
+		return "", diagnoseSave(root, final, err, aerr)
 	}
 	return final, nil
+}
+
+// diagnoseSave is a failed save's error: a NoSpaceError when this rank or
+// another ran out of space (local: this rank's own error), else agreed.
+func diagnoseSave(root, final string, local, agreed error) error {
+	if isNoSpace(local) {
+		return noSpace(root, final, local)
+	}
+	if strings.Contains(agreed.Error(), syscall.ENOSPC.Error()) || strings.Contains(agreed.Error(), syscall.EDQUOT.Error()) {
+		return noSpace(root, final, agreed)
+	}
+	return agreed
 }
 
 // sealCheckpoint writes tmp's manifest, renames it to final and prunes.

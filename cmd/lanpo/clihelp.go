@@ -12,8 +12,9 @@ import (
 // Exit statuses, the same for every command (README, "Exit status"):
 // 0 done; 1 a runtime failure (a file that cannot be read, a failed step);
 // 2 a usage or config error (a bad flag or key, a missing required flag, a
-// refused resume); 130 interrupted by a signal (a checkpoint was saved,
-// or the second signal's message says what is kept).
+// refused resume); 3 out of disk space for a checkpoint (the previous one
+// is intact); 130 interrupted by a signal (a checkpoint was saved, or the
+// second signal's message says what is kept).
 
 // defaultInUsage is a "(default: …)" (or "(default …)") a flag's usage
 // text ends with.

@@ -173,6 +173,9 @@ func TestCLIManners(t *testing.T) {
 	if s := exitStatus(fmt.Errorf("wrapped: %w", trainer.ConfigError{Err: errors.New("refused")})); s != 2 {
 		t.Errorf("a refused resume exits %d", s)
 	}
+	if s := exitStatus(fmt.Errorf("checkpoint at step 2: %w", &trainer.NoSpaceError{WrittenErr: errors.New("no space left on device")})); s != 3 {
+		t.Errorf("a full disk exits %d, want 3 (lanpo launch does not restart it)", s)
+	}
 }
 
 // flagGetters are urfave's lookups by flag name; for an undefined name

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -107,11 +108,16 @@ func main() {
 }
 
 // exitStatus is the status of an error that carries none: 2 for what the
-// user asked for (trainer.ConfigError), else 1 (clihelp.go lists them).
+// user asked for (trainer.ConfigError), 3 for a checkpoint that did not
+// fit on its disk (trainer.NoSpaceError), else 1 (clihelp.go lists them).
 func exitStatus(err error) int {
 	var ce trainer.ConfigError
 	if errors.As(err, &ce) {
-		return 2
+		return dist.ExitConfig
+	}
+	var ns *trainer.NoSpaceError
+	if errors.As(err, &ns) {
+		return dist.ExitNoSpace
 	}
 	return 1
 }
