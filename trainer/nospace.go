@@ -91,4 +91,3 @@ func mountPoint(path string) string {
 	}
 	return best
 }
-
