@@ -230,6 +230,30 @@ func TestLaunchRestarts(t *testing.T) {
 	}
 }
 
+// Hang detection by progress: no rank reports for HangTimeout → every rank
+// is stopped (a SIGSTOPped one too) and the rank that reported least
+// recently is named with its last phase; under MaxRestarts the job starts
+// again. One rank busy for longer than the timeout while the other waits
+// is not a hang.
+func TestLaunchDetectsAHungRank(t *testing.T) {
+	start := time.Now()
+	out, err := launchRole(t, "hang", 2, LaunchOptions{HangTimeout: time.Second, Grace: time.Second, Env: []string{"LANPO_DIST_TEST_FAILS=1"}})
+	var he *HangError
+	if !errors.As(err, &he) || he.Rank != 1 || he.Last.Phase != "rollout" || !strings.Contains(err.Error(), "rank 1 looks hung") {
+		t.Fatalf("want rank 1 named as hung in rollout: %v\n%s", err, out)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the hang took %v to end", d)
+	}
+	out, err = launchRole(t, "hang", 2, LaunchOptions{HangTimeout: time.Second, Grace: time.Second, MaxRestarts: 1, Env: []string{"LANPO_DIST_TEST_FAILS=1"}})
+	if err != nil || !strings.Contains(out, "rank 1 hung (no progress for 1s; last: step 1, rollout 8/16 sequences); restart 1 of 1") {
+		t.Fatalf("a hang under --max-restarts: %v\n%s", err, out)
+	}
+	if out, err := launchRole(t, "hang", 2, LaunchOptions{HangTimeout: time.Second, Env: []string{"LANPO_DIST_TEST_BUSY=1"}}); err != nil {
+		t.Fatalf("one rank busy (reporting) while the other waits was taken as a hang: %v\n%s", err, out)
+	}
+}
+
 func TestLaunchForwardsSignals(t *testing.T) {
 	dir := t.TempDir()
 	go func() {

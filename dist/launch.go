@@ -38,6 +38,11 @@ type LaunchOptions struct {
 	// one machine only). Each start's ranks get TORCHELASTIC_RESTART_COUNT
 	// = the restarts so far, which lanpo's training reads as --resume auto.
 	MaxRestarts int
+	// HangTimeout: when no rank has reported progress for this long
+	// (progress.go), the job is taken as hung: every rank is stopped (and
+	// restarted under MaxRestarts) and the rank that reported least
+	// recently is named. 0: no hang detection.
+	HangTimeout time.Duration
 }
 
 // The exit statuses of a rank whose failure a restart cannot fix: the
@@ -83,19 +88,34 @@ func (e *ExitError) what() string {
 }
 
 // RestartsError is how a launch with restarts ends when they run out: the
-// failure of every start, the last one first in Error.
+// failure of every start (an *ExitError or a *HangError), the last one
+// first in Error.
 type RestartsError struct {
-	Failures []*ExitError
+	Failures []error
 	Max      int
 }
 
 func (e *RestartsError) Error() string {
 	var all []string
 	for i, f := range e.Failures {
-		all = append(all, fmt.Sprintf("start %d: %s", i+1, f.what()))
+		all = append(all, fmt.Sprintf("start %d: %s", i+1, failureText(f)))
 	}
-	return fmt.Sprintf("%s, after %d restart(s) (--max-restarts %d): %s", e.Failures[len(e.Failures)-1].what(),
+	return fmt.Sprintf("%s, after %d restart(s) (--max-restarts %d): %s", failureText(e.Failures[len(e.Failures)-1]),
 		len(e.Failures)-1, e.Max, strings.Join(all, "; "))
+}
+
+// failureText is a start's failure in a word: how the rank ended, or the
+// hung rank.
+func failureText(err error) string {
+	var ee *ExitError
+	var he *HangError
+	switch {
+	case errors.As(err, &he):
+		return fmt.Sprintf("rank %d hung (no progress for %s; last: %s)", he.Rank, he.Timeout, he.Last)
+	case errors.As(err, &ee):
+		return ee.what()
+	}
+	return err.Error()
 }
 
 func (e *RestartsError) Unwrap() error { return e.Failures[len(e.Failures)-1] }
@@ -130,18 +150,20 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	if o.MaxRestarts > 0 && o.NNodes > 1 {
 		return fmt.Errorf("launch: --max-restarts works on one machine (--nnodes 1): the launchers of several machines do not coordinate a restart; use torchrun's elastic agent there")
 	}
-	var failures []*ExitError
+	var failures []error
 	for restart := 0; ; restart++ {
 		err := o.launchOnce(ctx, restart)
 		var ee *ExitError
-		if err == nil || !errors.As(err, &ee) || o.MaxRestarts == 0 {
+		var he *HangError
+		isExit, isHang := errors.As(err, &ee), errors.As(err, &he)
+		if err == nil || !(isExit || isHang) || o.MaxRestarts == 0 {
 			return err
 		}
-		failures = append(failures, ee)
+		failures = append(failures, err)
 		switch {
-		case ee.Forwarded != nil || ctx.Err() != nil:
+		case isExit && ee.Forwarded != nil || ctx.Err() != nil:
 			return err // stopped on purpose
-		case ee.Signal == 0 && noRestart(ee.Status):
+		case isExit && ee.Signal == 0 && noRestart(ee.Status):
 			fmt.Fprintf(o.Stderr, "launch: %s: a failure a restart cannot fix (a refused config, a full disk): not restarting\n", ee.what())
 			return err
 		case restart == o.MaxRestarts:
@@ -153,14 +175,20 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 			}
 		}
 		fmt.Fprintf(o.Stderr, "launch: %s; restart %d of %d: every rank starts again and resumes from the newest complete checkpoint\n",
-			ee.what(), restart+1, o.MaxRestarts)
+			failureText(err), restart+1, o.MaxRestarts)
 	}
 }
 
 // launchOnce is one start of the job: restart is the restarts before it.
 func (o LaunchOptions) launchOnce(ctx context.Context, restart int) error {
-	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT")
+	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", ProgressDirVar)
 	base = append(base, "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart))
+	progressDir, err := os.MkdirTemp("", "lanpo-progress-")
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	defer os.RemoveAll(progressDir)
+	base = append(base, ProgressDirVar+"="+progressDir)
 	if _, ok := lookupEnv(append(base, o.Env...), "OMP_NUM_THREADS"); !ok {
 		base = append(base, fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, runtime.NumCPU()/o.NProcPerNode)))
 	}
@@ -194,7 +222,7 @@ func (o LaunchOptions) launchOnce(ctx context.Context, restart int) error {
 		running[rank] = cmd
 		go func(rank int, cmd *exec.Cmd) { done <- rankExit{rank, cmd.Wait()} }(rank, cmd)
 	}
-	return o.supervise(ctx, running, done, sigs)
+	return o.supervise(ctx, running, done, sigs, progressDir)
 }
 
 // rankExit is how one rank's process ended.
@@ -232,9 +260,21 @@ func (o *LaunchOptions) rankCmd(base []string, local int, outMu, errMu *sync.Mut
 // on the first failure (or ctx's end) stops the others — SIGTERM, then
 // SIGKILL after the grace period. It returns the first rank's failure, or
 // ctx's error.
-func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd, done <-chan rankExit, sigs <-chan os.Signal) error {
+func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd, done <-chan rankExit, sigs <-chan os.Signal, progressDir string) error {
 	var first *ExitError
+	var hang *HangError
 	var ctxErr error
+	start := time.Now()
+	var ranks []int
+	for r := range running {
+		ranks = append(ranks, r)
+	}
+	var watch <-chan time.Time
+	if o.HangTimeout > 0 {
+		t := time.NewTicker(min(o.HangTimeout/4, 2*time.Second))
+		defer t.Stop()
+		watch = t.C
+	}
 	var forwarded os.Signal
 	var kill <-chan time.Time
 	stopping := false
@@ -253,9 +293,12 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 		select {
 		case e := <-done:
 			delete(running, e.rank)
-			if ee := exitError(e.rank, e.err); ee != nil && first == nil {
+			if ee := exitError(e.rank, e.err); ee != nil && first == nil && hang == nil {
 				ee.Forwarded = forwarded
 				first = ee
+				if all := readProgress(progressDir); len(all) > 0 {
+					fmt.Fprintf(o.Stderr, "launch: %s; %s\n", ee.what(), progressSummary(all))
+				}
 				stopAll()
 			} else if e.err != nil && first == nil && !isExit(e.err) {
 				// Wait failed for another reason (the output copy): report it.
@@ -277,7 +320,37 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 			for _, p := range running {
 				signalGroup(p, syscall.SIGKILL)
 			}
+		case now := <-watch:
+			if stopping {
+				continue
+			}
+			all := readProgress(progressDir)
+			if r, ok := hung(all, ranks, start, now, o.HangTimeout); ok {
+				// A rank the kernel shows stopped (SIGSTOP, a debugger) or in
+				// uninterruptible sleep (a stuck filesystem) is the one; else
+				// the one that reported least recently.
+				var state string
+				for _, rr := range ranks {
+					if p, ok := running[rr]; ok && p.Process != nil {
+						if st := procState(p.Process.Pid); st == "T" || st == "t" || st == "D" {
+							r, state = rr, st
+							break
+						}
+					}
+				}
+				hang = &HangError{Rank: r, Last: all[r], Timeout: o.HangTimeout, All: all, State: state}
+				fmt.Fprintf(o.Stderr, "launch: %s: stopping every rank\n", hang)
+				// A stopped (SIGSTOP) or wedged rank does not act on SIGTERM:
+				// the grace period ends in SIGKILL.
+				for _, p := range running {
+					signalGroup(p, syscall.SIGCONT)
+				}
+				stopAll()
+			}
 		}
+	}
+	if hang != nil {
+		return hang
 	}
 	if first != nil {
 		return first

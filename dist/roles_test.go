@@ -34,6 +34,7 @@ var roles = map[string]func() error{
 	"stubborn":    roleStubborn,
 	"signal":      roleSignal,
 	"flaky":       roleFlaky,
+	"hang":        roleHang,
 }
 
 func runRole(name string) int {
@@ -307,6 +308,47 @@ func roleFlaky() error {
 		}
 		time.Sleep(60 * time.Second) // ended by the launcher's SIGTERM
 	}
+	return nil
+}
+
+// roleHang: both ranks report progress (rank 0 twice); while
+// TORCHELASTIC_RESTART_COUNT is below LANPO_DIST_TEST_FAILS rank 1 then
+// stops itself (SIGSTOP) and rank 0 waits, reporting nothing more — a rank
+// that made no progress, and one waiting for it; after that both exit 0.
+// With LANPO_DIST_TEST_BUSY=1 rank 0 keeps reporting for 3 s instead (a
+// long phase on one rank while the other waits: not a hang).
+func roleHang() error {
+	env, _, _ := FromEnv()
+	count, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
+	fails, _ := strconv.Atoi(os.Getenv("LANPO_DIST_TEST_FAILS"))
+	pf := NewProgressFile(env.Rank)
+	if pf == nil {
+		return fmt.Errorf("no %s in the environment", ProgressDirVar)
+	}
+	pf.Report(1, "rollout", "8/16 sequences")
+	fmt.Printf("start %d\n", count)
+	if os.Getenv("LANPO_DIST_TEST_BUSY") == "1" {
+		if env.Rank == 1 {
+			time.Sleep(3 * time.Second) // waiting, silent, while rank 0 works
+			return nil
+		}
+		for i := 0; i < 15; i++ {
+			time.Sleep(200 * time.Millisecond)
+			pf.Report(1, "eval", fmt.Sprintf("%d/15 problems", i+1))
+			pf.last = time.Time{} // every report written
+		}
+		return nil
+	}
+	if count >= fails {
+		return nil
+	}
+	if env.Rank == 1 {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		return nil
+	}
+	time.Sleep(300 * time.Millisecond)
+	pf.Report(1, "update", "0/4 micro-batches")
+	time.Sleep(60 * time.Second) // waiting for rank 1
 	return nil
 }
 

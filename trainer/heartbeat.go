@@ -7,6 +7,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
+
+	"github.com/lanpo-rl/lanpo/dist"
 )
 
 // heartbeat says what a long step is doing where no progress bar shows
@@ -21,6 +23,8 @@ import (
 //
 // The torch thread reports into it (Enter, decoded, microBatches); a
 // goroutine of its own logs. Only values cross between them, under mu.
+// Under lanpo launch the same reports go to the launcher's progress file
+// (dist.ProgressFile), which tells a hung rank from a slow one.
 type heartbeat struct {
 	mu         sync.Mutex
 	step       int // the step in progress (1-based)
@@ -34,18 +38,23 @@ type heartbeat struct {
 	// finished rows
 	lastStep, lastEnded int
 
-	logger zerolog.Logger
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	logger   zerolog.Logger
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	progress *dist.ProgressFile // nil: not under lanpo launch
 }
 
-// startHeartbeat logs every `every` until stop; nil (reports go nowhere)
-// when every is 0.
-func startHeartbeat(every time.Duration) *heartbeat {
+// startHeartbeat logs every `every` until stop (never when every is 0)
+// and passes every report on to progress; nil (reports go nowhere) when
+// it has neither to do.
+func startHeartbeat(every time.Duration, progress *dist.ProgressFile) *heartbeat {
 	if every <= 0 {
-		return nil
+		if progress == nil {
+			return nil
+		}
+		return &heartbeat{logger: log.Logger, progress: progress}
 	}
-	h := &heartbeat{logger: log.Logger, stop: make(chan struct{})}
+	h := &heartbeat{logger: log.Logger, stop: make(chan struct{}), progress: progress}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -83,6 +92,23 @@ func (h *heartbeat) enter(step int, phase string, now time.Time) {
 	defer h.mu.Unlock()
 	h.step, h.phase, h.phaseStart = step, phase, now
 	h.done, h.total, h.unit, h.tokens, h.lastStep, h.lastEnded = 0, 0, "", 0, 0, 0
+	h.report()
+}
+
+// report passes the state on to the progress file (under mu).
+func (h *heartbeat) report() {
+	if h.progress == nil {
+		return
+	}
+	detail := ""
+	if h.total > 0 {
+		detail = fmt.Sprintf("%d/%d %s", h.done, h.total, h.unit)
+	}
+	phase := h.phase
+	if phase == "" {
+		phase = "done"
+	}
+	h.progress.Report(h.step, phase, detail)
 }
 
 // decoded is model.GenerateOptions.Progress for the phase's generation
@@ -105,6 +131,7 @@ func (h *heartbeat) decoded(step, finished, rows int) {
 	h.tokens += (rows - h.lastEnded) * (step - h.lastStep)
 	h.done += finished - h.lastEnded
 	h.lastStep, h.lastEnded = step, finished
+	h.report()
 }
 
 // microBatches reports done of total micro-batches of the update.
@@ -115,6 +142,7 @@ func (h *heartbeat) microBatches(done, total int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.done, h.total, h.unit = done, total, "micro-batches"
+	h.report()
 }
 
 // beat logs the state at now, if a phase is in progress.

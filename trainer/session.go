@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/rs/zerolog/log"
 
@@ -207,9 +208,13 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		opts.Progress = nil
 	}
 	s.prog = progress.New(opts.Progress, kind, cfg.TotalSteps, s.state.Step)
+	// Rank 0 logs phase lines where no progress bar shows; every rank
+	// reports its progress to lanpo launch (hang detection).
+	var logEvery time.Duration
 	if s.comm.Rank() == 0 && !s.prog.Shown() {
-		s.hb = startHeartbeat(cfg.Log.PhaseInterval())
+		logEvery = cfg.Log.PhaseInterval()
 	}
+	s.hb = startHeartbeat(logEvery, dist.NewProgressFile(s.comm.Rank()))
 	if s.comm.Rank() == 0 {
 		ev := log.Info().Str("run_dir", cfg.RunDir).Str("metrics", filepath.Join(cfg.RunDir, metricsFile))
 		if cfg.Log.TensorBoardOn() {

@@ -242,6 +242,49 @@ func TestDataParallelTraining(t *testing.T) {
 			t.Errorf("%d metric lines after the restart, want %d (no step lost or repeated)", n, dpSteps)
 		}
 	})
+
+	// A rank that stops making progress (SIGSTOP: it still exists, its
+	// sockets stay open, the other rank waits in a collective): the
+	// launcher names it, stops both, restarts, and the job ends bit for
+	// bit where the uninterrupted one ends.
+	t.Run("SIGSTOP of a rank under --hang-timeout", func(t *testing.T) {
+		run := filepath.Join(dir, "stopped")
+		done := make(chan error, 1)
+		var out string
+		go func() {
+			var err error
+			out, err = runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2"), "--max-restarts", "1", "--hang-timeout", "3s")...)
+			done <- err
+		}()
+		deadline := time.Now().Add(2 * time.Minute)
+		for metricLines(run) < 3 {
+			if time.Now().After(deadline) {
+				t.Fatal("no 3 steps after 2 minutes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		stoppedAt := metricLines(run)
+		syscall.Kill(rankPID(t, 1), syscall.SIGSTOP)
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("the job did not end within 3 minutes of the SIGSTOP")
+		}
+		if err != nil {
+			t.Fatalf("launch --max-restarts 1 --hang-timeout 3s: %v\n%s", err, out)
+		}
+		t.Logf("stopped after %d steps; launch: %v\n%s", stoppedAt, err, out)
+		if !strings.Contains(out, "rank 1 looks hung") || !strings.Contains(out, "restart 1 of 1") {
+			t.Errorf("the hang and the restart are not logged:\n%s", out)
+		}
+		final := fmt.Sprintf("step-%06d", dpSteps)
+		a, _ := os.ReadFile(filepath.Join(two, "checkpoints", final, "model.safetensors"))
+		b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
+		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
+			t.Fatalf("the run restarted after a hang ended with other weights than the straight one (%v)", err)
+		}
+	})
 }
 
 // rankPID finds the child of this process that runs as rank r.

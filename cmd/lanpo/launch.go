@@ -34,6 +34,13 @@ func launchCommand() *cli.Command {
 			"    (each restart logged with the rank that failed and how; when they run out, launch exits naming\n" +
 			"    every start's failure). No restart after a rank exits 2 (a refused config: it would fail again),\n" +
 			"    or after Ctrl-C/SIGTERM. One machine only: launchers on several machines do not coordinate.\n" +
+			"  - a hung job is stopped: every rank of lanpo sft/train reports its progress (each phase, every\n" +
+			"    few decode steps of a generation, each micro-batch) to the launcher; when no rank has reported\n" +
+			"    for --hang-timeout, the rank that reported least recently — the one the others wait for, e.g.\n" +
+			"    stopped, or stuck on a filesystem — is named with its last step and phase, and every rank is\n" +
+			"    stopped (then restarted under --max-restarts). A rank busy in a long phase while the others\n" +
+			"    wait keeps reporting, so it is not a hang. When a rank fails, every rank's last progress is\n" +
+			"    printed too.\n" +
 			"Flags for launch come first; everything after \"--\" is the command each rank runs.\n" +
 			"\n" +
 			"One machine, 4 ranks (CPU: Gloo; on CUDA each rank uses the GPU LOCAL_RANK):\n" +
@@ -56,6 +63,7 @@ func launchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than this machine has CPU cores"},
 			&cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "after a rank fails, how long the others get to stop before SIGKILL"},
 			&cli.IntFlag{Name: "max-restarts", Usage: "after a rank fails, start every rank again (resuming from the newest checkpoint) at most this many times; one machine only"},
+			&cli.DurationFlag{Name: "hang-timeout", Value: 10 * time.Minute, Usage: "stop the job when no rank has reported progress for this long (0: never); longer than a checkpoint file's write or an evaluation, which report nothing while they run"},
 		},
 		Action: runLaunch,
 	}
@@ -80,10 +88,13 @@ func runLaunch(c *cli.Context) error {
 		NProcPerNode: c.Int("nproc-per-node"), NNodes: c.Int("nnodes"), NodeRank: c.Int("node-rank"),
 		MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"),
 		Exe: exe, Args: args, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Grace: c.Duration("grace"),
-		MaxRestarts: c.Int("max-restarts"),
+		MaxRestarts: c.Int("max-restarts"), HangTimeout: c.Duration("hang-timeout"),
 	})
 	var ee *dist.ExitError
+	var he *dist.HangError
 	switch {
+	case errors.As(err, &he) && !errors.As(err, &ee):
+		return cli.Exit("launch: "+err.Error(), 1)
 	case errors.As(err, &ee) && ee.Signal != 0:
 		return cli.Exit("launch: "+err.Error(), 128+int(ee.Signal)) // the shell's convention
 	case errors.As(err, &ee):
