@@ -14,6 +14,8 @@
 #   make bench   benchmarks (each prints a ratio against a baseline in the same run)
 #   make demo    the main job on an embedded task: the transfer world, SFT then GRPO
 #                and LANPO with consolidation side by side (docs/demo.md)
+#   make chaos   12 seeded faults against a 2-rank LANPO run under lanpo launch
+#                --max-restarts; it must end bit for bit (docs/distributed.md)
 #   make gpu-bundle  gpu-bundle/: prebuilt CUDA=1 binaries (lanpo and the GPU
 #                tests), and Go with the modules to build them from source, for a GPU
 #                machine without Go or network: scripts/gpu/validate.sh all (docs/gpu.md)
@@ -39,7 +41,7 @@ TEST_TORCHES ?= 2.11.0 2.1.0
 GOFLAGS += -trimpath
 export GOFLAGS
 
-.PHONY: all deps build test test-one bench demo fixtures cuda-check gpu-bundle gpu-rehearsal clean clean-cache
+.PHONY: all deps build test test-one bench demo chaos fixtures cuda-check gpu-bundle gpu-rehearsal clean clean-cache
 
 all: build
 
@@ -91,6 +93,14 @@ bench: build fixtures
 
 demo: build
 	bin/lanpo demo
+
+# The chaos run (docs/distributed.md): 12 seeded faults — SIGKILL and
+# SIGTERM in every phase, a hung rank, a corrupted checkpoint — against a
+# 2-rank LANPO run under lanpo launch --max-restarts, which must end bit
+# for bit as an uninterrupted run. make test runs its 4-fault short case.
+# LANPO_CHAOS_SEED=N draws other faults; the log goes to chaos-faults.json.
+chaos: deps
+	LANPO_CHAOS=full LANPO_CHAOS_LOG=$(CURDIR)/chaos-faults.json $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' -v ./cmd/lanpo
 
 # The offline GPU bundle (an ignored folder) and its rehearsal on this
 # machine; scripts/gpu/ and docs/gpu.md.

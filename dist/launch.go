@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -183,11 +184,25 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 func (o LaunchOptions) launchOnce(ctx context.Context, restart int) error {
 	base := envWithout(os.Environ(), "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", ProgressDirVar)
 	base = append(base, "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart))
-	progressDir, err := os.MkdirTemp("", "lanpo-progress-")
-	if err != nil {
-		return fmt.Errorf("launch: %w", err)
+	// The ranks' progress reports: in LANPO_PROGRESS_DIR when the launcher
+	// was given one (a test's fault injector reads it too; each start
+	// begins it empty), else in a directory of its own.
+	progressDir := os.Getenv(ProgressDirVar)
+	if progressDir != "" {
+		if err := os.MkdirAll(progressDir, 0o755); err != nil {
+			return fmt.Errorf("launch: %s: %w", ProgressDirVar, err)
+		}
+		old, _ := filepath.Glob(filepath.Join(progressDir, "rank-*.json"))
+		for _, f := range old {
+			os.Remove(f)
+		}
+	} else {
+		var err error
+		if progressDir, err = os.MkdirTemp("", "lanpo-progress-"); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
+		defer os.RemoveAll(progressDir)
 	}
-	defer os.RemoveAll(progressDir)
 	base = append(base, ProgressDirVar+"="+progressDir)
 	if _, ok := lookupEnv(append(base, o.Env...), "OMP_NUM_THREADS"); !ok {
 		base = append(base, fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, runtime.NumCPU()/o.NProcPerNode)))

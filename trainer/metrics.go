@@ -110,7 +110,10 @@ type metricsLog struct {
 // tensorboardDir is where a run's TensorBoard events go.
 const tensorboardDir = "tensorboard"
 
-func openMetrics(runDir string, withTB bool) (*metricsLog, error) {
+// openMetrics opens the run's metrics; resumedAt is the step the run
+// continues from (0: a fresh start), where a resumed run's TensorBoard
+// events restart their series (tensorboard.Writer.SessionStart).
+func openMetrics(runDir string, withTB bool, resumedAt int) (*metricsLog, error) {
 	f, err := os.OpenFile(filepath.Join(runDir, metricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
@@ -120,6 +123,13 @@ func openMetrics(runDir string, withTB bool) (*metricsLog, error) {
 		if l.tb, err = tensorboard.Create(filepath.Join(runDir, tensorboardDir), time.Now()); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("log.tensorboard: %w", err)
+		}
+		if resumedAt > 0 {
+			if err := l.tb.SessionStart(int64(resumedAt+1), time.Now()); err != nil {
+				l.tb.Close()
+				f.Close()
+				return nil, fmt.Errorf("log.tensorboard: %w", err)
+			}
 		}
 	}
 	return l, nil

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -156,6 +157,17 @@ func TestExactResume(t *testing.T) {
 	ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
 	if len(ma) != 4 || !reflect.DeepEqual(ma, mb) {
 		t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
+	}
+	// The resumed process's TensorBoard events restart the series at the
+	// first redone step (TensorBoard drops the first file's steps from
+	// there: internal/tensorboard's TestRestartMarkerPurgesInTensorBoard).
+	events, _ := filepath.Glob(filepath.Join(split.RunDir, tensorboardDir, "events.out.tfevents.*"))
+	if len(events) != 2 {
+		t.Fatalf("events files %v, want one per process", events)
+	}
+	sort.Strings(events)
+	if starts, err := tensorboard.ReadSessionStarts(events[1]); err != nil || len(starts) != 1 || starts[0] != 3 {
+		t.Errorf("the resumed run's events restart at %v (%v), want step 3", starts, err)
 	}
 	// The run learned something: the weights moved.
 	if bytes.Equal(weights(t, a), weights(t, straight.Model)) {

@@ -201,7 +201,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	s.metrics = &metricsLog{}
 	if s.comm.Rank() == 0 {
-		if s.metrics, err = openMetrics(cfg.RunDir, cfg.Log.TensorBoardOn()); err != nil {
+		if s.metrics, err = openMetrics(cfg.RunDir, cfg.Log.TensorBoardOn(), s.state.Step); err != nil {
 			return nil, err
 		}
 	} else {

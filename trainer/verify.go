@@ -174,9 +174,11 @@ func verifiedNewest(runDir string) (string, error) {
 		setAside = append(setAside, done[i])
 	}
 	if len(setAside) > 0 {
-		return "", fmt.Errorf("--resume auto: no intact checkpoint in %s: %s failed verification and were set aside under %s "+
+		// A ConfigError: lanpo exits 2, and lanpo launch does not restart
+		// into a run whose work would start over.
+		return "", ConfigError{fmt.Errorf("--resume auto: no intact checkpoint in %s: %s failed verification and were set aside under %s "+
 			"(checkpoint.keep 1 keeps no older one to fall back on); to start over, choose another run_dir",
-			root, strings.Join(setAside, ", "), filepath.Join(runDir, setAsideDir))
+			root, strings.Join(setAside, ", "), filepath.Join(runDir, setAsideDir))}
 	}
 	return "", nil
 }

@@ -73,6 +73,24 @@ func (w *Writer) Scalars(step int64, wall time.Time, values map[string]float64) 
 	return w.Flush()
 }
 
+// SessionStart writes a SessionLog START event at step: a run resumed from
+// a checkpoint restarts its series there, and TensorBoard discards what an
+// earlier events file of the run holds at step and after (its "purge on
+// restart"), so the redone steps are not drawn twice.
+func (w *Writer) SessionStart(step int64, wall time.Time) error {
+	var b []byte
+	b = append(b, 1<<3|1)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(wall.UnixNano())/1e9))
+	b = append(b, 2<<3|0)
+	b = binary.AppendUvarint(b, uint64(step))
+	// Event.session_log (7): SessionLog{status (1): START (1)}.
+	b = appendBytes(b, 7, []byte{1<<3 | 0, 1})
+	if err := w.record(b); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
 // Flush writes buffered events to the file.
 func (w *Writer) Flush() error { return w.w.Flush() }
 
@@ -145,6 +163,44 @@ func appendBytes(b []byte, field int, data []byte) []byte {
 	b = append(b, byte(field<<3|2))
 	b = binary.AppendUvarint(b, uint64(len(data)))
 	return append(b, data...)
+}
+
+// ReadSessionStarts returns the steps of an events file's SessionLog START
+// events (SessionStart), in order.
+func ReadSessionStarts(path string) ([]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for len(b) >= 16 {
+		n := binary.LittleEndian.Uint64(b[:8])
+		if uint64(len(b)) < 16+n {
+			return nil, fmt.Errorf("%s: truncated record", path)
+		}
+		data := b[12 : 12+n]
+		b = b[16+n:]
+		var step int64
+		start := false
+		if err := fields(data, func(f, wire int, v uint64, sub []byte) {
+			switch {
+			case f == 2 && wire == 0:
+				step = int64(v)
+			case f == 7 && wire == 2:
+				fields(sub, func(f, wire int, v uint64, _ []byte) {
+					if f == 1 && wire == 0 && v == 1 {
+						start = true
+					}
+				})
+			}
+		}); err != nil {
+			return nil, err
+		}
+		if start {
+			out = append(out, step)
+		}
+	}
+	return out, nil
 }
 
 // Scalar is one value read back from an events file.

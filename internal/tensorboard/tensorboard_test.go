@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -155,5 +156,74 @@ func TestRecordFraming(t *testing.T) {
 	}
 	if records != 1+len(fixtureSteps) {
 		t.Fatalf("%d records, want %d", records, 1+len(fixtureSteps))
+	}
+}
+
+// writeRestartFixture writes a run's two events files in dir: steps 1–4,
+// then, from a resume at step 2, a SessionLog START at step 3 and steps
+// 3–5 with other values.
+func writeRestartFixture(t *testing.T, dir string) []string {
+	t.Helper()
+	a, b := filepath.Join(dir, "events.out.tfevents.1764000000.fixture.1"), filepath.Join(dir, "events.out.tfevents.1764000100.fixture.2")
+	w, err := CreateFile(a, fixtureStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := int64(1); step <= 4; step++ {
+		if err := w.Scalars(step, fixtureStart.Add(time.Duration(step)*time.Second), map[string]float64{"train/reward_mean": float64(step)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	later := fixtureStart.Add(100 * time.Second)
+	if w, err = CreateFile(b, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SessionStart(3, later); err != nil {
+		t.Fatal(err)
+	}
+	for step := int64(3); step <= 5; step++ {
+		if err := w.Scalars(step, later.Add(time.Duration(step)*time.Second), map[string]float64{"train/reward_mean": float64(10 * step)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	return []string{a, b}
+}
+
+// A resumed run's events file starts with a SessionLog START at the first
+// redone step; TensorBoard's own EventAccumulator (scripts/ref/
+// tensorboard_restart_ref.py, output committed as restart.ref.json) then
+// drops the first file's steps from there on: one curve, not two.
+func TestRestartMarkerPurgesInTensorBoard(t *testing.T) {
+	if os.Getenv("LANPO_WRITE_FIXTURE") == "1" {
+		os.RemoveAll("testdata/restart")
+		os.MkdirAll("testdata/restart", 0o755)
+		writeRestartFixture(t, "testdata/restart")
+	}
+	files := writeRestartFixture(t, t.TempDir())
+	for _, f := range files {
+		got, _ := os.ReadFile(f)
+		want, err := os.ReadFile(filepath.Join("testdata", "restart", filepath.Base(f)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s differs from testdata/restart (LANPO_WRITE_FIXTURE=1 regenerates it; then re-run scripts/ref/tensorboard_restart_ref.py): %v", filepath.Base(f), err)
+		}
+	}
+	if starts, err := ReadSessionStarts(files[1]); err != nil || len(starts) != 1 || starts[0] != 3 {
+		t.Fatalf("session starts %v, %v", starts, err)
+	}
+	var ref struct {
+		Scalars map[string][][2]float64 `json:"scalars"`
+	}
+	b, err := os.ReadFile("testdata/restart.ref.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]float64{{1, 1}, {2, 2}, {3, 30}, {4, 40}, {5, 50}}
+	if got := ref.Scalars["train/reward_mean"]; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("TensorBoard shows %v, want %v (the first run's steps 3 and 4 purged)", got, want)
 	}
 }
