@@ -11,12 +11,12 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/internal/syncbuf"
 )
 
 // The chaos test: a 2-rank LANPO run of the tiny model under
@@ -68,24 +68,6 @@ func chaosPlan(full bool, rng *rand.Rand) []fault {
 	return plan
 }
 
-// syncWriter is a goroutine-safe buffer the launcher's output goes to.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 func TestChaos(t *testing.T) {
 	full := os.Getenv("LANPO_CHAOS") == "full"
 	seed := int64(1)
@@ -102,10 +84,10 @@ func TestChaos(t *testing.T) {
 			"--set", "data.train=../../configs/data/tiny-arith-lanpo.jsonl", "--set", "checkpoint.every=1", "--set", "checkpoint.keep=3",
 			"--set", "log.phase_every=0"}
 	}
-	start := func(run, progress string, flags ...string) (*exec.Cmd, *syncWriter) {
+	start := func(run, progress string, flags ...string) (*exec.Cmd, *syncbuf.Buffer) {
 		cmd := exec.Command(os.Args[0], append(append(append([]string{"launch", "--nproc-per-node", "2", "--grace", "5s"}, flags...), "--"), args(run)...)...)
 		cmd.Env = append(os.Environ(), "LANPO_TEST_AS_CLI=1", dist.ProgressDirVar+"="+progress)
-		out := &syncWriter{}
+		out := &syncbuf.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -288,8 +270,9 @@ func readReports(dir string) map[int]dist.Progress {
 	return out
 }
 
-// childRank is the pid of the launcher's child that runs rank r, or 0.
-func childRank(launcher, r int) int {
+// childRank is the pid of the process parent started to run rank r (its
+// environment has RANK=r), or 0.
+func childRank(parent, r int) int {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -300,8 +283,9 @@ func childRank(launcher, r int) int {
 		if err != nil {
 			continue
 		}
+		// pid (comm) state ppid …: comm may hold spaces, so split after ')'.
 		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(launcher) || f[0] == "Z" {
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) || f[0] == "Z" {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))

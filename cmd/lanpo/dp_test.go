@@ -151,167 +151,90 @@ func TestDataParallelTraining(t *testing.T) {
 		t.Errorf("two ranks end step 2 %g away from one rank (allowed: 5%% of lr)", apart)
 	}
 
-	t.Run("kill -9 of a rank, then resume", func(t *testing.T) {
-		run := filepath.Join(dir, "killed")
-		done := make(chan error, 1)
-		var out string
-		go func() {
-			var err error
-			out, err = runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2"))...)
-			done <- err
-		}()
-		deadline := time.Now().Add(2 * time.Minute)
-		for metricLines(run) < 3 {
-			if time.Now().After(deadline) {
-				t.Fatal("no 3 steps after 2 minutes")
+	// A rank killed, stopped or hung 3 steps in: without restarts the
+	// launcher stops the job naming the rank and a later --resume auto
+	// continues; with --max-restarts the launcher restarts it and the ranks
+	// resume by themselves; a SIGSTOPped rank (alive, its sockets open, the
+	// other rank waiting in a collective) is found by --hang-timeout. Each
+	// ends bit for bit where the uninterrupted two-rank run ends.
+	for _, tc := range []struct {
+		name, run string
+		sig       syscall.Signal
+		flags     []string
+		want      string // in the launcher's output (or, without restarts, its error)
+	}{
+		{"kill -9 of a rank, then resume", "killed", syscall.SIGKILL, nil, "rank 1 was killed"},
+		{"kill -9 of a rank under --max-restarts", "restarted", syscall.SIGKILL, []string{"--max-restarts", "1"},
+			"rank 1 was killed by signal 9 (SIGKILL); restart 1 of 1"},
+		{"SIGSTOP of a rank under --hang-timeout", "stopped", syscall.SIGSTOP, []string{"--max-restarts", "1", "--hang-timeout", "3s"},
+			"rank 1 looks hung"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := filepath.Join(dir, tc.run)
+			done := make(chan error, 1)
+			var out string
+			go func() {
+				var err error
+				out, err = runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2"), tc.flags...)...)
+				done <- err
+			}()
+			deadline := time.Now().Add(2 * time.Minute)
+			for metricLines(run) < 3 {
+				if time.Now().After(deadline) {
+					t.Fatal("no 3 steps after 2 minutes")
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		pid := rankPID(t, 1)
-		syscall.Kill(pid, syscall.SIGKILL)
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(time.Minute):
-			t.Fatal("the launcher did not stop a minute after rank 1 was killed")
-		}
-		if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "killed") {
-			t.Fatalf("launch returned %v, want an error naming rank 1 and the signal: %s", err, out)
-		}
-		t.Logf("launch: %v\n%s", err, out)
-		n := metricLines(run)
-		if n >= dpSteps {
-			t.Fatalf("the job finished all %d steps before the kill took effect", n)
-		}
-		last := fmt.Sprintf("step-%06d", 2*(n/2))
-		if _, err := os.Stat(filepath.Join(run, "checkpoints", last, "manifest.json")); err != nil {
-			t.Fatalf("after %d steps the last checkpoint %s is not whole: %v", n, last, err)
-		}
-		if out, err := runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2", "--resume", "auto"))...); err != nil {
-			t.Fatalf("resume: %v: %s", err, out)
-		}
-		final := fmt.Sprintf("step-%06d", dpSteps)
-		a, _ := os.ReadFile(filepath.Join(two, "checkpoints", final, "model.safetensors"))
-		b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
-		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
-			t.Fatalf("the resumed two-rank run ended with other weights than the straight one (%v)", err)
-		}
-	})
-
-	// The same kill under --max-restarts: the launcher starts both ranks
-	// again, they resume from the newest checkpoint by themselves, and the
-	// job ends where the uninterrupted one ends, with nobody typing
-	// --resume.
-	t.Run("kill -9 of a rank under --max-restarts", func(t *testing.T) {
-		run := filepath.Join(dir, "restarted")
-		done := make(chan error, 1)
-		var out string
-		go func() {
+			signalledAt := metricLines(run)
+			syscall.Kill(rankPID(t, 1), tc.sig)
 			var err error
-			out, err = runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2"), "--max-restarts", "1")...)
-			done <- err
-		}()
-		deadline := time.Now().Add(2 * time.Minute)
-		for metricLines(run) < 3 {
-			if time.Now().After(deadline) {
-				t.Fatal("no 3 steps after 2 minutes")
+			select {
+			case err = <-done:
+			case <-time.After(3 * time.Minute):
+				t.Fatalf("the job did not end 3 minutes after rank 1 got signal %d", tc.sig)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		killedAt := metricLines(run)
-		syscall.Kill(rankPID(t, 1), syscall.SIGKILL)
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(3 * time.Minute):
-			t.Fatal("the restarted job did not end within 3 minutes")
-		}
-		if err != nil {
-			t.Fatalf("launch --max-restarts 1: %v\n%s", err, out)
-		}
-		if !strings.Contains(out, "rank 1 was killed by signal 9 (SIGKILL); restart 1 of 1") {
-			t.Errorf("the restart is not logged (killed after %d steps):\n%s", killedAt, out)
-		}
-		final := fmt.Sprintf("step-%06d", dpSteps)
-		a, _ := os.ReadFile(filepath.Join(two, "checkpoints", final, "model.safetensors"))
-		b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
-		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
-			t.Fatalf("the restarted two-rank run ended with other weights than the straight one (%v)", err)
-		}
-		if n := metricLines(run); n != dpSteps {
-			t.Errorf("%d metric lines after the restart, want %d (no step lost or repeated)", n, dpSteps)
-		}
-	})
-
-	// A rank that stops making progress (SIGSTOP: it still exists, its
-	// sockets stay open, the other rank waits in a collective): the
-	// launcher names it, stops both, restarts, and the job ends bit for
-	// bit where the uninterrupted one ends.
-	t.Run("SIGSTOP of a rank under --hang-timeout", func(t *testing.T) {
-		run := filepath.Join(dir, "stopped")
-		done := make(chan error, 1)
-		var out string
-		go func() {
-			var err error
-			out, err = runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2"), "--max-restarts", "1", "--hang-timeout", "3s")...)
-			done <- err
-		}()
-		deadline := time.Now().Add(2 * time.Minute)
-		for metricLines(run) < 3 {
-			if time.Now().After(deadline) {
-				t.Fatal("no 3 steps after 2 minutes")
+			t.Logf("signalled after %d steps; launch: %v\n%s", signalledAt, err, out)
+			if tc.flags == nil {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("launch returned %v, want an error naming rank 1 and the signal: %s", err, out)
+				}
+				n := metricLines(run)
+				if n >= dpSteps {
+					t.Fatalf("the job finished all %d steps before the kill took effect", n)
+				}
+				last := fmt.Sprintf("step-%06d", 2*(n/2))
+				if _, err := os.Stat(filepath.Join(run, "checkpoints", last, "manifest.json")); err != nil {
+					t.Fatalf("after %d steps the last checkpoint %s is not whole: %v", n, last, err)
+				}
+				if out, err := runApp(t, launchArgs(2, dpArgs(t, run, "--set", "dist.zero_stage=2", "--resume", "auto"))...); err != nil {
+					t.Fatalf("resume: %v: %s", err, out)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("launch %v: %v\n%s", tc.flags, err, out)
+				}
+				if !strings.Contains(out, tc.want) || !strings.Contains(out, "restart 1 of 1") {
+					t.Errorf("the launcher's output lacks %q and the restart:\n%s", tc.want, out)
+				}
+				if n := metricLines(run); n != dpSteps {
+					t.Errorf("%d metric lines after the restart, want %d (no step lost or repeated)", n, dpSteps)
+				}
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		stoppedAt := metricLines(run)
-		syscall.Kill(rankPID(t, 1), syscall.SIGSTOP)
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(3 * time.Minute):
-			t.Fatal("the job did not end within 3 minutes of the SIGSTOP")
-		}
-		if err != nil {
-			t.Fatalf("launch --max-restarts 1 --hang-timeout 3s: %v\n%s", err, out)
-		}
-		t.Logf("stopped after %d steps; launch: %v\n%s", stoppedAt, err, out)
-		if !strings.Contains(out, "rank 1 looks hung") || !strings.Contains(out, "restart 1 of 1") {
-			t.Errorf("the hang and the restart are not logged:\n%s", out)
-		}
-		final := fmt.Sprintf("step-%06d", dpSteps)
-		a, _ := os.ReadFile(filepath.Join(two, "checkpoints", final, "model.safetensors"))
-		b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
-		if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
-			t.Fatalf("the run restarted after a hang ended with other weights than the straight one (%v)", err)
-		}
-	})
+			final := fmt.Sprintf("step-%06d", dpSteps)
+			a, _ := os.ReadFile(filepath.Join(two, "checkpoints", final, "model.safetensors"))
+			b, err := os.ReadFile(filepath.Join(run, "checkpoints", final, "model.safetensors"))
+			if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
+				t.Fatalf("the two-rank run ended with other weights than the uninterrupted one (%v)", err)
+			}
+		})
+	}
 }
 
 // rankPID finds the child of this process that runs as rank r.
 func rankPID(t *testing.T, r int) int {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces, so split after ')'.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 || f[1] != self {
-			continue
-		}
-		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if string(kv) == "RANK="+strconv.Itoa(r) {
-				return pid
-			}
-		}
+	if pid := childRank(os.Getpid(), r); pid != 0 {
+		return pid
 	}
 	t.Fatalf("no child process runs rank %d", r)
 	return 0
