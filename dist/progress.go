@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,13 +131,8 @@ func (e *HangError) Error() string {
 
 // progressSummary is every rank's last report, one clause each.
 func progressSummary(all map[int]Progress) string {
-	ranks := make([]int, 0, len(all))
-	for r := range all {
-		ranks = append(ranks, r)
-	}
-	sort.Ints(ranks)
 	var parts []string
-	for _, r := range ranks {
+	for _, r := range slices.Sorted(maps.Keys(all)) {
 		p := all[r]
 		parts = append(parts, fmt.Sprintf("rank %d: %s, %s ago", r, p, time.Since(time.UnixMilli(p.Unix)).Round(time.Second)))
 	}
