@@ -61,7 +61,15 @@ func WriteSafetensors(path string, tensors []TensorSource, metadata map[string]s
 			os.Remove(tmp.Name())
 		}
 	}()
-	w := bufio.NewWriterSize(tmp, 4<<20)
+	// The file's SHA-256 is computed as it is written (on another
+	// goroutine) and recorded for a checkpoint's manifest.
+	hp := fsutil.NewHashPipe()
+	defer func() {
+		if sum := hp.Sum(); err == nil {
+			fsutil.RecordDigest(path, sum)
+		}
+	}()
+	w := bufio.NewWriterSize(io.MultiWriter(tmp, hp), 4<<20)
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], uint64(len(header)))
 	w.Write(n[:])
