@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,7 +238,7 @@ func (o LaunchOptions) launchOnce(ctx context.Context, restart int) error {
 		running[rank] = cmd
 		go func(rank int, cmd *exec.Cmd) { done <- rankExit{rank, cmd.Wait()} }(rank, cmd)
 	}
-	return o.supervise(ctx, running, done, sigs, progressDir)
+	return o.supervise(ctx, running, done, sigs, progressDir, restart)
 }
 
 // rankExit is how one rank's process ended.
@@ -275,7 +276,7 @@ func (o *LaunchOptions) rankCmd(base []string, local int, outMu, errMu *sync.Mut
 // on the first failure (or ctx's end) stops the others — SIGTERM, then
 // SIGKILL after the grace period. It returns the first rank's failure, or
 // ctx's error.
-func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd, done <-chan rankExit, sigs <-chan os.Signal, progressDir string) error {
+func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd, done <-chan rankExit, sigs <-chan os.Signal, progressDir string, restart int) error {
 	var first *ExitError
 	var hang *HangError
 	var ctxErr error
@@ -284,9 +285,17 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 	for r := range running {
 		ranks = append(ranks, r)
 	}
+	slices.Sort(ranks)
+	// The progress reports are watched for hangs, and after a restart for
+	// the step the ranks resumed at (logged once).
 	var watch <-chan time.Time
-	if o.HangTimeout > 0 {
-		t := time.NewTicker(min(o.HangTimeout/4, 2*time.Second))
+	announce := restart > 0
+	if o.HangTimeout > 0 || announce {
+		every := 2 * time.Second
+		if o.HangTimeout > 0 {
+			every = min(o.HangTimeout/4, every)
+		}
+		t := time.NewTicker(min(every, 500*time.Millisecond))
 		defer t.Stop()
 		watch = t.C
 	}
@@ -340,6 +349,13 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 				continue
 			}
 			all := readProgress(progressDir)
+			if p, ok := all[ranks[0]]; announce && ok {
+				fmt.Fprintf(o.Stderr, "launch: restart %d: rank %d is at step %d (resumed after step %d)\n", restart, ranks[0], p.Step, p.Step-1)
+				announce = false
+			}
+			if o.HangTimeout <= 0 {
+				continue
+			}
 			if r, ok := hung(all, ranks, start, now, o.HangTimeout); ok {
 				// A rank the kernel shows stopped (SIGSTOP, a debugger) or in
 				// uninterruptible sleep (a stuck filesystem) is the one; else
