@@ -117,15 +117,27 @@ func NewHashPipe() *HashPipe {
 		h := sha256.New()
 		for b := range p.ch {
 			h.Write(b)
+			hashBufs.Put(&b)
 		}
 		p.done <- hex.EncodeToString(h.Sum(nil))
 	}()
 	return p
 }
 
+// hashBufs are the copies a HashPipe hands its goroutine, reused: a
+// checkpoint writes gigabytes through 4 MiB writes.
+var hashBufs sync.Pool
+
 // Write queues a copy of b for hashing.
 func (p *HashPipe) Write(b []byte) (int, error) {
-	p.ch <- append([]byte(nil), b...)
+	var buf []byte
+	if v, ok := hashBufs.Get().(*[]byte); ok && cap(*v) >= len(b) {
+		buf = (*v)[:len(b)]
+	} else {
+		buf = make([]byte, len(b), max(len(b), 4<<20))
+	}
+	copy(buf, b)
+	p.ch <- buf
 	return len(b), nil
 }
 
