@@ -349,9 +349,8 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 				continue
 			}
 			all := readProgress(progressDir)
-			if p, ok := all[ranks[0]]; announce && ok {
-				fmt.Fprintf(o.Stderr, "launch: restart %d: rank %d is at step %d (resumed after step %d)\n", restart, ranks[0], p.Step, p.Step-1)
-				announce = false
+			if announce {
+				announce = !o.announceResume(all, ranks[0], restart)
 			}
 			if o.HangTimeout <= 0 {
 				continue
@@ -380,6 +379,9 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 			}
 		}
 	}
+	if announce { // a start too short for the watch to see its first report
+		o.announceResume(readProgress(progressDir), ranks[0], restart)
+	}
 	if hang != nil {
 		return hang
 	}
@@ -387,6 +389,21 @@ func (o *LaunchOptions) supervise(ctx context.Context, running map[int]*exec.Cmd
 		return first
 	}
 	return ctxErr
+}
+
+// announceResume logs the step a restarted job's rank resumed at, from its
+// first progress report; false when it has not reported yet.
+func (o *LaunchOptions) announceResume(all map[int]Progress, rank, restart int) bool {
+	p, ok := all[rank]
+	if !ok || p.FirstStep == 0 {
+		return false
+	}
+	from := fmt.Sprintf("from the checkpoint of step %d", p.FirstStep-1)
+	if p.FirstStep == 1 {
+		from = "from the start: no checkpoint yet"
+	}
+	fmt.Fprintf(o.Stderr, "launch: restart %d: rank %d resumed at step %d (%s)\n", restart, rank, p.FirstStep, from)
+	return true
 }
 
 func (o *LaunchOptions) defaults() error {

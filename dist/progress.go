@@ -31,6 +31,9 @@ type Progress struct {
 	Phase  string `json:"phase"`
 	Detail string `json:"detail,omitempty"`
 	Unix   int64  `json:"unix_ms"`
+	// FirstStep is the step of this process's first report: the step a
+	// restarted rank resumed at.
+	FirstStep int `json:"first_step"`
 }
 
 func (p Progress) String() string {
@@ -51,6 +54,7 @@ type ProgressFile struct {
 	rank      int
 	last      time.Time
 	lastPhase string
+	first     int
 }
 
 // NewProgressFile is the progress file of this rank, or nil when the
@@ -75,7 +79,10 @@ func (f *ProgressFile) Report(step int, phase, detail string) {
 		return
 	}
 	f.last, f.lastPhase = now, phase
-	b, _ := json.Marshal(Progress{Rank: f.rank, Step: step, Phase: phase, Detail: detail, Unix: now.UnixMilli()})
+	if f.first == 0 {
+		f.first = step
+	}
+	b, _ := json.Marshal(Progress{Rank: f.rank, Step: step, Phase: phase, Detail: detail, Unix: now.UnixMilli(), FirstStep: f.first})
 	// Written whole and renamed: the launcher never reads half a report.
 	if os.WriteFile(f.tmp, b, 0o644) == nil {
 		os.Rename(f.tmp, f.path)

@@ -213,7 +213,7 @@ func TestDataParallelTraining(t *testing.T) {
 				if err != nil {
 					t.Fatalf("launch %v: %v\n%s", tc.flags, err, out)
 				}
-				if !strings.Contains(out, tc.want) || !strings.Contains(out, "restart 1 of 1") || !strings.Contains(out, "launch: restart 1: rank 0 is at step") {
+				if !strings.Contains(out, tc.want) || !strings.Contains(out, "restart 1 of 1") || !strings.Contains(out, "launch: restart 1: rank 0 resumed at step") {
 					t.Errorf("the launcher's output lacks %q and the restart:\n%s", tc.want, out)
 				}
 				if n := metricLines(run); n != dpSteps {
