@@ -51,6 +51,66 @@ type ArmRules struct {
 	PoolCorrectStatesRule int         `json:"pool_correct_states_rule"`
 	HeldOutInPool         int         `json:"heldout_in_pool"`
 	Quote                 *pool.Entry `json:"quote,omitempty"`
+	// The relevance filter's purity over the abstraction prompts' logged
+	// retrieval candidates: over the first 10 steps and the whole run.
+	Purity10  Purity `json:"relevance_purity_first10"`
+	PurityRun Purity `json:"relevance_purity"`
+}
+
+// Purity is how well the relevance filter told a problem's family from
+// the others, counted over abstraction prompts' retrieval candidates: a
+// same-family candidate should pass, another family's should not.
+type Purity struct {
+	SameCandidates  int `json:"same_family_candidates"`
+	SamePassed      int `json:"same_family_passed"`
+	OtherCandidates int `json:"other_family_candidates"`
+	OtherPassed     int `json:"other_family_passed"`
+	// Prompts that drew retrieval candidates (one per group), and those
+	// whose passed related problems include another family's.
+	Prompts          int `json:"plan_prompts"`
+	PromptsWithOther int `json:"plan_prompts_with_other_family"`
+}
+
+// PassSame is P(pass | same family); PassOther P(pass | other family);
+// OtherShare the share of plan prompts holding another family's problem
+// (each -1 when nothing was counted).
+func (p Purity) PassSame() float64   { return ratio(p.SamePassed, p.SameCandidates) }
+func (p Purity) PassOther() float64  { return ratio(p.OtherPassed, p.OtherCandidates) }
+func (p Purity) OtherShare() float64 { return ratio(p.PromptsWithOther, p.Prompts) }
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return -1
+	}
+	return float64(a) / float64(b)
+}
+
+// add counts one abstraction prompt of a family-f problem with its
+// retrieval candidates.
+func (p *Purity) add(f int, related []relatedRow, x ruleIndex) {
+	p.Prompts++
+	other := false
+	for _, c := range related {
+		cf, ok := x.family[c.ProblemID]
+		if !ok {
+			continue
+		}
+		if cf == f {
+			p.SameCandidates++
+			if c.Passed {
+				p.SamePassed++
+			}
+			continue
+		}
+		p.OtherCandidates++
+		if c.Passed {
+			p.OtherPassed++
+			other = true
+		}
+	}
+	if other {
+		p.PromptsWithOther++
+	}
 }
 
 // ModeGroups counts the groups sampled under one prompt mode.
@@ -72,6 +132,14 @@ type rolloutRow struct {
 	Prompt    string  `json:"prompt"`
 	Reward    float64 `json:"reward"`
 	Correct   bool    `json:"correct"`
+	// An abstraction prompt's retrieval candidates and whether each passed
+	// the relevance filter.
+	Related []relatedRow `json:"related"`
+}
+
+type relatedRow struct {
+	ProblemID string `json:"problem_id"`
+	Passed    bool   `json:"passed"`
 }
 
 // ruleIndex answers, per problem ID, its family and the rule that answers
@@ -165,6 +233,16 @@ func (r *ArmRules) readRollouts(dir string, x ruleIndex) {
 				mg.AllCorrect++
 			}
 			r.Groups[mode] = mg
+			// The relevance filter's purity, over every prompt that drew
+			// retrieval candidates (one that passed none fell back to
+			// scratch, and counts).
+			if len(g[0].Related) > 0 {
+				f := x.family[g[0].ProblemID]
+				r.PurityRun.add(f, g[0].Related, x)
+				if g[0].Step <= 10 {
+					r.Purity10.add(f, g[0].Related, x)
+				}
+			}
 			if mode != "abstraction" {
 				continue
 			}

@@ -156,6 +156,9 @@ func TestDemoFastTransfer(t *testing.T) {
 	if lanpo.PoolEntries == 0 || res.Usage[ArmLANPOConsolidate].FeedbackAware == 0 {
 		t.Fatalf("LANPO's pool %d entries, usage %+v", lanpo.PoolEntries, res.Usage[ArmLANPOConsolidate])
 	}
+	if lanpo.PurityRun.Prompts == 0 || lanpo.PurityRun.SameCandidates+lanpo.PurityRun.OtherCandidates == 0 {
+		t.Fatalf("no retrieval candidates counted for the relevance filter's purity: %+v", lanpo.PurityRun)
+	}
 	rows, err := eval.ReadMetrics(filepath.Join(dir, ArmLANPOConsolidate, "metrics.jsonl"))
 	if err != nil || len(rows) != p.rlSteps {
 		t.Fatalf("metrics: %v (%d rows)", err, len(rows))
@@ -173,7 +176,7 @@ func TestDemoFastTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "Verdict, from this run's numbers", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model"} {
+	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "Verdict, from this run's numbers", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model", "The relevance filter"} {
 		if !strings.Contains(string(page), want) {
 			t.Fatalf("the report lacks %q", want)
 		}

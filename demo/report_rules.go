@@ -119,6 +119,7 @@ func rulesSections(b *strings.Builder, res Results) {
 			arm, found, F, med, learned, F, mode("scratch"), mode("reflection"), mode("abstraction"), plans, pool, r.HeldOutInPool)
 	}
 	b.WriteString("</table>")
+	purityTable(b, a, arms)
 
 	// Families found and learned over steps, per arm.
 	foundC := eval.Chart{Title: "families found (a verified-correct rollout so far) vs step", XLabel: "step", YLabel: "families"}
@@ -243,4 +244,38 @@ func verdict(b *strings.Builder, res Results, final map[string]float64) {
 		text.WriteString(" The bare prompt did not learn more than GRPO's.")
 	}
 	fmt.Fprintf(b, "<h2>Verdict, from this run's numbers</h2><p>%s</p>", html.EscapeString(text.String()))
+}
+
+// purityTable reports the relevance filter's purity per LANPO arm: of the
+// retrieval candidates of the prompts that drew any, the share of the
+// problem's own family that passed and of other families that passed, and
+// the share of those prompts given another family's problem.
+func purityTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
+	var rows []string
+	pct := func(v float64, n int) string {
+		if v < 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f (%d)", v, n)
+	}
+	for _, arm := range arms {
+		r := a.Arms[arm]
+		if r.PurityRun.Prompts == 0 {
+			continue
+		}
+		for _, c := range []struct {
+			when string
+			p    Purity
+		}{{"steps 1–10", r.Purity10}, {"whole run", r.PurityRun}} {
+			rows = append(rows, fmt.Sprintf("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>", arm, c.when,
+				pct(c.p.PassSame(), c.p.SameCandidates), pct(c.p.PassOther(), c.p.OtherCandidates), pct(c.p.OtherShare(), c.p.Prompts)))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("<h2>The relevance filter</h2><p>Of the retrieval candidates of every prompt that drew any (a prompt whose candidates all failed fell back to scratch and counts): the share of the problem's own family that passed (target ≥ 0.90) and of other families that passed (target ≤ 0.05), and the share of those prompts given at least one other family's problem. In parentheses: candidates, or prompts.</p>")
+	b.WriteString("<table><tr><th>arm</th><th>when</th><th>P(pass | same family)</th><th>P(pass | other family)</th><th>prompts given another family's problem</th></tr>")
+	b.WriteString(strings.Join(rows, ""))
+	b.WriteString("</table>")
 }
