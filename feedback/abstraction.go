@@ -80,7 +80,7 @@ func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abst
 		var lessons []pool.Lesson
 		var golds []string
 		for _, c := range passed {
-			for _, ls := range f.pool.Lessons(c.ProblemID, f.cfg.LessonsPerProblem, f.gold[c.ProblemID]) {
+			for _, ls := range relatedLessons(f.pool, c.ProblemID, f.gold[c.ProblemID], f.cfg) {
 				ls.Principles, ls.Pitfalls = f.modelText(ls.Principles), f.modelText(ls.Pitfalls)
 				lessons = append(lessons, ls)
 			}
@@ -273,4 +273,10 @@ func (f *Builder) Plans(ids, problems []string, indexes []int) ([]Plan, error) {
 		out[i] = Plan{IDs: r.ids, Text: r.plan, Lessons: r.lessons}
 	}
 	return out, nil
+}
+
+// relatedLessons are the lessons abstraction reads of a related problem:
+// lanpo.lessons_per_problem of its pool entries, in lanpo.lesson_order.
+func relatedLessons(p *pool.Pool, problemID, gold string, cfg Config) []pool.Lesson {
+	return p.Lessons(problemID, cfg.LessonsPerProblem, gold, cfg.LessonOrder == orderOutcome)
 }

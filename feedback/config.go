@@ -27,6 +27,14 @@ type Config struct {
 	// paper's summaries speak of, but being shown then tells the model the
 	// attempt was wrong.
 	ReflectOn string `yaml:"reflect_on"`
+	// LessonOrder: which of a related problem's pool entries abstraction
+	// reads first (LessonsPerProblem of them). recency (default): newest
+	// first, whatever their outcome; outcome: entries of verified-correct
+	// attempts first (newest first), then the rest newest first — a related
+	// problem's solved lesson reaches the condenser before its failed ones.
+	// Our choice, not the paper's (docs/lanpo.md); reflection is not
+	// affected (reflect_on decides what it shows).
+	LessonOrder string `yaml:"lesson_order"`
 	// TrainPrompt: sampled (default) trains each sample as an answer to the
 	// prompt it was sampled from (on-policy); original trains
 	// feedback-guided samples as answers to the problem alone, with
@@ -119,6 +127,8 @@ const (
 	scheduleLinear   = "linear"
 	reflectAny       = "any"
 	reflectFailed    = "failed"
+	orderRecency     = "recency"
+	orderOutcome     = "outcome"
 	trainSampled     = "sampled"
 	trainOriginal    = "original"
 	simPolicy        = "policy"
@@ -186,6 +196,9 @@ func (l *Config) Resolve(maxNewTokens int) {
 	if l.EmbeddingCentre == "" {
 		l.EmbeddingCentre = centreFixed
 	}
+	if l.LessonOrder == "" {
+		l.LessonOrder = orderRecency
+	}
 	if l.MaxAttemptTokens == 0 {
 		l.MaxAttemptTokens = maxNewTokens
 	}
@@ -218,6 +231,8 @@ func (l *Config) Validate(maxNewTokens int) error {
 		return bad("feedback_warmup_steps", "must be ≥ 1 with feedback_schedule: linear")
 	case l.ReflectOn != reflectAny && l.ReflectOn != reflectFailed:
 		return bad("reflect_on", "%q: want %s or %s", l.ReflectOn, reflectAny, reflectFailed)
+	case l.LessonOrder != orderRecency && l.LessonOrder != orderOutcome:
+		return bad("lesson_order", "%q: want %s or %s", l.LessonOrder, orderRecency, orderOutcome)
 	case l.TrainPrompt != trainSampled && l.TrainPrompt != trainOriginal:
 		return bad("train_prompt", "%q: want %s or %s", l.TrainPrompt, trainSampled, trainOriginal)
 	case l.TISCap < 1:

@@ -3,6 +3,8 @@ package feedback
 import (
 	"math"
 	"testing"
+
+	"github.com/lanpo-rl/lanpo/pool"
 )
 
 func TestExpectedDigitAndCentredCosine(t *testing.T) {
@@ -45,5 +47,28 @@ func TestQuantiles(t *testing.T) {
 	}
 	if q := quantiles([]float64{0.5}, nil); q[0] != 0 {
 		t.Fatalf("no reference: %v passes", q)
+	}
+}
+
+// lanpo.lesson_order reaches the lessons abstraction reads: recency gives
+// a related problem's newest entries, outcome its solved ones first.
+func TestLessonOrderReachesAbstraction(t *testing.T) {
+	p, err := pool.New(pool.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Add("What is 7 zorp 3?", pool.Entry{ProblemID: "z1", Step: 1, Correct: true, Summary: pool.Summary{Principles: "zorp is aab."}})
+	p.Add("What is 7 zorp 3?", pool.Entry{ProblemID: "z1", Step: 2, Summary: pool.Summary{Principles: "zorp is not ba."}})
+	cfg := Default()
+	cfg.LessonsPerProblem = 1
+	for order, want := range map[string]string{"": "zorp is not ba.", orderRecency: "zorp is not ba.", orderOutcome: "zorp is aab."} {
+		cfg.LessonOrder = order
+		if order == "" {
+			cfg.Resolve(16)
+		}
+		got := relatedLessons(p, "z1", "", cfg)
+		if len(got) != 1 || got[0].Principles != want {
+			t.Errorf("lesson_order %q: %+v, want %q", order, got, want)
+		}
 	}
 }

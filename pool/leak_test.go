@@ -137,7 +137,8 @@ func TestAbstractionCarriesNoForeignAnswer(t *testing.T) {
 		for _, q := range problems[:60] {
 			var lessons []Lesson
 			for _, c := range p.Candidates(q.ID, q.Problem, 4) {
-				lessons = append(lessons, p.Lessons(c.ProblemID, 3, gold[c.ProblemID])...)
+				// lanpo.lesson_order recency and outcome, trial by trial
+				lessons = append(lessons, p.Lessons(c.ProblemID, 3, gold[c.ProblemID], trial%2 == 1)...)
 			}
 			req := prompts.CondenseRequest(q.Problem, lessons)
 			if strings.Contains(req, `\boxed`) {

@@ -229,19 +229,29 @@ func pick(u float64, n int) int {
 
 // Lessons returns up to max lessons of a problem, newest first, with
 // boxed answers and the problem's gold answer where stated removed
-// (StripAnswers, strip.go).
-func (p *Pool) Lessons(problemID string, max int, gold string) []Lesson {
+// (StripAnswers, strip.go). With correctFirst, the lessons of
+// verified-correct attempts come first (newest first), then the others.
+func (p *Pool) Lessons(problemID string, max int, gold string, correctFirst bool) []Lesson {
 	pr := p.byID[problemID]
 	if pr == nil {
 		return nil
 	}
 	var out []Lesson
-	for i := len(pr.entries) - 1; i >= 0 && len(out) < max; i-- {
-		e := pr.entries[i]
-		l := Lesson{ProblemID: problemID, Principles: StripAnswers(e.Summary.Principles, pr.text, gold), Pitfalls: StripAnswers(e.Summary.Pitfalls, pr.text, gold)}
-		if l.Principles != "" || l.Pitfalls != "" {
-			out = append(out, l)
+	take := func(correct bool) {
+		for i := len(pr.entries) - 1; i >= 0 && len(out) < max; i-- {
+			e := pr.entries[i]
+			if correctFirst && e.Correct != correct {
+				continue
+			}
+			l := Lesson{ProblemID: problemID, Principles: StripAnswers(e.Summary.Principles, pr.text, gold), Pitfalls: StripAnswers(e.Summary.Pitfalls, pr.text, gold)}
+			if l.Principles != "" || l.Pitfalls != "" {
+				out = append(out, l)
+			}
 		}
+	}
+	take(true)
+	if correctFirst {
+		take(false)
 	}
 	return out
 }

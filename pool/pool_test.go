@@ -219,3 +219,37 @@ func saveAndLoad(t *testing.T, p *Pool, cfg Config) *Pool {
 	}
 	return q
 }
+
+// Lessons come newest first whatever their outcome (lanpo.lesson_order:
+// recency), or with correctFirst (outcome) the verified-correct attempts'
+// lessons first, newest first, then the others newest first; max applies
+// after the order.
+func TestLessonsOrder(t *testing.T) {
+	p, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, correct := range []bool{true, false, true, false, false} {
+		p.Add("What is 7 zorp 3?", Entry{ProblemID: "z1", Step: i + 1, Correct: correct,
+			Summary: Summary{Principles: fmt.Sprintf("lesson %d", i+1)}})
+	}
+	got := func(max int, correctFirst bool) string {
+		var out []string
+		for _, l := range p.Lessons("z1", max, "", correctFirst) {
+			out = append(out, l.Principles)
+		}
+		return strings.Join(out, ", ")
+	}
+	if s := got(5, false); s != "lesson 5, lesson 4, lesson 3, lesson 2, lesson 1" {
+		t.Errorf("recency: %s", s)
+	}
+	if s := got(5, true); s != "lesson 3, lesson 1, lesson 5, lesson 4, lesson 2" {
+		t.Errorf("outcome: %s", s)
+	}
+	if s := got(2, true); s != "lesson 3, lesson 1" {
+		t.Errorf("outcome, 2 lessons: %s", s)
+	}
+	if s := got(2, false); s != "lesson 5, lesson 4" {
+		t.Errorf("recency, 2 lessons: %s", s)
+	}
+}

@@ -244,6 +244,7 @@ func TestConfigErrors(t *testing.T) {
 		{base, []string{"novalue"}, "want key=value"},
 		{"run_dir: r\n", nil, "config key model: is required"},
 		{base, []string{"total_steps=-1"}, "total_steps"},
+		{base, []string{"algo.name=lanpo", "lanpo.lesson_order=best"}, `config key lanpo.lesson_order: "best": want recency or outcome`},
 	} {
 		_, err := LoadConfig(write(c.body), c.sets)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -257,6 +258,12 @@ func TestConfigErrors(t *testing.T) {
 	cfg, err := LoadConfig(write(base), []string{"algo.clip_high=0.35", "rollout.max_new_tokens=7"})
 	if err != nil || cfg.Algo.ClipHigh != 0.35 || cfg.Rollout.MaxNewTokens != 7 || cfg.Algo.ClipLow != 0.2 {
 		t.Fatalf("overrides: %+v %v", cfg.Algo, err)
+	}
+	if cfg.LANPO.LessonOrder != "recency" {
+		t.Errorf("lanpo.lesson_order resolves to %q, want recency", cfg.LANPO.LessonOrder)
+	}
+	if cfg, err := LoadConfig(write(base), []string{"algo.name=lanpo", "lanpo.lesson_order=outcome"}); err != nil || cfg.LANPO.LessonOrder != "outcome" {
+		t.Errorf("lanpo.lesson_order=outcome: %q, %v", cfg.LANPO.LessonOrder, err)
 	}
 }
 
