@@ -321,6 +321,12 @@ func checkManifest(dir string) error {
 	if err != nil {
 		return err
 	}
+	return checkManifestFiles(dir, man)
+}
+
+// checkManifestFiles checks dir against its read manifest: the required
+// files listed, and every listed file there with its size.
+func checkManifestFiles(dir string, man manifest) error {
 	for _, name := range requiredFiles {
 		if _, ok := man.Files[name]; !ok {
 			return fmt.Errorf("%s: no %s", dir, name)

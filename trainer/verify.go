@@ -21,9 +21,9 @@ import (
 )
 
 // Checkpoint digests: the manifest holds the SHA-256 of every file of the
-// checkpoint (manifest.sha256), computed when it is sealed — each file read
-// back once, files in parallel, most of them still in the page cache. A
-// resume verifies them before loading anything: a flipped byte in the
+// checkpoint (manifest.sha256): the safetensors files' computed as they are
+// written (fsutil.HashPipe), the others' read back when the checkpoint is
+// sealed, files in parallel. A resume verifies them before loading anything: a flipped byte in the
 // weights or the optimizer state (a bad disk, a partial copy between
 // machines) is an error naming the file, never a silent resume into a
 // different run. Checkpoints sealed before digests existed carry sizes
@@ -88,12 +88,12 @@ func fileSHA256(path string) (string, error) {
 func VerifyCheckpoint(dir string) (Verification, error) {
 	start := time.Now()
 	v := Verification{Dir: dir}
-	if err := checkManifest(dir); err != nil {
-		return v, fmt.Errorf("%w: not a complete checkpoint: %w", ErrCorrupt, err)
-	}
 	man, err := readManifest(dir)
+	if err == nil {
+		err = checkManifestFiles(dir, man)
+	}
 	if err != nil {
-		return v, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return v, fmt.Errorf("%w: not a complete checkpoint: %w", ErrCorrupt, err)
 	}
 	names := make([]string, 0, len(man.Files))
 	for name, size := range man.Files {

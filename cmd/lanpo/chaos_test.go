@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/syncbuf"
 )
 
@@ -315,19 +316,13 @@ func waitStopped(pid int) {
 // stableMetrics reads a run's metrics.jsonl without its timing fields.
 func stableMetrics(t *testing.T, runDir string) []map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
+	rows, err := eval.ReadMetrics(filepath.Join(runDir, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []map[string]any
-	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-		var m map[string]any
-		if err := json.Unmarshal(l, &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range rows {
 		delete(m, "seconds")
 		delete(m, "tokens_per_s")
-		out = append(out, m)
 	}
-	return out
+	return rows
 }

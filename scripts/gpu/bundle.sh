@@ -70,11 +70,7 @@ t0=$(date +%s)
 	make --no-print-directory build CUDA=1 VERSION="$version" >&2
 	mapfile -t pkgs < <(gpu_test_packages)
 	go test -c -o "$work/bin/tests/" "${pkgs[@]}" >&2
-	for p in "${pkgs[@]}"; do # go test -c names a binary after its package's last element
-		b=$(basename "$p").test
-		[ "$b" = "$(test_binary_name "$p")" ] || mv "$work/bin/tests/$b" "$work/bin/tests/$(test_binary_name "$p")"
-		echo "$(test_binary_name "$p") $p"
-	done >"$work/bin/tests/packages"
+	name_test_binaries "$work/bin/tests" "${pkgs[@]}"
 	cp bin/lanpo "$work/bin/bin/lanpo"
 )
 strip "$work/bin/bin/lanpo" "$work/bin/tests/"*.test

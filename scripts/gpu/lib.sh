@@ -20,6 +20,19 @@ test_binary_name() {
 	echo "${d//\//_}.test"
 }
 
+# name_test_binaries OUT PKG...: after `go test -c -o OUT/ PKG...` (which
+# names a binary after its package's last element), renames each to
+# test_binary_name and writes OUT/packages: "BINARY DIR" per package.
+name_test_binaries() {
+	local out=$1 p b
+	shift
+	for p in "$@"; do
+		b=$(basename "$p").test
+		[ ! -f "$out/$b" ] || [ "$b" = "$(test_binary_name "$p")" ] || mv "$out/$b" "$out/$(test_binary_name "$p")"
+		echo "$(test_binary_name "$p") $p"
+	done >"$out/packages"
+}
+
 # tree_sha256 prints a hash of the checkout as the device tool copies it
 # (tracked and untracked-unignored files): the bundle's binaries are built
 # from it, and make gpu-rehearsal makes the bundle again when it changed.

@@ -266,11 +266,7 @@ if [ -z "$lanpo" ]; then
 		mapfile -t pkgs < <(gpu_test_packages)
 		timeout "$(left)" go test -c -o "$work/src-tests/" "${pkgs[@]}" >>"$OUT/build.log" 2>&1
 		rc=$?
-		for p in "${pkgs[@]}"; do
-			b=$(basename "$p").test
-			[ ! -f "$work/src-tests/$b" ] || [ "$b" = "$(test_binary_name "$p")" ] || mv "$work/src-tests/$b" "$work/src-tests/$(test_binary_name "$p")"
-			echo "$(test_binary_name "$p") $p"
-		done >"$work/src-tests/packages"
+		name_test_binaries "$work/src-tests" "${pkgs[@]}"
 		fact[test_build_s]=$(($(now) - t0))
 	fi
 	wrapper_json=$(ls -t "$XDG_CACHE_HOME"/lanpo/gotch-wrapper/*/timings.json 2>/dev/null | head -1)
