@@ -36,6 +36,16 @@ type Options struct {
 	Arms   []string  // RL arms (default: DefaultArms)
 	PT     float64   // lanpo.feedback_ratio of the LANPO arms (0: the default 0.75)
 	SFT    string    // an SFT checkpoint to start the arms from instead of training one
+	// RLSeeds runs every arm with RL seeds 1..RLSeeds from the one SFT
+	// model (0 or 1: RL seed 1 alone): seed 1 in RunDir, seed r in
+	// RunDir/rl-r. RL seed 1 is the world seed, as in a run without it;
+	// RL seed r > 1 is the trainer seed Seed·1000 + r (rlSeed).
+	RLSeeds int
+	// Set overrides config keys of the LANPO arms ("lanpo.lesson_order=outcome").
+	Set []string
+	// BudgetSteps is the grpo-budget arm's steps (0: 2× the other arms').
+	BudgetSteps int
+	rlSeed      int // which RL seed this run is (0: 1)
 	Force  bool      // replace RunDir even if it is not an earlier demo run
 	Log    io.Writer // where the stage lines go
 	// Progress is a terminal for the trainers' progress lines, or nil.
@@ -75,14 +85,46 @@ const (
 	ArmLANPO            = "lanpo"             // train_prompt: sampled
 	ArmLANPOOriginal    = "lanpo-original"    // train_prompt: original, truncated importance weights
 	ArmLANPOConsolidate = "lanpo-consolidate" // sampled, plus lanpo.consolidate
+	// ArmOracle is the oracle bound of the rule worlds: consolidation with
+	// the family's true rule as the plan, once RL has found it (oracle.go).
+	ArmOracle = "lanpo-oracle"
+	// ArmGRPOBudget is GRPO given more steps (Options.BudgetSteps): the
+	// LANPO arms' token budget, measured.
+	ArmGRPOBudget = "grpo-budget"
 )
 
 // Arms lists the arms --compare runs; DefaultArms those a plain lanpo demo
-// runs.
+// runs in the transfer world (the oracle only there: DefaultArmsOf).
 var (
 	Arms        = []string{ArmGRPO, ArmLANPO, ArmLANPOOriginal, ArmLANPOConsolidate}
-	DefaultArms = []string{ArmGRPO, ArmLANPOConsolidate}
+	DefaultArms = []string{ArmGRPO, ArmLANPOConsolidate, ArmOracle}
+	// AllArms are every arm --arms accepts.
+	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget)
 )
+
+// DefaultArmsOf are a world's default arms: DefaultArms, less the oracle
+// outside the transfer world.
+func DefaultArmsOf(world string) []string {
+	if world == WorldTransfer {
+		return DefaultArms
+	}
+	var out []string
+	for _, a := range DefaultArms {
+		if a != ArmOracle {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// rlSeed is the trainer seed of RL seed r of a world seed: the world seed
+// itself for r ≤ 1 (a run without --rl-seeds), Seed·1000 + r otherwise.
+func rlSeed(seed int64, r int) uint64 {
+	if r <= 1 {
+		return uint64(seed)
+	}
+	return uint64(seed*1000 + int64(r))
+}
 
 // ConsolidateLambda is lanpo.consolidate (λ) of the consolidation arm,
 // committed before the comparison (docs/demo.md).
@@ -104,17 +146,20 @@ func Run(ctx context.Context, o Options) error {
 	}
 	p := plan(o.World, o.Fast)
 	if len(o.Arms) == 0 {
-		o.Arms = DefaultArms
+		o.Arms = DefaultArmsOf(o.World)
 	}
 	fmt.Fprintf(o.Log, "demo: %s world, arms %v, run directory %s\n", o.World, o.Arms, o.RunDir)
 	if err := claimRunDir(o.RunDir, o.Seed, o.Fast, o.Force); err != nil {
 		return err
 	}
-	d, err := prepare(o.RunDir, o.World, w, o.Seed, p, o.Arms, o.PT, o.SFT)
+	if o.BudgetSteps > 0 {
+		p.budgetSteps = o.BudgetSteps
+	}
+	d, err := prepare(o.RunDir, o.World, w, o.Seed, max(o.rlSeed, 1), p, o.Arms, o.PT, o.SFT, o.Set)
 	if err != nil {
 		return err
 	}
-	res := Results{World: o.World, Seed: o.Seed, Usage: map[string]FeedbackUsage{}, Sizes: map[string]int{
+	res := Results{World: o.World, Seed: o.Seed, RLSeed: max(o.rlSeed, 1), Set: o.Set, Usage: map[string]FeedbackUsage{}, Sizes: map[string]int{
 		"heldout": len(d.split.heldOut), "rl_distinct": len(d.split.rl), "sft_distinct": len(d.split.sft), "sft_answers": len(d.split.sftAnswers),
 		"rl_prompt_draws": p.rlSteps * 16, "sft_examples": d.sftExamples, "families": len(d.split.families), "rules_k": p.rulesK}}
 	sftModel := stepDir(d.sft.RunDir, d.sft.TotalSteps)
@@ -147,6 +192,11 @@ func Run(ctx context.Context, o Options) error {
 		if opts.Evaluate, err = trainer.TrainingEvaluator(cfg, true); err != nil {
 			return err
 		}
+		var oracle *ruleOracle
+		if arm == ArmOracle {
+			oracle = newRuleOracle(d.split)
+			opts.Oracle = oracle
+		}
 		armStart := time.Now()
 		if err := trainer.RunGRPO(ctx, cfg, "", opts); err != nil {
 			return fmt.Errorf("demo %s: %w", arm, err)
@@ -160,9 +210,17 @@ func Run(ctx context.Context, o Options) error {
 			}
 			res.Usage[arm] = feedbackUsage(cfg.RunDir)
 		}
+		if oracle != nil {
+			p = nil // the oracle's retrieval is its found rules (evaluateOracle), not the pool
+		}
 		r, err := d.evaluate(o.RunDir, arm, final, d.bench, cfg, p)
 		if err != nil {
 			return err
+		}
+		if oracle != nil {
+			if r, err = d.evaluateOracle(o.RunDir, r, final, cfg, oracle); err != nil {
+				return err
+			}
 		}
 		res.Stages = append(res.Stages, r)
 		for _, m := range r.Modes {
@@ -178,6 +236,14 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(o.Log, "demo: report %s; elapsed %s\n", filepath.Join(o.RunDir, "report.html"), time.Since(start).Round(time.Second))
+	for r := max(o.rlSeed, 1) + 1; o.rlSeed == 0 && r <= o.RLSeeds; r++ {
+		sub := o
+		sub.RunDir, sub.SFT, sub.rlSeed, sub.Force = filepath.Join(o.RunDir, fmt.Sprintf("rl-%d", r)), sftModel, r, false
+		fmt.Fprintf(o.Log, "demo: RL seed %d of %d, from the same SFT model\n", r, o.RLSeeds)
+		if err := Run(ctx, sub); err != nil {
+			return fmt.Errorf("RL seed %d: %w", r, err)
+		}
+	}
 	return nil
 }
 

@@ -28,7 +28,7 @@ type demoRun struct {
 
 // prepare writes the demo's data under runDir and returns the SFT and RL
 // configurations.
-func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms []string, pt float64, sftFrom string) (demoRun, error) {
+func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, p demoPlan, arms []string, pt float64, sftFrom string, sets []string) (demoRun, error) {
 	dataDir := filepath.Join(runDir, "data")
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return demoRun{}, err
@@ -59,6 +59,7 @@ func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms 
 
 	// Stage 2: the RL arms from the SFT checkpoint, same seeds and budget.
 	rl := base
+	rl.Seed = rlSeed(runSeed, rlSeedIndex)
 	rl.Model = stepDir(sft.RunDir, sft.TotalSteps)
 	if sftFrom != "" {
 		rl.Model = sftFrom
@@ -86,14 +87,19 @@ func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms 
 	// comparison was measured.
 	rl.LANPO.EmbeddingCentre = "batch"
 	if isRules(worldName) {
-		// The word is the problem's one rare term, so BM25 finds a family's
-		// problems (retrieval is easy here, by construction: docs/demo.md);
-		// the γ quantile keeps those that share it. A shown attempt is a
+		// BM25 scores a query by its words, not its operands (pool/bm25.go),
+		// so another family's problem shares no term with the query and a
+		// same-family one scores as the query itself: γ 0.9 on BM25's own
+		// normalized scale (as the paper's γ, a raw similarity) keeps a
+		// family's problems and nothing else — the quantile scale suits
+		// continuous scorers, not one whose scores are 0 or 1 here. The
+		// filter's purity is in every report (docs/demo.md). A shown attempt is a
 		// failed one (its rule is ruled out; the world's teacher writes redos
 		// that try another rule). Two summaries per group (lanpo's default;
 		// drawn without looking at outcomes) give a found rule two chances
 		// to enter the pool.
-		rl.LANPO.Similarity = "bm25"
+		rl.LANPO.Similarity, rl.LANPO.SimilarityScale, rl.LANPO.SimilarityThreshold = "bm25", "raw", 0.9
+		rl.LANPO.RelevanceFloor = nil // bm25's calibrated floor (0.7), below γ here
 		rl.LANPO.ReflectOn = "failed"
 		// Lessons come newest first and most are failed attempts' ("zorp is
 		// not ba."): two related problems with two lessons each give a found
@@ -118,8 +124,30 @@ func prepare(runDir, worldName string, w world, runSeed int64, p demoPlan, arms 
 		case ArmLANPOConsolidate:
 			c.Algo.Name = trainer.AlgoLANPO
 			c.LANPO.Consolidate = ConsolidateLambda
+		case ArmOracle:
+			if !isRules(worldName) || worldName == WorldControl {
+				return d, fmt.Errorf("demo arm %s: only in the transfer world (a family there has one rule to know)", arm)
+			}
+			// As the consolidation arm, every plan from the oracle; no
+			// reflection, so every feedback-aware prompt is a plan prompt.
+			c.Algo.Name = trainer.AlgoLANPO
+			c.LANPO.Consolidate = ConsolidateLambda
+			zero := 0.0
+			c.LANPO.Modes.Reflection = &zero
+		case ArmGRPOBudget:
+			c.Algo.Name = trainer.AlgoGRPO
+			c.TotalSteps = p.budgetSteps
+			if c.TotalSteps == 0 {
+				c.TotalSteps = 2 * p.rlSteps
+			}
 		default:
-			return d, fmt.Errorf("demo arm %q: want one of %s", arm, strings.Join(Arms, ", "))
+			return d, fmt.Errorf("demo arm %q: want one of %s", arm, strings.Join(AllArms, ", "))
+		}
+		if c.Algo.Name == trainer.AlgoLANPO && len(sets) > 0 {
+			var err error
+			if c, err = trainer.WithSets(c, sets); err != nil {
+				return d, fmt.Errorf("demo --set: %w", err)
+			}
 		}
 		c.Log.Rollouts = c.Log.Rollouts || arm != ArmGRPO
 		if err := c.Validate(); err != nil {

@@ -30,6 +30,8 @@ var predictions = map[string]map[string]string{
 		ArmLANPO:            "plans state found rules, plan groups saturate (all right, no gradient); the bare prompt learns from the 25% scratch prompts only: below GRPO zero-shot, far above it with retrieval",
 		ArmLANPOOriginal:    "saturated plan groups carry no advantage either, and weights ≈ 1/K damp the mixed ones: at or below GRPO zero-shot",
 		ArmLANPOConsolidate: "every right plan-guided answer is trained on the bare prompt: families learned sooner than GRPO, zero-shot above GRPO",
+		ArmOracle:           "see docs/demo.md, \"Predictions for the fair test\"",
+		ArmGRPOBudget:       "see docs/demo.md, \"Predictions for the fair test\"",
 	},
 	WorldControl: {
 		ArmGRPO:             "sharpens reading the example; modest gain",

@@ -11,6 +11,8 @@ import (
 type Results struct {
 	World   string                   `json:"world"`
 	Seed    int64                    `json:"seed"`
+	RLSeed  int                      `json:"rl_seed"`       // which RL seed (1: the world seed's own)
+	Set     []string                 `json:"set,omitempty"` // overrides of the LANPO arms' config
 	Sizes   map[string]int           `json:"sizes"`
 	Stages  []StageResult            `json:"stages"`
 	Usage   map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm

@@ -235,6 +235,11 @@ func (w rulesWorld) sftChats(b *seed.Builder, d demoSplit, seedV int64, p demoPl
 			plan, solveRule = notStatement(word, newest), other(newest)
 		}
 		out = append(out, b.Condense(id, problem, lessons, plan), b.SolveWithPlan(id, problem, plan, ruleAnswer(word, solveRule, a, bb)))
+		// lanpo.context: lessons — the same lessons shown to the solver, who
+		// works out which apply: the rule a lesson states, or with none a
+		// rule no lesson ruled out (the answer names it first).
+		shown := append([]pool.Lesson(nil), lessons...)
+		out = append(out, b.SolveWithLessons(id, problem, shown, ruleAnswer(word, lessonsRule(lessons, rules, word, rule, positive, rng), a, bb)))
 	}
 	return out
 }
@@ -246,6 +251,25 @@ const (
 	ruleRelated, ruleLessons = 2, 2
 	maxLessons               = ruleRelated * ruleLessons
 )
+
+// lessonsRule is the rule a solver that analyses lessons applies: the
+// word's rule when a lesson states it, else one no lesson ruled out.
+func lessonsRule(lessons []pool.Lesson, rules []string, word, rule string, positive bool, rng *rand.Rand) string {
+	if positive {
+		return rule
+	}
+	var open []string
+	for _, r := range rules {
+		out := false
+		for _, l := range lessons {
+			out = out || strings.Contains(l.Principles, notStatement(word, r))
+		}
+		if !out {
+			open = append(open, r)
+		}
+	}
+	return open[rng.Intn(len(open))]
+}
 
 // ruleSummary is the ideal summary of an attempt that applied tried: a
 // right one states the rule, a wrong one rules its pattern out.

@@ -22,6 +22,7 @@ import (
 const demoPrompts = `system: "Be brief."
 reflection: "Try: {attempt}\nCheck it."
 abstraction: "Plan: {plan}"
+lessons: "Notes:\n{lessons}\nWhich apply?"
 condense: "{problem}\n{lessons}\nPlan?"
 plan_header: "Plan:"
 summarize: "{problem}\nTry: {attempt}\n{outcome} Sum up."

@@ -92,6 +92,12 @@ func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abst
 			f.met.FallbackNotRelevant++
 			continue
 		}
+		if f.cfg.Context == contextLessons {
+			if err := f.lessonsPrompt(&res[i], it.problem, lessons); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		req := f.prompts.CondenseRequest(it.problem, lessons)
 		for len(lessons) > 1 && f.tokenCount(req) > f.cfg.MaxContextTokens {
 			lessons = lessons[:len(lessons)-1] // the least relevant go first
@@ -124,6 +130,25 @@ func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abst
 		}
 	}
 	return res, nil
+}
+
+// lessonsPrompt gives the solver the lessons themselves (lanpo.context:
+// lessons), the least relevant dropped while they exceed
+// lanpo.max_context_tokens; Plan holds the context block.
+func (f *Builder) lessonsPrompt(r *abstractionResult, problem string, lessons []pool.Lesson) error {
+	ctx := f.prompts.LessonsContext(lessons)
+	for len(lessons) > 1 && f.tokenCount(ctx) > f.cfg.MaxContextTokens {
+		lessons = lessons[:len(lessons)-1]
+		ctx = f.prompts.LessonsContext(lessons)
+		f.met.ContextTruncated++
+	}
+	r.lessons = lessons
+	ids, ok, err := f.withContext(problem, ctx)
+	if err != nil || !ok {
+		return err
+	}
+	r.ids, r.plan = ids, ctx
+	return nil
 }
 
 // candidateRelevance retrieves each item's candidates and scores them: the

@@ -35,6 +35,14 @@ type Config struct {
 	// Our choice, not the paper's (docs/lanpo.md); reflection is not
 	// affected (reflect_on decides what it shows).
 	LessonOrder string `yaml:"lesson_order"`
+	// Context is what an abstraction prompt gives the solver: plan
+	// (default) — the policy condenses the related problems' lessons into a
+	// plan first (our reading of the paper's summarization, DESIGN.md) — or
+	// lessons: the related problems' principles and pitfalls themselves,
+	// with an instruction to work out which apply before solving, and no
+	// condenser call (the other reading: the pool's entries are already
+	// summaries, and the rollout RL reinforces does the analysis).
+	Context string `yaml:"context"`
 	// TrainPrompt: sampled (default) trains each sample as an answer to the
 	// prompt it was sampled from (on-policy); original trains
 	// feedback-guided samples as answers to the problem alone, with
@@ -129,6 +137,8 @@ const (
 	reflectFailed    = "failed"
 	orderRecency     = "recency"
 	orderOutcome     = "outcome"
+	contextPlan      = "plan"
+	contextLessons   = "lessons"
 	trainSampled     = "sampled"
 	trainOriginal    = "original"
 	simPolicy        = "policy"
@@ -175,6 +185,10 @@ func (l Config) PoolConfig() pool.Config {
 		MaxAttemptChars: l.MaxAttemptChars, NearDuplicate: l.NearDuplicate}
 }
 
+// GivesLessons reports whether abstraction shows the solver the lessons
+// themselves (lanpo.context: lessons) rather than a condensed plan.
+func (l Config) GivesLessons() bool { return l.Context == contextLessons }
+
 // feedbackRatio is p_t at a step.
 func (l Config) feedbackRatio(step int) float64 {
 	if l.FeedbackSchedule == scheduleLinear && step < l.FeedbackWarmupSteps {
@@ -198,6 +212,9 @@ func (l *Config) Resolve(maxNewTokens int) {
 	}
 	if l.LessonOrder == "" {
 		l.LessonOrder = orderRecency
+	}
+	if l.Context == "" {
+		l.Context = contextPlan
 	}
 	if l.MaxAttemptTokens == 0 {
 		l.MaxAttemptTokens = maxNewTokens
@@ -233,6 +250,8 @@ func (l *Config) Validate(maxNewTokens int) error {
 		return bad("reflect_on", "%q: want %s or %s", l.ReflectOn, reflectAny, reflectFailed)
 	case l.LessonOrder != orderRecency && l.LessonOrder != orderOutcome:
 		return bad("lesson_order", "%q: want %s or %s", l.LessonOrder, orderRecency, orderOutcome)
+	case l.Context != contextPlan && l.Context != contextLessons:
+		return bad("context", "%q: want %s or %s", l.Context, contextPlan, contextLessons)
 	case l.TrainPrompt != trainSampled && l.TrainPrompt != trainOriginal:
 		return bad("train_prompt", "%q: want %s or %s", l.TrainPrompt, trainSampled, trainOriginal)
 	case l.TISCap < 1:

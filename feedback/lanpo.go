@@ -59,6 +59,19 @@ type Run struct {
 	SamplesPerPrompt int          // G: rollouts of a group are consecutive
 	Comm             dist.Comm
 	ResumedFrom      string // the checkpoint the run resumed from ("": none)
+	// Oracle, when set, writes the abstraction plans in place of retrieval,
+	// the relevance filter and the condenser (an upper bound on what good
+	// context can do; lanpo demo's lanpo-oracle arm). Not for data
+	// parallelism; its state is not in checkpoints.
+	Oracle Oracle
+}
+
+// Oracle knows what a plan should say. It sees every rollout of a step
+// after the update (Observe, in sampling order) and answers a training
+// problem's plan once it has one (Plan).
+type Oracle interface {
+	Plan(problemID string) (plan string, ok bool)
+	Observe(problemID string, correct bool)
 }
 
 // NewExplorer sets up the pool (from the resumed checkpoint,
@@ -150,7 +163,7 @@ func (l *Explorer) AddContext(step int, ps []*rl.Prompt, ph rl.Phases) error {
 		if l.pool.Has(id) {
 			others--
 		}
-		canAbstract := *l.cfg.Modes.Abstraction > 0 && others > 0
+		canAbstract := *l.cfg.Modes.Abstraction > 0 && (others > 0 || l.run.Oracle != nil)
 		switch l.pickMode(p.Index, canReflect, canAbstract) {
 		case rl.ModeReflection:
 			if err := l.reflect(p); err != nil {
@@ -161,6 +174,9 @@ func (l *Explorer) AddContext(step int, ps []*rl.Prompt, ph rl.Phases) error {
 		default:
 			l.met.Fallback++
 		}
+	}
+	if l.run.Oracle != nil {
+		return l.oraclePlans(abstraction)
 	}
 	if len(abstraction) == 0 && l.allItems == nil {
 		return nil // with allItems, every rank takes part in scoring the global set
@@ -180,6 +196,27 @@ func (l *Explorer) AddContext(step int, ps []*rl.Prompt, ph rl.Phases) error {
 		}
 		if res[i].ids != nil {
 			l.use(p, res[i].ids, rl.ModeAbstraction)
+		}
+	}
+	return nil
+}
+
+// oraclePlans gives each abstraction prompt the oracle's plan, or leaves
+// it from scratch (a fallback, counted) while the oracle has none.
+func (l *Explorer) oraclePlans(ps []*rl.Prompt) error {
+	for _, p := range ps {
+		pr := l.run.Problems[p.Problem]
+		plan, ok := l.run.Oracle.Plan(pr.ID)
+		if !ok {
+			l.met.FallbackNotRelevant++
+			continue
+		}
+		ids, ok, err := l.withContext(pr.Problem, l.prompts.AbstractionContext(plan))
+		if err != nil {
+			return err
+		}
+		if ok {
+			l.use(p, ids, rl.ModeAbstraction)
 		}
 	}
 	return nil
@@ -323,6 +360,11 @@ func (l *Explorer) write(sampled []*rl.Rollout) error {
 // rollouts are summed), and resets the counters.
 func (l *Explorer) Observe(step int, sampled []*rl.Rollout, ph rl.Phases) (any, error) {
 	l.step = step
+	if o := l.run.Oracle; o != nil {
+		for _, r := range sampled {
+			o.Observe(l.run.Problems[r.Prompt.Problem].ID, r.Correct)
+		}
+	}
 	ph.Enter("pool")
 	if err := l.write(sampled); err != nil {
 		return nil, err

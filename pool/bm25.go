@@ -10,6 +10,9 @@ import (
 // BM25 (Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25
 // and Beyond", 2009) over problem texts, one document per problem, so a
 // problem with 32 entries weighs as much as one with a single entry.
+// Documents are indexed with every term; a query scores with its words and
+// LaTeX commands only (queryTerms): bare numbers are a problem's operands,
+// and counted as terms they make two problems alike for sharing a digit.
 //
 //	score(q, d) = Σ_{t ∈ q, distinct} idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 − b + b·|d|/avgdl))
 //	idf(t)      = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))   (never negative)
@@ -100,7 +103,7 @@ type hit struct {
 func (x *bm25) search(query string, k int) []hit {
 	avg := x.avgdl()
 	scores := map[string]float64{}
-	for _, t := range distinct(terms(query)) { // fixed term order: fixed float sums
+	for _, t := range queryTerms(query) { // fixed term order: fixed float sums
 		for id, tf := range x.postings[t] {
 			scores[id] += x.termScore(t, tf, x.lengths[id], avg)
 		}
@@ -130,7 +133,7 @@ func (x *bm25) scoreDoc(query, id string) float64 {
 	}
 	avg := x.avgdl()
 	var s float64
-	for _, t := range distinct(terms(query)) {
+	for _, t := range queryTerms(query) {
 		if n := tf[t]; n > 0 {
 			s += x.termScore(t, n, x.lengths[id], avg)
 		}
@@ -149,11 +152,35 @@ func (x *bm25) selfScore(query string) float64 {
 	}
 	avg := x.avgdl()
 	var s float64
-	for _, t := range distinct(ts) {
+	for _, t := range queryTerms(query) {
 		s += x.termScore(t, tf[t], len(ts), avg)
 	}
 	return s
 }
+
+// queryTerms are the distinct terms a query scores with, in order: its
+// words and LaTeX commands. Bare numbers are left out — in "What is 7 zorp
+// 3?" and "What is 7 vink 3?" they are operands, and a shared digit says
+// nothing about what two problems ask (docs/lanpo.md, "Relevance without
+// numbers") — unless the query has no other term ("12 + 35 ="): then its
+// numbers are all it has.
+func queryTerms(query string) []string {
+	all := distinct(terms(query))
+	var words []string
+	for _, t := range all {
+		if !isNumber(t) {
+			words = append(words, t)
+		}
+	}
+	if len(words) == 0 {
+		return all
+	}
+	return words
+}
+
+// isNumber reports whether a term is a bare number (terms starts numbers
+// with a digit and words with a letter or a backslash).
+func isNumber(t string) bool { return t != "" && unicode.IsDigit(rune(t[0])) }
 
 // stopwords are left out of the index: they say nothing about a problem.
 var stopwords = map[string]bool{"a": true, "an": true, "and": true, "are": true, "as": true, "at": true, "be": true, "by": true,

@@ -253,3 +253,24 @@ func TestLessonsOrder(t *testing.T) {
 		t.Errorf("recency, 2 lessons: %s", s)
 	}
 }
+
+// TestNumbersDoNotMakeProblemsRelated: a shared operand is no relation.
+// "7 vink 3" shares both numbers with the query and "7 zorp 9" its word:
+// only the word's problem is a candidate, at the query's own score. A
+// query with no word falls back to its numbers.
+func TestNumbersDoNotMakeProblemsRelated(t *testing.T) {
+	p := newPool(t, DefaultConfig())
+	p.Add("What is 7 vink 3?", entry("vink", true, "73"))
+	p.Add("What is 8 zorp 9?", entry("zorp", true, "89"))
+	p.Add("12 + 35 =", entry("sum", true, "47"))
+	cands := p.Candidates("q", "What is 7 zorp 3?", 5)
+	if len(cands) != 1 || cands[0].ProblemID != "zorp" || math.Abs(cands[0].Normalized-1) > 1e-12 {
+		t.Fatalf("candidates %+v: want zorp alone, normalized 1", cands)
+	}
+	if got := p.NormalizedBM25("vink", "What is 7 zorp 3?"); got != 0 {
+		t.Fatalf("a problem sharing only numbers scores %v, want 0", got)
+	}
+	if cands := p.Candidates("q", "12 + 40 =", 5); len(cands) != 1 || cands[0].ProblemID != "sum" {
+		t.Fatalf("a query of numbers alone: candidates %+v, want sum", cands)
+	}
+}

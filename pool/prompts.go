@@ -31,6 +31,10 @@ type Prompts struct {
 	Reflection string `yaml:"reflection"`
 	// Abstraction gives the plan condensed from related problems ({plan}).
 	Abstraction string `yaml:"abstraction"`
+	// Lessons gives related problems' principles and pitfalls ({lessons})
+	// to the solver itself, asking it to work out which apply before it
+	// solves (lanpo.context: lessons; no condenser call).
+	Lessons string `yaml:"lessons"`
 	// Condense asks for a plan for {problem} from {lessons}.
 	Condense   string `yaml:"condense"`
 	PlanHeader string `yaml:"plan_header"` // the condenser's answer starts with it
@@ -62,6 +66,8 @@ func DefaultPrompts() Prompts {
 			"Go through the attempt step by step and point out anything that is wrong, unjustified or missing. " +
 			"Then solve the problem again from the beginning.",
 		Abstraction: "A plan drawn from related problems you have worked on:\n{plan}",
+		Lessons: "While working on related problems you noted these principles and pitfalls:\n\n{lessons}\n\n" +
+			"First work out which of them apply to this problem and how, then solve it.",
 		Condense: "You are about to solve this problem:\n\n{problem}\n\n" +
 			"While working on related problems you noted these principles and pitfalls:\n\n{lessons}\n\n" +
 			"Write a short plan (at most five sentences) for the problem above: which ideas apply and what to watch out for. " +
@@ -108,6 +114,7 @@ func (p Prompts) Validate() error {
 	}{
 		{"reflection", p.Reflection, []string{"{attempt}"}},
 		{"abstraction", p.Abstraction, []string{"{plan}"}},
+		{"lessons", p.Lessons, []string{"{lessons}"}},
 		{"condense", p.Condense, []string{"{problem}", "{lessons}"}},
 		{"summarize", p.Summarize, []string{"{problem}", "{attempt}", "{outcome}"}},
 		{"relevance", p.Relevance, []string{"{query}", "{candidate}"}},
@@ -152,9 +159,21 @@ func (p Prompts) AbstractionContext(plan string) string {
 	return strings.ReplaceAll(p.Abstraction, "{plan}", plan)
 }
 
+// LessonsContext is the context block with related problems' lessons
+// (already stripped of answers by Pool.Lessons) for the solver to analyse.
+func (p Prompts) LessonsContext(lessons []Lesson) string {
+	return strings.ReplaceAll(p.Lessons, "{lessons}", lessonList(lessons))
+}
+
 // CondenseRequest asks for a plan for problem from other problems'
 // lessons (already stripped of answers by Pool.Lessons).
 func (p Prompts) CondenseRequest(problem string, lessons []Lesson) string {
+	return strings.NewReplacer("{problem}", problem, "{lessons}", lessonList(lessons)).Replace(p.Condense)
+}
+
+// lessonList is lessons as "- Principle: …" and "- Pitfall: …" lines, a
+// blank line between lessons.
+func lessonList(lessons []Lesson) string {
 	var b strings.Builder
 	for i, l := range lessons {
 		if i > 0 {
@@ -167,7 +186,7 @@ func (p Prompts) CondenseRequest(problem string, lessons []Lesson) string {
 			fmt.Fprintf(&b, "- Pitfall: %s\n", oneLine(l.Pitfalls))
 		}
 	}
-	return strings.NewReplacer("{problem}", problem, "{lessons}", strings.TrimRight(b.String(), "\n")).Replace(p.Condense)
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // SummarizeRequest asks for the summary of an attempt, told its outcome

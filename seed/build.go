@@ -124,6 +124,16 @@ func (b *Builder) Condense(problemID, problem string, lessons []pool.Lesson, pla
 		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "condense"}
 }
 
+// SolveWithLessons is the solve prompt carrying related problems' lessons
+// (lanpo.context: lessons) answered by a solution.
+func (b *Builder) SolveWithLessons(problemID, problem string, lessons []pool.Lesson, solution string) Example {
+	for i := range lessons {
+		lessons[i].Principles, lessons[i].Pitfalls = b.clean(lessons[i].Principles), b.clean(lessons[i].Pitfalls)
+	}
+	return Example{Messages: b.solveChat(pool.WithContext(problem, b.prompts.LessonsContext(lessons)), solution),
+		TrainOn: "last", Skill: SkillAbstract, ProblemID: problemID, Part: "solve-lessons"}
+}
+
 // SolveWithPlan is the solve prompt carrying a plan answered by a
 // solution.
 func (b *Builder) SolveWithPlan(problemID, problem, plan, solution string) Example {

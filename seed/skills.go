@@ -278,6 +278,12 @@ func (s *seeder) abstractions(bi int, probs []trainer.Problem, out *[]Example) e
 		if !reward.VerifyResponse(sol, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
 			why = "solve with the plan wrong"
 		}
+		if s.o.Config.LANPO.GivesLessons() { // no condenser: the solve with the lessons alone
+			if s.decide(out, s.b.SolveWithLessons(pr.ID, pr.Problem, abs[i].Lessons, sol), why) {
+				st.Kept++
+			}
+			continue
+		}
 		// Both chats or neither: the condensed plan and its use.
 		if s.decide(out, s.b.Condense(pr.ID, pr.Problem, abs[i].Lessons, abs[i].Text), why) {
 			st.Kept++

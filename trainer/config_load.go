@@ -81,6 +81,29 @@ func ReadConfig(path string, sets []string) (Config, error) {
 	return cfg, nil
 }
 
+// WithSets applies --set overrides to a config in memory, as ReadConfig
+// applies them to a file.
+func WithSets(cfg Config, sets []string) (Config, error) {
+	var tree map[string]any
+	if err := yaml.Unmarshal([]byte(cfg.YAML()), &tree); err != nil {
+		return cfg, err
+	}
+	for _, kv := range sets {
+		if err := setPath(tree, kv); err != nil {
+			return cfg, err
+		}
+	}
+	merged, err := yaml.Marshal(tree)
+	if err != nil {
+		return cfg, err
+	}
+	out := DefaultConfig()
+	if err := decodeStrict(merged, &out); err != nil {
+		return cfg, fmt.Errorf("--set: %w", err)
+	}
+	return out, nil
+}
+
 func decodeStrict(raw []byte, cfg *Config) error {
 	var tree map[string]any
 	if err := yaml.Unmarshal(raw, &tree); err == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/fsutil"
 	"github.com/lanpo-rl/lanpo/internal/progress"
 	"github.com/lanpo-rl/lanpo/model"
@@ -48,6 +49,9 @@ type RunOptions struct {
 	// aside instead of refusing (--set-aside-newer). See resume.go.
 	AllowChanges  []string
 	SetAsideNewer bool
+	// Oracle writes LANPO's abstraction plans in place of retrieval and the
+	// condenser (feedback.Oracle; lanpo demo's oracle arm); nil: LANPO's own.
+	Oracle feedback.Oracle
 }
 
 // Evaluator evaluates the policy after a step and returns named results;
@@ -69,7 +73,8 @@ type session struct {
 	m           *model.Model
 	tk          *tokenizer.Tokenizer
 	opt         optim.Optimizer
-	noFinalSave bool // RunOptions.NoFinalCheckpoint
+	noFinalSave bool            // RunOptions.NoFinalCheckpoint
+	oracle      feedback.Oracle // RunOptions.Oracle
 	comm        dist.Comm
 	state       TrainerState
 	metrics     *metricsLog
@@ -107,7 +112,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint, configYAML: cfg.YAML()}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint, oracle: opts.Oracle, configYAML: cfg.YAML()}
 	if sess.comm == nil {
 		sess.comm = dist.Single()
 	}

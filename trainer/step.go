@@ -98,7 +98,7 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 			fs.Generate.Progress = s.hb.decoded // summaries and plans are generations too
 		}
 		ex, err := feedback.NewExplorer(s.m, s.tk, fs, feedback.Run{Problems: g.problems,
-			SamplesPerPrompt: cfg.Rollout.SamplesPerPrompt, Comm: s.comm, ResumedFrom: s.resumedFrom})
+			SamplesPerPrompt: cfg.Rollout.SamplesPerPrompt, Comm: s.comm, ResumedFrom: s.resumedFrom, Oracle: s.oracle})
 		if err != nil {
 			return err
 		}

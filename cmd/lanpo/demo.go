@@ -27,7 +27,12 @@ func demoCommand() *cli.Command {
 			"              from one problem say nothing about another\n" +
 			"  arithmetic  one- and two-digit arithmetic: errors are digit facts\n\n" +
 			"Arms: grpo; lanpo (lanpo.train_prompt sampled); lanpo-original (original, truncated importance\n" +
-			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "). Default: " + strings.Join(demo.DefaultArms, ", ") + "; --compare runs all.\n" +
+			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "); lanpo-oracle (transfer world only:\n" +
+			"consolidation with the family's true rule as the plan once RL has found it — an upper bound, not a method);\n" +
+			"grpo-budget (GRPO with --budget-steps). Default: " + strings.Join(demo.DefaultArms, ", ") + " (no oracle outside the transfer world);\n" +
+			"--compare runs " + strings.Join(demo.Arms, ", ") + ".\n" +
+			"--rl-seeds N runs every arm with N RL seeds from one SFT model (RUN_DIR, RUN_DIR/rl-2, …); lanpo demo paired\n" +
+			"compares arms over such runs with intervals.\n" +
 			"RUN_DIR/report.html: held-out accuracy per group after SFT and each arm (LANPO also retrieval-augmented\n" +
 			"and self-corrective), curves against step, tokens and wall time with the SFT model at step 0; in the\n" +
 			"rule worlds the ceiling (SFT with the rule told), predictions beside outcomes, and each step of LANPO's\n" +
@@ -41,11 +46,17 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "arms", Usage: "RL arms to run, comma-separated (default " + strings.Join(demo.DefaultArms, ",") + ")"},
 			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default: 0.75)"},
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it; the transfer and control worlds share one SFT)"},
+			&cli.IntFlag{Name: "rl-seeds", Value: 1, Usage: "RL seeds per arm, sharing one SFT model: seed 1 in --run-dir, seed r in --run-dir/rl-r"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of the LANPO arms: --set lanpo.lesson_order=outcome (repeatable)"},
+			&cli.IntFlag{Name: "budget-steps", Usage: "steps of the grpo-budget arm (default: twice the other arms')"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
 		Action: func(c *cli.Context) error {
 			o := demo.Options{RunDir: c.String("run-dir"), World: c.String("world"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
-				PT: c.Float64("p-t"), SFT: c.String("sft-from")}
+				PT: c.Float64("p-t"), SFT: c.String("sft-from"), RLSeeds: c.Int("rl-seeds"), Set: c.StringSlice("set"), BudgetSteps: c.Int("budget-steps")}
+			if o.RLSeeds < 1 {
+				return usageError{cliError(fmt.Sprintf("--rl-seeds %d: want ≥ 1", o.RLSeeds))}
+			}
 			switch {
 			case c.Bool("compare"):
 				o.Arms = demo.Arms
