@@ -43,6 +43,9 @@ type ArmRules struct {
 	Plans            int     `json:"plans"`
 	PlansStateRule   int     `json:"plans_state_rule"`
 	PlanRuleAccuracy float64 `json:"plan_rule_accuracy"`
+	// PlanKinds classifies every plan (lessons, with lanpo.context:
+	// lessons) by what it says of the problem's word: planKind.
+	PlanKinds map[string]int `json:"plan_kinds,omitempty"`
 	// The final pool: entries, entries of a correct attempt, and of those
 	// the ones whose principles state their problem's rule; held-out problems
 	// in the pool (must be 0); one entry that states a rule, quoted.
@@ -162,6 +165,40 @@ func newRuleIndex(d demoSplit) ruleIndex {
 	return x
 }
 
+// Plan kinds (ArmRules.PlanKinds), first match wins: the problem's rule;
+// its word with another rule; another family's word (a plan carrying
+// another problem's specifics); only "not X" of its word; anything else.
+const (
+	PlanRightRule   = "right rule"
+	PlanWrongRule   = "a wrong rule"
+	PlanOtherFamily = "another family's word"
+	PlanNotX        = "\"not X\" only"
+	PlanOther       = "other"
+)
+
+// PlanKindOrder lists the kinds as reports show them.
+var PlanKindOrder = []string{PlanRightRule, PlanWrongRule, PlanOtherFamily, PlanNotX, PlanOther}
+
+// planKind classifies a plan of problem id.
+func (x ruleIndex) planKind(plan, id string) string {
+	word := x.d.families[x.family[id]]
+	switch {
+	case x.statesRule(plan, id):
+		return PlanRightRule
+	case strings.Contains(strings.ReplaceAll(plan, word+" is not ", ""), word+" is "):
+		return PlanWrongRule
+	}
+	for _, w := range x.d.families {
+		if w != word && strings.Contains(plan, w) {
+			return PlanOtherFamily
+		}
+	}
+	if strings.Contains(plan, word+" is not ") {
+		return PlanNotX
+	}
+	return PlanOther
+}
+
 // statesRule is whether text states the rule of problem id's family.
 func (x ruleIndex) statesRule(text, id string) bool {
 	return statesRule(text, x.d.families[x.family[id]], x.rule[id])
@@ -247,6 +284,10 @@ func (r *ArmRules) readRollouts(dir string, x ruleIndex) {
 				continue
 			}
 			r.Plans++
+			if r.PlanKinds == nil {
+				r.PlanKinds = map[string]int{}
+			}
+			r.PlanKinds[x.planKind(planOf(g[0].Prompt), g[0].ProblemID)]++
 			if x.statesRule(planOf(g[0].Prompt), g[0].ProblemID) {
 				r.PlansStateRule++
 				planN += len(g)
@@ -337,10 +378,11 @@ func (r *ArmRules) readPool(dir string, x ruleIndex) {
 	}
 }
 
-// planOf is the plan an abstraction prompt carried: the text after the
-// prompt's last "Plan:" (the demo's abstraction context).
+// planOf is the context an abstraction prompt carried: the text after the
+// prompt's last "Plan:" or "Notes:" (the demo's abstraction and lessons
+// contexts).
 func planOf(prompt string) string {
-	i := strings.LastIndex(prompt, "Plan:")
+	i := max(strings.LastIndex(prompt, "Plan:"), strings.LastIndex(prompt, "Notes:"))
 	if i < 0 {
 		return ""
 	}

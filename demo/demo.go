@@ -32,10 +32,10 @@ type Options struct {
 	RunDir string
 	World  string // WorldNames (default transfer)
 	Seed   int64
-	Fast   bool      // ≤ 2 minutes: fewer steps, for tests
-	Arms   []string  // RL arms (default: DefaultArms)
-	PT     float64   // lanpo.feedback_ratio of the LANPO arms (0: the default 0.75)
-	SFT    string    // an SFT checkpoint to start the arms from instead of training one
+	Fast   bool     // ≤ 2 minutes: fewer steps, for tests
+	Arms   []string // RL arms (default: DefaultArms)
+	PT     float64  // lanpo.feedback_ratio of the LANPO arms (0: the default 0.75)
+	SFT    string   // an SFT checkpoint to start the arms from instead of training one
 	// RLSeeds runs every arm with RL seeds 1..RLSeeds from the one SFT
 	// model (0 or 1: RL seed 1 alone): seed 1 in RunDir, seed r in
 	// RunDir/rl-r. RL seed 1 is the world seed, as in a run without it;
@@ -45,9 +45,9 @@ type Options struct {
 	Set []string
 	// BudgetSteps is the grpo-budget arm's steps (0: 2× the other arms').
 	BudgetSteps int
-	rlSeed      int // which RL seed this run is (0: 1)
-	Force  bool      // replace RunDir even if it is not an earlier demo run
-	Log    io.Writer // where the stage lines go
+	rlSeed      int       // which RL seed this run is (0: 1)
+	Force       bool      // replace RunDir even if it is not an earlier demo run
+	Log         io.Writer // where the stage lines go
 	// Progress is a terminal for the trainers' progress lines, or nil.
 	Progress io.Writer
 }

@@ -15,9 +15,21 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/trainertest"
 	"github.com/lanpo-rl/lanpo/seed"
+	"github.com/lanpo-rl/lanpo/trainer"
 )
+
+// stage is a run's result of one stage (nil: none).
+func stage(res Results, name string) *StageResult {
+	for i := range res.Stages {
+		if res.Stages[i].Stage == name {
+			return &res.Stages[i]
+		}
+	}
+	return nil
+}
 
 func TestMain(m *testing.M) {
 	zerolog.SetGlobalLevel(zerolog.WarnLevel)
@@ -135,7 +147,7 @@ func TestDemoFast(t *testing.T) {
 // with one held-out accuracy (pooled) in the table and the curves, whose
 // first point is the SFT model at step 0.
 func TestDemoFastTransfer(t *testing.T) {
-	dir, res := runFastDemo(t, Options{})
+	dir, res := runFastDemo(t, Options{RLSeeds: 2})
 	p := plan(WorldTransfer, true)
 	if res.World != WorldTransfer || len(res.Stages) != 2+len(DefaultArms) || res.Stages[1].Stage != stageTold || res.Rules == nil {
 		t.Fatalf("results: world %q, stages %+v", res.World, res.Stages)
@@ -158,6 +170,74 @@ func TestDemoFastTransfer(t *testing.T) {
 	}
 	if lanpo.PurityRun.Prompts == 0 || lanpo.PurityRun.SameCandidates+lanpo.PurityRun.OtherCandidates == 0 {
 		t.Fatalf("no retrieval candidates counted for the relevance filter's purity: %+v", lanpo.PurityRun)
+	}
+	// #44's target for the filter: a family's problems pass, others do not.
+	for when, p := range map[string]Purity{"steps 1-10": lanpo.Purity10, "whole run": lanpo.PurityRun} {
+		if p.PassSame() < 0.9 || p.PassOther() > 0.05 || p.PromptsWithOther > 0 {
+			t.Fatalf("relevance filter, %s: P(pass | same) %.2f, P(pass | other) %.2f, %d prompts given another family's problem: %+v",
+				when, p.PassSame(), p.PassOther(), p.PromptsWithOther, p)
+		}
+	}
+	// The oracle: its every plan is the family's rule, given only after RL
+	// found the family, and never for a held-out problem.
+	oracle := res.Rules.Arms[ArmOracle]
+	if oracle.Plans == 0 || oracle.PlansStateRule != oracle.Plans || oracle.PlanKinds[PlanRightRule] != oracle.Plans {
+		t.Fatalf("oracle plans: %d, %d state the rule, kinds %v", oracle.Plans, oracle.PlansStateRule, oracle.PlanKinds)
+	}
+	d, err := readRulesSplit(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newRuleIndex(d)
+	logs, _ := filepath.Glob(filepath.Join(dir, ArmOracle, "rollouts", "step-*.jsonl"))
+	for _, path := range logs {
+		rows, err := jsonl.Read[rolloutRow](path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			f, ok := x.family[row.ProblemID]
+			if row.Mode != "abstraction" {
+				continue
+			}
+			if !ok || x.heldOut[row.ProblemID] {
+				t.Fatalf("an oracle plan for %s, not an RL problem", row.ProblemID)
+			}
+			if found := oracle.Found[f]; found == 0 || row.Step <= found {
+				t.Fatalf("step %d: an oracle plan for family %d, found at step %d", row.Step, f, found)
+			}
+		}
+	}
+	if st := stage(res, ArmOracle); st == nil || st.mode(eval.ModeRetrieval) == nil {
+		t.Fatal("the oracle arm has no oracle-plan (retrieval) evaluation")
+	}
+	// --rl-seeds 2: the second RL seed's arms from the same SFT model, with
+	// their own trainer seed.
+	sub := filepath.Join(dir, "rl-2")
+	raw, err := os.ReadFile(filepath.Join(sub, "demo_results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res2 Results
+	if err := json.Unmarshal(raw, &res2); err != nil {
+		t.Fatal(err)
+	}
+	if res.RLSeed != 1 || res2.RLSeed != 2 || res2.Seed != res.Seed || len(res2.Stages) != len(res.Stages) {
+		t.Fatalf("RL seeds: %d and %d (world seeds %d, %d), %d and %d stages", res.RLSeed, res2.RLSeed, res.Seed, res2.Seed, len(res.Stages), len(res2.Stages))
+	}
+	if _, err := os.Stat(filepath.Join(sub, "sft")); !os.IsNotExist(err) {
+		t.Fatalf("RL seed 2 trained an SFT model of its own (%v)", err)
+	}
+	for r, want := range map[string]uint64{dir: 1, sub: rlSeed(1, 2)} {
+		cfg, err := trainer.ReadConfig(filepath.Join(r, ArmGRPO, "config.resolved.yaml"), nil)
+		if err != nil || cfg.Seed != want || !strings.HasSuffix(cfg.Model, filepath.Join("sft", "checkpoints", fmt.Sprintf("step-%06d", p.sftSteps))) {
+			t.Fatalf("%s: trainer seed %d (want %d), model %s: %v", r, cfg.Seed, want, cfg.Model, err)
+		}
+	}
+	// lanpo demo paired reads both RL seeds as two pairs.
+	pr, err := Paired(ArmRef{Arm: ArmGRPO, Root: dir, Label: "grpo"}, []ArmRef{{Arm: ArmOracle, Root: dir, Label: "oracle"}}, 100, 1)
+	if err != nil || len(pr) != 1 || len(pr[0].Pairs) != 2 {
+		t.Fatalf("paired: %+v, %v", pr, err)
 	}
 	rows, err := eval.ReadMetrics(filepath.Join(dir, ArmLANPOConsolidate, "metrics.jsonl"))
 	if err != nil || len(rows) != p.rlSteps {
@@ -353,11 +433,21 @@ func TestDemoConfigsResolved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := prepare(t.TempDir(), world, w, 1, plan(world, true), Arms, 0.75, "")
+		arms := append(append([]string{}, Arms...), ArmGRPOBudget)
+		if world == WorldTransfer {
+			arms = append(arms, ArmOracle)
+		} else if _, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), []string{ArmOracle}, 0.75, "", nil); err == nil {
+			t.Fatalf("%s: the oracle arm was accepted outside the transfer world", world)
+		}
+		d, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), arms, 0.75, "", []string{"lanpo.lesson_order=outcome"})
 		if err != nil {
 			t.Fatalf("%s: %v", world, err)
 		}
-		for _, arm := range Arms {
+		if d.arms[ArmLANPO].LANPO.LessonOrder != "outcome" || d.arms[ArmGRPOBudget].TotalSteps != 2*d.arms[ArmGRPO].TotalSteps {
+			t.Fatalf("%s: --set or the budget arm not applied: lesson_order %q, steps %d vs %d", world, d.arms[ArmLANPO].LANPO.LessonOrder,
+				d.arms[ArmGRPOBudget].TotalSteps, d.arms[ArmGRPO].TotalSteps)
+		}
+		for _, arm := range arms {
 			trainertest.AssertResolved(t, "demo "+world+" "+arm, d.arms[arm])
 		}
 	}

@@ -180,7 +180,7 @@ func armCurves(b *strings.Builder, runDir string) {
 	b.WriteString("<h2>Training curves, all arms</h2><p>Compute counts every token prefilled, generated or trained: rollouts and the update, and for LANPO also relevance scoring, condensed plans, summaries and (with consolidation) the distilled responses.</p>")
 	xs := []struct{ key, label string }{{"step", "step"}, {"compute", "tokens prefilled + generated + trained (cumulative)"}, {"wall", "wall time, s (cumulative)"}}
 	for _, x := range xs {
-		c := eval.Chart{Title: "held-out accuracy (greedy, zero-shot; step 0 is the SFT model) vs " + x.key, XLabel: x.label, YLabel: "share of held-out problems right"}
+		c := eval.Chart{Title: "held-out accuracy (greedy, zero-shot; step 0 is the SFT model) vs " + x.key, XLabel: x.label, YLabel: "share of held-out problems right", Measured: true}
 		for _, a := range arms {
 			c.Series = append(c.Series, onAxis(a.name, a.heldOut, a.cum, x.key))
 		}

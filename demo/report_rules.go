@@ -121,6 +121,7 @@ func rulesSections(b *strings.Builder, res Results) {
 			arm, found, F, med, learned, F, mode("scratch"), mode("reflection"), mode("abstraction"), plans, pool, r.HeldOutInPool)
 	}
 	b.WriteString("</table>")
+	planKindTable(b, a, arms)
 	purityTable(b, a, arms)
 
 	// Families found and learned over steps, per arm.
@@ -248,6 +249,31 @@ func verdict(b *strings.Builder, res Results, final map[string]float64) {
 	fmt.Fprintf(b, "<h2>Verdict, from this run's numbers</h2><p>%s</p>", html.EscapeString(text.String()))
 }
 
+// planKindTable classifies each LANPO arm's plans (or shown lessons) by
+// what they say of the problem's word.
+func planKindTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
+	var rows []string
+	for _, arm := range arms {
+		r := a.Arms[arm]
+		if r.Plans == 0 {
+			continue
+		}
+		row := "<tr><td>" + html.EscapeString(arm) + "</td>"
+		for _, k := range PlanKindOrder {
+			row += fmt.Sprintf("<td>%d (%.0f%%)</td>", r.PlanKinds[k], 100*float64(r.PlanKinds[k])/float64(r.Plans))
+		}
+		rows = append(rows, row+"</tr>")
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("<h3>What the plans say</h3><p>Every abstraction prompt's plan (with <code>lanpo.context: lessons</code>, the lessons shown), by what it says of the problem's word, first match: its rule; its word with another rule; another family's word (another problem's specifics); only \"not X\" of its word; other.</p><table><tr><th>arm</th>")
+	for _, k := range PlanKindOrder {
+		b.WriteString("<th>" + html.EscapeString(k) + "</th>")
+	}
+	b.WriteString("</tr>" + strings.Join(rows, "") + "</table>")
+}
+
 // purityTable reports the relevance filter's purity per LANPO arm: of the
 // retrieval candidates of the prompts that drew any, the share of the
 // problem's own family that passed and of other families that passed, and
@@ -256,7 +282,7 @@ func purityTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
 	var rows []string
 	pct := func(v float64, n int) string {
 		if v < 0 {
-			return "—"
+			return "none retrieved"
 		}
 		return fmt.Sprintf("%.2f (%d)", v, n)
 	}

@@ -20,6 +20,9 @@ type Series struct {
 type Chart struct {
 	Title, XLabel, YLabel string
 	Series                []Series
+	// Measured: zero is a measurement (held-out accuracy), so WriteChart
+	// draws the chart even when every point is 0 (not a metric never set).
+	Measured bool
 }
 
 var seriesColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"}

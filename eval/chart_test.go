@@ -66,3 +66,20 @@ func TestChartSVG(t *testing.T) {
 		t.Error("a chart without points rendered")
 	}
 }
+
+// TestMeasuredZeroIsDrawn: a chart of a metric never set (all zero) is
+// left out, but a measured one (held-out accuracy 0 at every step) is
+// drawn, with a y axis around 0.
+func TestMeasuredZeroIsDrawn(t *testing.T) {
+	c := Chart{Title: "held-out", Series: []Series{{Name: "grpo", Points: [][2]float64{{0, 0}, {5, 0}}}}}
+	var b strings.Builder
+	WriteChart(&b, c)
+	if b.Len() != 0 {
+		t.Fatal("an all-zero chart of an unset metric was drawn")
+	}
+	c.Measured = true
+	WriteChart(&b, c)
+	if !strings.Contains(b.String(), "<svg") || strings.Contains(b.String(), "NaN") {
+		t.Fatalf("measured zeros: %q", b.String())
+	}
+}

@@ -111,7 +111,7 @@ func WriteChart(b *strings.Builder, c Chart) {
 			nonzero = nonzero || p[1] != 0
 		}
 	}
-	if len(kept) == 0 || !nonzero {
+	if len(kept) == 0 || !nonzero && !c.Measured {
 		return
 	}
 	c.Series = kept

@@ -2,8 +2,10 @@ package feedback
 
 import (
 	"math"
+	"strings"
 	"testing"
 
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
 )
 
@@ -70,5 +72,64 @@ func TestLessonOrderReachesAbstraction(t *testing.T) {
 		if len(got) != 1 || got[0].Principles != want {
 			t.Errorf("lesson_order %q: %+v, want %q", order, got, want)
 		}
+	}
+}
+
+// TestLessonsContext: with lanpo.context: lessons an abstraction prompt
+// shows the solver the related problems' lessons themselves, with the
+// which-apply instruction, and no plan is generated (the condenser's token
+// count stays 0); with plan (the default) the condenser writes one.
+func TestLessonsContext(t *testing.T) {
+	m, tk := loadWarm(t)
+	path, problems := seededPool(t)
+	for _, context := range []string{"plan", "lessons"} {
+		cfg := TinySettings(t, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor=0", "lanpo.context="+context)
+		p, err := pool.Load(path, cfg.LANPO.PoolConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := NewBuilder(m, tk, cfg, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var items []abstractionItem
+		for i, pr := range problems[:4] {
+			items = append(items, abstractionItem{id: pr.ID, problem: pr.Problem, index: i})
+		}
+		res, err := f.abstraction(noPhases{}, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, generated := f.Counters()
+		made := 0
+		for i, r := range res {
+			if r.ids == nil {
+				continue
+			}
+			made++
+			prompt := tk.Decode(tokenizer.Ints(r.ids), false)
+			if context == "lessons" {
+				want := f.prompts.LessonsContext(r.lessons)
+				if r.plan != want || !strings.Contains(prompt, want) || !strings.Contains(prompt, "First work out which of them apply") {
+					t.Fatalf("item %d: the prompt does not carry its lessons:\n%s", i, prompt)
+				}
+				if !strings.Contains(prompt, "Principle: "+r.lessons[0].Principles) {
+					t.Fatalf("item %d: the first lesson's principle is not shown:\n%s", i, prompt)
+				}
+			} else if !strings.Contains(prompt, f.prompts.AbstractionContext(r.plan)) {
+				t.Fatalf("item %d: the plan prompt lacks its plan:\n%s", i, prompt)
+			}
+		}
+		if made == 0 {
+			t.Fatalf("context %s: no abstraction prompt made", context)
+		}
+		if (context == "lessons") != (generated == 0) {
+			t.Fatalf("context %s: the condenser generated %d tokens", context, generated)
+		}
+	}
+	cfg := Default()
+	cfg.Context = "summary"
+	if err := cfg.Validate(16); err == nil || !strings.Contains(err.Error(), "lanpo.context") {
+		t.Fatalf("lanpo.context summary: %v", err)
 	}
 }

@@ -10,9 +10,10 @@ import (
 // BM25 (Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25
 // and Beyond", 2009) over problem texts, one document per problem, so a
 // problem with 32 entries weighs as much as one with a single entry.
-// Documents are indexed with every term; a query scores with its words and
-// LaTeX commands only (queryTerms): bare numbers are a problem's operands,
-// and counted as terms they make two problems alike for sharing a digit.
+// Documents are indexed with every term; a query scores without its
+// single digits (queryTerms): they are a problem's operands and
+// coefficients, and counted as terms they make two problems alike for
+// sharing a digit.
 //
 //	score(q, d) = Σ_{t ∈ q, distinct} idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 − b + b·|d|/avgdl))
 //	idf(t)      = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))   (never negative)
@@ -159,16 +160,17 @@ func (x *bm25) selfScore(query string) float64 {
 }
 
 // queryTerms are the distinct terms a query scores with, in order: its
-// words and LaTeX commands. Bare numbers are left out — in "What is 7 zorp
-// 3?" and "What is 7 vink 3?" they are operands, and a shared digit says
-// nothing about what two problems ask (docs/lanpo.md, "Relevance without
-// numbers") — unless the query has no other term ("12 + 35 ="): then its
-// numbers are all it has.
+// words, LaTeX commands and numbers of two or more digits. Single digits
+// are left out — in "What is 7 zorp 3?" and "What is 7 vink 3?" they are
+// operands, and in MATH mostly coefficients and exponents: a shared digit
+// says nothing about what two problems ask, while a longer number may
+// (360 degrees, 100 percent, a year) — unless the query has no other term
+// ("3 + 5 ="): then its digits are all it has (docs/lanpo.md).
 func queryTerms(query string) []string {
 	all := distinct(terms(query))
 	var words []string
 	for _, t := range all {
-		if !isNumber(t) {
+		if !singleDigit(t) {
 			words = append(words, t)
 		}
 	}
@@ -178,9 +180,8 @@ func queryTerms(query string) []string {
 	return words
 }
 
-// isNumber reports whether a term is a bare number (terms starts numbers
-// with a digit and words with a letter or a backslash).
-func isNumber(t string) bool { return t != "" && unicode.IsDigit(rune(t[0])) }
+// singleDigit reports whether a term is a single digit.
+func singleDigit(t string) bool { return len(t) == 1 && unicode.IsDigit(rune(t[0])) }
 
 // stopwords are left out of the index: they say nothing about a problem.
 var stopwords = map[string]bool{"a": true, "an": true, "and": true, "are": true, "as": true, "at": true, "be": true, "by": true,

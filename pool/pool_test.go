@@ -254,15 +254,17 @@ func TestLessonsOrder(t *testing.T) {
 	}
 }
 
-// TestNumbersDoNotMakeProblemsRelated: a shared operand is no relation.
-// "7 vink 3" shares both numbers with the query and "7 zorp 9" its word:
-// only the word's problem is a candidate, at the query's own score. A
-// query with no word falls back to its numbers.
+// TestNumbersDoNotMakeProblemsRelated: a shared single digit is no
+// relation. "7 vink 3" shares both digits with the query and "8 zorp 9"
+// its word: only the word's problem is a candidate, at the query's own
+// score. Longer numbers still count, and a query of digits alone falls
+// back to them.
 func TestNumbersDoNotMakeProblemsRelated(t *testing.T) {
 	p := newPool(t, DefaultConfig())
 	p.Add("What is 7 vink 3?", entry("vink", true, "73"))
 	p.Add("What is 8 zorp 9?", entry("zorp", true, "89"))
-	p.Add("12 + 35 =", entry("sum", true, "47"))
+	p.Add("3 + 5 =", entry("sum", true, "8"))
+	p.Add("The angles of a pentagon sum to 540 degrees.", entry("pentagon", true, "540"))
 	cands := p.Candidates("q", "What is 7 zorp 3?", 5)
 	if len(cands) != 1 || cands[0].ProblemID != "zorp" || math.Abs(cands[0].Normalized-1) > 1e-12 {
 		t.Fatalf("candidates %+v: want zorp alone, normalized 1", cands)
@@ -270,7 +272,10 @@ func TestNumbersDoNotMakeProblemsRelated(t *testing.T) {
 	if got := p.NormalizedBM25("vink", "What is 7 zorp 3?"); got != 0 {
 		t.Fatalf("a problem sharing only numbers scores %v, want 0", got)
 	}
-	if cands := p.Candidates("q", "12 + 40 =", 5); len(cands) != 1 || cands[0].ProblemID != "sum" {
-		t.Fatalf("a query of numbers alone: candidates %+v, want sum", cands)
+	if cands := p.Candidates("q", "5 + 4 =", 5); len(cands) != 1 || cands[0].ProblemID != "sum" {
+		t.Fatalf("a query of digits alone: candidates %+v, want sum", cands)
+	}
+	if cands := p.Candidates("q", "What is 540 zorp 2?", 5); len(cands) != 2 || cands[0].ProblemID != "pentagon" && cands[1].ProblemID != "pentagon" {
+		t.Fatalf("a number of three digits: candidates %+v, want pentagon among them", cands)
 	}
 }

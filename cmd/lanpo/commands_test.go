@@ -71,6 +71,7 @@ var userCases = []struct {
 		sized: "--max-new-tokens 32, as grpo.yaml", want: "statistics in seed.stats.json"}}},
 	{"plan", []userCase{{args: []string{"plan", "--model", "{repo}/configs/models/qwen2.5-7b.json"}, want: "GiB"}}},
 	{"demo", []userCase{{args: []string{"demo", "--fast", "--run-dir", "demo"}, sized: "--fast: the default demo takes 8 minutes", want: "report"}}},
+	{"demo paired", []userCase{{args: []string{"demo", "paired", "--baseline", "grpo@demo", "--arm", "lanpo-consolidate@demo"}, want: "sign-flip p"}}},
 	{"report", []userCase{{args: []string{"report", "runs/grpo"}, want: "report.html"}}},
 	{"bench", nil},
 	{"bench logprob", []userCase{{args: []string{"bench", "logprob", "--n", "64", "--hidden", "32", "--v", "256", "--reps", "1"},
