@@ -46,6 +46,12 @@ type ArmRules struct {
 	// PlanKinds classifies every plan (lessons, with lanpo.context:
 	// lessons) by what it says of the problem's word: planKind.
 	PlanKinds map[string]int `json:"plan_kinds,omitempty"`
+	// Plans whose lessons (as logged) state the problem's rule, and of
+	// those the plans that carry it: P(plan states the rule | a lesson it
+	// read does); and the plans that state it with no lesson stating it.
+	PlansLessonStates        int `json:"plans_lesson_states_rule"`
+	PlansLessonStatesCarried int `json:"plans_lesson_states_rule_carried"`
+	PlansRuleWithoutLesson   int `json:"plans_rule_without_lesson"`
 	// The final pool: entries, entries of a correct attempt, and of those
 	// the ones whose principles state their problem's rule; held-out problems
 	// in the pool (must be 0); one entry that states a rule, quoted.
@@ -127,14 +133,15 @@ type ModeGroups struct {
 
 // rolloutRow is what the analysis reads of a rollout log line.
 type rolloutRow struct {
-	Step      int     `json:"step"`
-	ProblemID string  `json:"problem_id"`
-	Group     int     `json:"group"`
-	Sample    int     `json:"sample"`
-	Mode      string  `json:"mode"`
-	Prompt    string  `json:"prompt"`
-	Reward    float64 `json:"reward"`
-	Correct   bool    `json:"correct"`
+	Step      int      `json:"step"`
+	ProblemID string   `json:"problem_id"`
+	Lessons   []string `json:"lessons"`
+	Group     int      `json:"group"`
+	Sample    int      `json:"sample"`
+	Mode      string   `json:"mode"`
+	Prompt    string   `json:"prompt"`
+	Reward    float64  `json:"reward"`
+	Correct   bool     `json:"correct"`
 	// An abstraction prompt's retrieval candidates and whether each passed
 	// the relevance filter.
 	Related []relatedRow `json:"related"`
@@ -288,7 +295,21 @@ func (r *ArmRules) readRollouts(dir string, x ruleIndex) {
 				r.PlanKinds = map[string]int{}
 			}
 			r.PlanKinds[x.planKind(planOf(g[0].Prompt), g[0].ProblemID)]++
-			if x.statesRule(planOf(g[0].Prompt), g[0].ProblemID) {
+			lessonStates := false
+			for _, ls := range g[0].Lessons {
+				lessonStates = lessonStates || x.statesRule(ls, g[0].ProblemID)
+			}
+			carried := x.statesRule(planOf(g[0].Prompt), g[0].ProblemID)
+			switch {
+			case lessonStates:
+				r.PlansLessonStates++
+				if carried {
+					r.PlansLessonStatesCarried++
+				}
+			case carried:
+				r.PlansRuleWithoutLesson++
+			}
+			if carried {
 				r.PlansStateRule++
 				planN += len(g)
 				for _, row := range g {

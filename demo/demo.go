@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lanpo-rl/lanpo/eval"
@@ -43,6 +45,9 @@ type Options struct {
 	RLSeeds int
 	// Set overrides config keys of the LANPO arms ("lanpo.lesson_order=outcome").
 	Set []string
+	// ModelSize is the built-in model trained from scratch: small (""; ≈ 0.8 M
+	// parameters), medium (≈ 10×) or large (≈ 100×; for a GPU).
+	ModelSize string
 	// BudgetSteps is the grpo-budget arm's steps (0: 2× the other arms').
 	BudgetSteps int
 	rlSeed      int       // which RL seed this run is (0: 1)
@@ -117,6 +122,9 @@ func DefaultArmsOf(world string) []string {
 	return out
 }
 
+// ModelSizes are the built-in models the demo trains (--model-size).
+var ModelSizes = []string{"small", "medium", "large"}
+
 // rlSeed is the trainer seed of RL seed r of a world seed: the world seed
 // itself for r ≤ 1 (a run without --rl-seeds), Seed·1000 + r otherwise.
 func rlSeed(seed int64, r int) uint64 {
@@ -155,11 +163,18 @@ func Run(ctx context.Context, o Options) error {
 	if o.BudgetSteps > 0 {
 		p.budgetSteps = o.BudgetSteps
 	}
+	if o.ModelSize == "" {
+		o.ModelSize = "small"
+	}
+	if !slices.Contains(ModelSizes, o.ModelSize) {
+		return fmt.Errorf("demo model size %q: want %s", o.ModelSize, strings.Join(ModelSizes, ", "))
+	}
+	p.modelSize = o.ModelSize
 	d, err := prepare(o.RunDir, o.World, w, o.Seed, max(o.rlSeed, 1), p, o.Arms, o.PT, o.SFT, o.Set)
 	if err != nil {
 		return err
 	}
-	res := Results{World: o.World, Seed: o.Seed, RLSeed: max(o.rlSeed, 1), Set: o.Set, Usage: map[string]FeedbackUsage{}, Sizes: map[string]int{
+	res := Results{World: o.World, Seed: o.Seed, RLSeed: max(o.rlSeed, 1), Set: o.Set, ModelSize: o.ModelSize, Usage: map[string]FeedbackUsage{}, Sizes: map[string]int{
 		"heldout": len(d.split.heldOut), "rl_distinct": len(d.split.rl), "sft_distinct": len(d.split.sft), "sft_answers": len(d.split.sftAnswers),
 		"rl_prompt_draws": p.rlSteps * 16, "sft_examples": d.sftExamples, "families": len(d.split.families), "rules_k": p.rulesK}}
 	sftModel := stepDir(d.sft.RunDir, d.sft.TotalSteps)

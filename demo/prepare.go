@@ -41,6 +41,9 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 	}
 
 	base := baseConfig(runSeed, promptsPath)
+	if p.modelSize != "" {
+		base.Model = "builtin:" + p.modelSize
+	}
 	if err := d.writeData(dataDir, worldName, w, base, runSeed, p); err != nil {
 		return d, err
 	}

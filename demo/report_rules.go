@@ -262,6 +262,11 @@ func planKindTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
 		for _, k := range PlanKindOrder {
 			row += fmt.Sprintf("<td>%d (%.0f%%)</td>", r.PlanKinds[k], 100*float64(r.PlanKinds[k])/float64(r.Plans))
 		}
+		carried := "—"
+		if r.PlansLessonStates > 0 {
+			carried = fmt.Sprintf("%d of %d (%.2f)", r.PlansLessonStatesCarried, r.PlansLessonStates, float64(r.PlansLessonStatesCarried)/float64(r.PlansLessonStates))
+		}
+		row += fmt.Sprintf("<td>%s</td><td>%d</td>", carried, r.PlansRuleWithoutLesson)
 		rows = append(rows, row+"</tr>")
 	}
 	if len(rows) == 0 {
@@ -271,6 +276,7 @@ func planKindTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
 	for _, k := range PlanKindOrder {
 		b.WriteString("<th>" + html.EscapeString(k) + "</th>")
 	}
+	b.WriteString("<th>a lesson read states the rule: the plan carries it</th><th>the plan states it, no lesson did</th>")
 	b.WriteString("</tr>" + strings.Join(rows, "") + "</table>")
 }
 

@@ -9,15 +9,16 @@ import (
 // Results is RUN_DIR/demo_results.json: each stage's held-out accuracy
 // by mode and level, the split sizes and how often feedback was available.
 type Results struct {
-	World   string                   `json:"world"`
-	Seed    int64                    `json:"seed"`
-	RLSeed  int                      `json:"rl_seed"`       // which RL seed (1: the world seed's own)
-	Set     []string                 `json:"set,omitempty"` // overrides of the LANPO arms' config
-	Sizes   map[string]int           `json:"sizes"`
-	Stages  []StageResult            `json:"stages"`
-	Usage   map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
-	Seconds []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
-	Rules   *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
+	World     string                   `json:"world"`
+	Seed      int64                    `json:"seed"`
+	RLSeed    int                      `json:"rl_seed"`       // which RL seed (1: the world seed's own)
+	Set       []string                 `json:"set,omitempty"` // overrides of the LANPO arms' config
+	ModelSize string                   `json:"model_size,omitempty"`
+	Sizes     map[string]int           `json:"sizes"`
+	Stages    []StageResult            `json:"stages"`
+	Usage     map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
+	Seconds   []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
+	Rules     *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
 }
 
 // ArmSeconds is an arm's wall time (training with its evaluations).

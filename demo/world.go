@@ -49,7 +49,8 @@ type demoPlan struct {
 	rlPerLevel        int // distinct RL problems per RL level or family
 	sftDraws          int // SFT answer examples (per level in the arithmetic world)
 	rlLR              float64
-	budgetSteps       int // the grpo-budget arm's steps (0: 2 × rlSteps)
+	budgetSteps       int    // the grpo-budget arm's steps (0: 2 × rlSteps)
+	modelSize         string // the built-in model (small, medium, large)
 	rlLevels          []int
 	workedFrac        float64 // arithmetic: share of SFT answers with worked (column-method) solutions
 	skillExamples     int     // examples of each LANPO skill the world writes for SFT

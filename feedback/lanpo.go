@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 
 	"github.com/rs/zerolog/log"
 
@@ -196,6 +197,9 @@ func (l *Explorer) AddContext(step int, ps []*rl.Prompt, ph rl.Phases) error {
 		}
 		if res[i].ids != nil {
 			l.use(p, res[i].ids, rl.ModeAbstraction)
+			for _, ls := range res[i].lessons {
+				p.Lessons = append(p.Lessons, strings.TrimSpace(ls.Principles+" "+ls.Pitfalls))
+			}
 		}
 	}
 	return nil

@@ -41,6 +41,10 @@ type Prompt struct {
 	// Related are abstraction's retrieval candidates and their relevance
 	// (logged with the rollouts).
 	Related []Related
+	// Lessons are the lessons an abstraction prompt's plan was condensed
+	// from (or, with lanpo.context: lessons, those it shows), each as its
+	// principles and pitfalls (logged with the rollouts).
+	Lessons []string
 }
 
 // Related is one retrieval candidate of an abstraction prompt, as the

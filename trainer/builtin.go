@@ -30,11 +30,18 @@ var tinySpecial = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
 
 // builtinShapes are the built-in models: hidden size, layers, heads, KV
 // heads, MLP width. tiny runs a GRPO step in tens of milliseconds; small
-// (≈ 0.8 M parameters) learns the demo's arithmetic in minutes.
+// (≈ 0.8 M parameters) learns the demo's arithmetic in minutes; medium
+// (≈ 10×, 8.0 M) and large (≈ 100×, 76 M) are the demo's larger sizes
+// (lanpo demo --model-size), large meant for a GPU.
 var builtinShapes = map[string][5]int64{
-	"tiny":  {64, 2, 4, 2, 128},
-	"small": {128, 4, 4, 2, 384},
+	"tiny":   {64, 2, 4, 2, 128},
+	"small":  {128, 4, 4, 2, 384},
+	"medium": {256, 10, 8, 4, 768},
+	"large":  {512, 24, 8, 4, 1536},
 }
+
+// BuiltinNames are the built-in models, smallest first.
+var BuiltinNames = []string{"tiny", "small", "medium", "large"}
 
 // TinyConfig is the built-in tiny model's shape for a vocabulary of v.
 func TinyConfig(v int64) *model.Config { return builtinConfig(builtinShapes["tiny"], v) }
@@ -50,7 +57,7 @@ func builtinConfig(s [5]int64, v int64) *model.Config {
 func WriteBuiltin(name, dir string, seed int64) error {
 	shape, ok := builtinShapes[name]
 	if !ok {
-		return fmt.Errorf("model %s%s: the built-in models are %stiny and %ssmall", builtinPrefix, name, builtinPrefix, builtinPrefix)
+		return fmt.Errorf("model %s%s: the built-in models are %s%s", builtinPrefix, name, builtinPrefix, strings.Join(BuiltinNames, ", "+builtinPrefix))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

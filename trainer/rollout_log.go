@@ -27,6 +27,9 @@ type rolloutLine struct {
 	// Related are an abstraction prompt's retrieval candidates (on the
 	// group's first sample only).
 	Related []rl.Related `json:"related,omitempty"`
+	// Lessons the group's plan was condensed from, or the lessons shown
+	// (the first sample only).
+	Lessons []string `json:"lessons,omitempty"`
 }
 
 // logRollouts writes the step's rollouts (every sampled one) to
@@ -49,7 +52,7 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.Prompt.Problem].ID, Group: r.Prompt.Index, Sample: r.Sample, Mode: r.Prompt.Mode,
 			Prompt: text, Response: r.Text, Reward: r.Reward, Correct: r.Correct, Truncated: r.Truncated}
 		if r.Sample == 0 {
-			rows[i].Related = r.Prompt.Related
+			rows[i].Related, rows[i].Lessons = r.Prompt.Related, r.Prompt.Lessons
 		}
 	}
 	if g.comm.Size() > 1 {

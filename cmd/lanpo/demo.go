@@ -48,13 +48,15 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it; the transfer and control worlds share one SFT)"},
 			&cli.IntFlag{Name: "rl-seeds", Value: 1, Usage: "RL seeds per arm, sharing one SFT model: seed 1 in --run-dir, seed r in --run-dir/rl-r"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of the LANPO arms: --set lanpo.lesson_order=outcome (repeatable)"},
+			&cli.StringFlag{Name: "model-size", Value: "small", Usage: "the built-in model: small (≈ 0.8 M parameters), medium (≈ 8 M) or large (≈ 76 M, for a GPU)"},
 			&cli.IntFlag{Name: "budget-steps", Usage: "steps of the grpo-budget arm (default: twice the other arms')"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
 		Subcommands: []*cli.Command{demoPairedCommand()},
 		Action: func(c *cli.Context) error {
 			o := demo.Options{RunDir: c.String("run-dir"), World: c.String("world"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
-				PT: c.Float64("p-t"), SFT: c.String("sft-from"), RLSeeds: c.Int("rl-seeds"), Set: c.StringSlice("set"), BudgetSteps: c.Int("budget-steps")}
+				PT: c.Float64("p-t"), SFT: c.String("sft-from"), RLSeeds: c.Int("rl-seeds"), Set: c.StringSlice("set"), BudgetSteps: c.Int("budget-steps"),
+				ModelSize: c.String("model-size")}
 			if o.RLSeeds < 1 {
 				return usageError{cliError(fmt.Sprintf("--rl-seeds %d: want ≥ 1", o.RLSeeds))}
 			}
