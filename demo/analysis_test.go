@@ -63,3 +63,45 @@ func TestRelevancePurity(t *testing.T) {
 		t.Fatalf("the report's table:\n%s", b.String())
 	}
 }
+
+// TestPlanKinds: each plan is classified by what it says of its problem's
+// word, first match winning, and a plan is credited with carrying the rule
+// from its lessons only when a lesson it read stated it.
+func TestPlanKinds(t *testing.T) {
+	d := demoSplit{families: []string{"zorp", "blic"}, familyRules: []string{"aab", "ba"}, rl: []Item{
+		{ID: "z1", Level: 1, Rule: "aab"}, {ID: "b1", Level: 2, Rule: "ba"}}}
+	x := newRuleIndex(d)
+	for plan, want := range map[string]string{
+		"Plan: zorp is aab.":                 PlanRightRule,
+		"Plan: zorp is not ba. zorp is aab.": PlanRightRule,
+		"Plan: zorp is aabb.":                PlanWrongRule,
+		"Plan: zorp is not aab. blic is ba.": PlanOtherFamily,
+		"Plan: zorp is not ba.":              PlanNotX,
+		"Plan: use the rule.":                PlanOther,
+		"Notes:\n- Principle: zorp is aab.":  PlanRightRule,
+	} {
+		if got := x.planKind(planOf(plan), "z1"); got != want {
+			t.Errorf("%q: %s, want %s", plan, got, want)
+		}
+	}
+	dir := t.TempDir()
+	rows := []rolloutRow{
+		{Step: 1, ProblemID: "z1", Group: 0, Mode: "abstraction", Prompt: "Plan: zorp is aab.", Lessons: []string{"zorp is not ba.", "zorp is aab. None."}},
+		{Step: 1, ProblemID: "z1", Group: 1, Mode: "abstraction", Prompt: "Plan: zorp is not ba.", Lessons: []string{"zorp is aab. None."}},
+		{Step: 1, ProblemID: "z1", Group: 2, Mode: "abstraction", Prompt: "Plan: zorp is aab.", Lessons: []string{"zorp is not ba."}},
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		js, _ := json.Marshal(r)
+		b.Write(append(js, '\n'))
+	}
+	os.MkdirAll(filepath.Join(dir, "rollouts"), 0o755)
+	if err := os.WriteFile(filepath.Join(dir, "rollouts", "step-000001.jsonl"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := ArmRules{Groups: map[string]ModeGroups{}}
+	r.readRollouts(dir, x)
+	if r.Plans != 3 || r.PlanKinds[PlanRightRule] != 2 || r.PlanKinds[PlanNotX] != 1 || r.PlansLessonStates != 2 || r.PlansLessonStatesCarried != 1 || r.PlansRuleWithoutLesson != 1 {
+		t.Fatalf("plans %d, kinds %v, lesson states %d, carried %d, without %d", r.Plans, r.PlanKinds, r.PlansLessonStates, r.PlansLessonStatesCarried, r.PlansRuleWithoutLesson)
+	}
+}
