@@ -6,13 +6,16 @@
 #            GRPO, the oracle, and LANPO with consolidation in four
 #            configurations (lesson_order recency|outcome × context plan|lessons)
 #   confirm  world seeds 1-3, one SFT each × RL_SEEDS RL seeds (default 3):
-#            GRPO, GRPO with twice the steps (grpo-budget), the best LANPO
-#            configuration (BEST_SET, --set flags of the screen's winner) and
-#            the oracle
+#            GRPO and the oracle
+#   confirm-best    the best LANPO configuration (BEST_SET: the --set flags
+#            of the screen's winner) from the same SFT models and RL seeds
+#   confirm-budget  GRPO with twice the steps (grpo-budget), RL seed 1
 #
 # then lanpo demo paired prints the tables. Usage:
 #   scripts/demo/fair_test.sh screen  [OUT]   (default OUT runs/fair)
-#   BEST_SET="--set lanpo.lesson_order=outcome" scripts/demo/fair_test.sh confirm [OUT]
+#   scripts/demo/fair_test.sh confirm [OUT]
+#   BEST_SET="--set lanpo.lesson_order=outcome" scripts/demo/fair_test.sh confirm-best [OUT]
+#   scripts/demo/fair_test.sh confirm-budget [OUT]
 set -euo pipefail
 phase=${1:?screen or confirm}
 out=${2:-runs/fair}
@@ -31,9 +34,22 @@ screen)
 	done
 	;;
 confirm)
+	# GRPO and the oracle do not depend on the screen: they run first; the
+	# best LANPO configuration then starts from the same SFT models.
+	for s in 1 2 3; do
+		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-3}" --arms grpo,lanpo-oracle --run-dir $out/confirm/s$s
+	done
+	;;
+confirm-best)
 	for s in 1 2 3; do
 		# shellcheck disable=SC2086
-		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-3}" --arms grpo,grpo-budget,lanpo-consolidate,lanpo-oracle ${BEST_SET:-} --run-dir $out/confirm/s$s
+		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-3}" --arms lanpo-consolidate ${BEST_SET:-} \
+			--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/confirm/best-s$s
+	done
+	;;
+confirm-budget)
+	for s in 1 2 3; do
+		$lanpo demo --seed $s --arms grpo-budget --sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/confirm/budget-s$s
 	done
 	;;
 *)
