@@ -78,6 +78,7 @@ func TestPlanKinds(t *testing.T) {
 		"Plan: zorp is not aab. blic is ba.": PlanOtherFamily,
 		"Plan: zorp is not ba.":              PlanNotX,
 		"Plan: use the rule.":                PlanOther,
+		"Plan: zorq is bb.":                  PlanMiscopied,
 		"Notes:\n- Principle: zorp is aab.":  PlanRightRule,
 	} {
 		if got := x.planKind(planOf(plan), "z1"); got != want {

@@ -272,7 +272,7 @@ func planKindTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("<h3>What the plans say</h3><p>Every abstraction prompt's plan (with <code>lanpo.context: lessons</code>, the lessons shown), by what it says of the problem's word, first match: its rule; its word with another rule; another family's word (another problem's specifics); only \"not X\" of its word; other.</p><table><tr><th>arm</th>")
+	b.WriteString("<h3>What the plans say</h3><p>Every abstraction prompt's plan (with <code>lanpo.context: lessons</code>, the lessons shown), by what it says of the problem's word, first match: its rule; its word with another rule; another family's word (another problem's specifics); only \"not X\" of its word; a word one or two letters off its own (a copying error); other.</p><table><tr><th>arm</th>")
 	for _, k := range PlanKindOrder {
 		b.WriteString("<th>" + html.EscapeString(k) + "</th>")
 	}

@@ -5,6 +5,8 @@
 #   screen   one SFT (world seed 101, not a confirmation seed) × 2 RL seeds:
 #            GRPO, the oracle, and LANPO with consolidation in four
 #            configurations (lesson_order recency|outcome × context plan|lessons)
+#   screen-pt  the oracle and the screen's best configuration (BEST_SET) with
+#            p_t 0.25
 #   confirm  world seeds 1-3, one SFT each × RL_SEEDS RL seeds (default 3):
 #            GRPO and the oracle
 #   confirm-best    the best LANPO configuration (BEST_SET: the --set flags
@@ -32,6 +34,16 @@ screen)
 		# shellcheck disable=SC2086 # the --set flags split on purpose
 		$lanpo demo --seed $s --rl-seeds 2 --arms lanpo-consolidate --sft-from $sft ${v#*:} --run-dir $out/screen/$name-s$s
 	done
+	;;
+screen-pt)
+	# After the screen: the oracle, and the best of its four configurations
+	# (BEST_SET), with p_t 0.25 — three quarters of the prompts bare, as
+	# GRPO's all are.
+	s=101
+	sft=$out/screen/s$s/sft/checkpoints/step-001600
+	$lanpo demo --seed $s --rl-seeds 2 --arms lanpo-oracle --p-t 0.25 --sft-from $sft --run-dir $out/screen/oracle-pt25-s$s
+	# shellcheck disable=SC2086
+	$lanpo demo --seed $s --rl-seeds 2 --arms lanpo-consolidate --p-t 0.25 ${BEST_SET:-} --sft-from $sft --run-dir $out/screen/best-pt25-s$s
 	;;
 confirm)
 	# GRPO and the oracle do not depend on the screen: they run first; the
