@@ -108,6 +108,10 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 		// not ba."): two related problems with two lessons each give a found
 		// rule more than one chance to reach the condenser (maxLessons).
 		rl.LANPO.SummariesPerGroup, rl.LANPO.MaxRelatedProblems, rl.LANPO.LessonsPerProblem, rl.LANPO.MaxContextTokens = 2, ruleRelated, ruleLessons, 320
+		// The fair test's screen chose outcome order, with plans (docs/
+		// benchmarks.md, "The fair test"): a related problem's solved lesson
+		// first.
+		rl.LANPO.LessonOrder = "outcome"
 		rl.Log.Rollouts = true
 	}
 	if pt > 0 {

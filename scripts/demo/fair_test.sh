@@ -7,6 +7,7 @@
 #            configurations (lesson_order recency|outcome × context plan|lessons)
 #   screen-pt  the oracle and the screen's best configuration (BEST_SET) with
 #            p_t 0.25
+#   screen-lambda  the oracle with lanpo.consolidate 0.05
 #   confirm  world seeds 1-3, one SFT each × RL_SEEDS RL seeds (default 3):
 #            GRPO and the oracle
 #   confirm-best    the best LANPO configuration (BEST_SET: the --set flags
@@ -44,6 +45,13 @@ screen-pt)
 	$lanpo demo --seed $s --rl-seeds 2 --arms lanpo-oracle --p-t 0.25 --sft-from $sft --run-dir $out/screen/oracle-pt25-s$s
 	# shellcheck disable=SC2086
 	$lanpo demo --seed $s --rl-seeds 2 --arms lanpo-consolidate --p-t 0.25 ${BEST_SET:-} --sft-from $sft --run-dir $out/screen/best-pt25-s$s
+	;;
+screen-lambda)
+	# The oracle with a weaker consolidation (λ 0.05): does the NLL's
+	# gradient drown the bare prompt's own RL signal?
+	s=101
+	$lanpo demo --seed $s --rl-seeds 2 --arms lanpo-oracle --set lanpo.consolidate=0.05 \
+		--sft-from $out/screen/s$s/sft/checkpoints/step-001600 --run-dir $out/screen/oracle-lambda005-s$s
 	;;
 confirm)
 	# GRPO and the oracle do not depend on the screen: they run first; the
