@@ -27,12 +27,13 @@ func demoCommand() *cli.Command {
 			"              from one problem say nothing about another\n" +
 			"  arithmetic  one- and two-digit arithmetic: errors are digit facts\n\n" +
 			"Arms: grpo; lanpo (lanpo.train_prompt sampled); lanpo-original (original, truncated importance\n" +
-			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "); lanpo-oracle (transfer world only:\n" +
-			"consolidation with the family's true rule as the plan once RL has found it — an upper bound, not a method);\n" +
-			"grpo-budget (GRPO with --budget-steps). Default: " + strings.Join(demo.DefaultArms, ", ") + " (no oracle outside the transfer world);\n" +
-			"--compare runs " + strings.Join(demo.Arms, ", ") + ".\n" +
-			"--rl-seeds N runs every arm with N RL seeds from one SFT model (RUN_DIR, RUN_DIR/rl-2, …); lanpo demo paired\n" +
-			"compares arms over such runs with intervals.\n" +
+			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "); lanpo-oracle (transfer world: the\n" +
+			"consolidation arm with the family's true rule as its plan once RL has found it — an upper bound, not a\n" +
+			"method); grpo-budget (GRPO with --budget-steps). In the rule worlds the LANPO arms read lessons in outcome\n" +
+			"order (the fair test's choice, docs/benchmarks.md). Default: " + strings.Join(demo.DefaultArms, ", ") + " (no oracle\n" +
+			"outside the transfer world); --compare runs " + strings.Join(demo.Arms, ", ") + ".\n" +
+			"--rl-seeds N runs every arm with N RL seeds from one SFT model (RUN_DIR, RUN_DIR/rl-2, …); `lanpo demo\n" +
+			"paired` compares arms over such runs with intervals. --model-size medium or large trains a larger model.\n" +
 			"RUN_DIR/report.html: held-out accuracy per group after SFT and each arm (LANPO also retrieval-augmented\n" +
 			"and self-corrective), curves against step, tokens and wall time with the SFT model at step 0; in the\n" +
 			"rule worlds the ceiling (SFT with the rule told), predictions beside outcomes, and each step of LANPO's\n" +
