@@ -256,7 +256,7 @@ func TestDemoFastTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "Verdict, from this run's numbers", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model", "The relevance filter"} {
+	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "Verdict, from this run's numbers", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model", "The relevance filter", "lanpo demo paired"} {
 		if !strings.Contains(string(page), want) {
 			t.Fatalf("the report lacks %q", want)
 		}
