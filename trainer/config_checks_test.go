@@ -40,3 +40,20 @@ func TestConfigRefusesSilentMistakes(t *testing.T) {
 		t.Errorf("warmup_steps 7 of 6: %v, log %q", err, buf.String())
 	}
 }
+
+// TestWithSets: overrides apply to a config in memory as to a file, and
+// a bad key is named.
+func TestWithSets(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Seed = "tiny", 3
+	got, err := WithSets(cfg, []string{"lanpo.lesson_order=outcome", "rollout.temperature=0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LANPO.LessonOrder != "outcome" || got.Rollout.Temperature != 0.5 || got.Model != "tiny" || got.Seed != 3 {
+		t.Fatalf("lesson_order %q, temperature %v, model %q, seed %d", got.LANPO.LessonOrder, got.Rollout.Temperature, got.Model, got.Seed)
+	}
+	if _, err := WithSets(cfg, []string{"lanpo.lesson_ordr=outcome"}); err == nil || !strings.Contains(err.Error(), "lesson_ordr") {
+		t.Fatalf("a misspelt key: %v", err)
+	}
+}

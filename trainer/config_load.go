@@ -54,25 +54,8 @@ func ReadConfig(path string, sets []string) (Config, error) {
 	if len(sets) > 0 {
 		// Overrides go through a generic tree, so a key the file does not
 		// mention can still be set; the strict decode then checks names.
-		var tree map[string]any
-		if err := yaml.Unmarshal(raw, &tree); err != nil {
-			return cfg, fmt.Errorf("%s: %w", path, err)
-		}
-		if tree == nil {
-			tree = map[string]any{}
-		}
-		for _, kv := range sets {
-			if err := setPath(tree, kv); err != nil {
-				return cfg, err
-			}
-		}
-		merged, err := yaml.Marshal(tree)
-		if err != nil {
-			return cfg, err
-		}
-		cfg = DefaultConfig()
-		if err := decodeStrict(merged, &cfg); err != nil {
-			return cfg, fmt.Errorf("--set: %w", err)
+		if cfg, err = withSets(raw, sets); err != nil {
+			return cfg, err // raw decoded above: the error is an override's
 		}
 	}
 	if cfg.RunDir == "" {
@@ -84,9 +67,23 @@ func ReadConfig(path string, sets []string) (Config, error) {
 // WithSets applies --set overrides to a config in memory, as ReadConfig
 // applies them to a file.
 func WithSets(cfg Config, sets []string) (Config, error) {
-	var tree map[string]any
-	if err := yaml.Unmarshal([]byte(cfg.YAML()), &tree); err != nil {
+	out, err := withSets([]byte(cfg.YAML()), sets)
+	if err != nil {
 		return cfg, err
+	}
+	return out, nil
+}
+
+// withSets decodes raw YAML onto the defaults with key=value overrides
+// applied to its tree first.
+func withSets(raw []byte, sets []string) (Config, error) {
+	cfg := DefaultConfig()
+	var tree map[string]any
+	if err := yaml.Unmarshal(raw, &tree); err != nil {
+		return cfg, err
+	}
+	if tree == nil {
+		tree = map[string]any{}
 	}
 	for _, kv := range sets {
 		if err := setPath(tree, kv); err != nil {
@@ -97,11 +94,10 @@ func WithSets(cfg Config, sets []string) (Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	out := DefaultConfig()
-	if err := decodeStrict(merged, &out); err != nil {
+	if err := decodeStrict(merged, &cfg); err != nil {
 		return cfg, fmt.Errorf("--set: %w", err)
 	}
-	return out, nil
+	return cfg, nil
 }
 
 func decodeStrict(raw []byte, cfg *Config) error {
