@@ -48,6 +48,10 @@ type Options struct {
 	// ModelSize is the built-in model trained from scratch: small (""; ≈ 0.8 M
 	// parameters), medium (≈ 10×) or large (≈ 100×; for a GPU).
 	ModelSize string
+	// SFTLessons makes the rule worlds' SFT also teach solving with lessons
+	// shown (lanpo.context: lessons); on by itself when Set asks for that
+	// context and the SFT is trained here.
+	SFTLessons bool
 	// BudgetSteps is the grpo-budget arm's steps (0: 2× the other arms').
 	BudgetSteps int
 	rlSeed      int       // which RL seed this run is (0: 1)
@@ -170,6 +174,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("demo model size %q: want %s", o.ModelSize, strings.Join(ModelSizes, ", "))
 	}
 	p.modelSize = o.ModelSize
+	p.sftLessons = o.SFTLessons || slices.Contains(o.Set, "lanpo.context=lessons")
 	d, err := prepare(o.RunDir, o.World, w, o.Seed, max(o.rlSeed, 1), p, o.Arms, o.PT, o.SFT, o.Set)
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ type demoPlan struct {
 	rlLR              float64
 	budgetSteps       int    // the grpo-budget arm's steps (0: 2 × rlSteps)
 	modelSize         string // the built-in model (small, medium, large)
+	// sftLessons: the rule worlds' SFT also teaches solving with lessons
+	// shown (lanpo.context: lessons).
+	sftLessons bool
 	rlLevels          []int
 	workedFrac        float64 // arithmetic: share of SFT answers with worked (column-method) solutions
 	skillExamples     int     // examples of each LANPO skill the world writes for SFT

@@ -50,6 +50,7 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "rl-seeds", Value: 1, Usage: "RL seeds per arm, sharing one SFT model: seed 1 in --run-dir, seed r in --run-dir/rl-r"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of the LANPO arms: --set lanpo.lesson_order=outcome (repeatable)"},
 			&cli.StringFlag{Name: "model-size", Value: "small", Usage: "the built-in model: small (≈ 0.8 M parameters), medium (≈ 8 M) or large (≈ 76 M, for a GPU)"},
+			&cli.BoolFlag{Name: "sft-lessons", Usage: "the rule worlds' SFT also teaches solving with lessons shown (lanpo.context: lessons; on by itself with --set lanpo.context=lessons)"},
 			&cli.IntFlag{Name: "budget-steps", Usage: "steps of the grpo-budget arm (default: twice the other arms')"},
 			&cli.BoolFlag{Name: "force", Usage: "replace --run-dir even if it is not an earlier demo run (by default a non-empty directory without demo.json is refused)"},
 		},
@@ -57,7 +58,7 @@ func demoCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			o := demo.Options{RunDir: c.String("run-dir"), World: c.String("world"), Seed: c.Int64("seed"), Fast: c.Bool("fast"), Force: c.Bool("force"), Log: c.App.Writer,
 				PT: c.Float64("p-t"), SFT: c.String("sft-from"), RLSeeds: c.Int("rl-seeds"), Set: c.StringSlice("set"), BudgetSteps: c.Int("budget-steps"),
-				ModelSize: c.String("model-size")}
+				ModelSize: c.String("model-size"), SFTLessons: c.Bool("sft-lessons")}
 			if o.RLSeeds < 1 {
 				return usageError{cliError(fmt.Sprintf("--rl-seeds %d: want ≥ 1", o.RLSeeds))}
 			}

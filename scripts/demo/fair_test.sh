@@ -8,7 +8,7 @@
 #   screen-pt  the oracle and the screen's best configuration (BEST_SET) with
 #            p_t 0.25
 #   screen-lambda  the oracle with lanpo.consolidate 0.05
-#   confirm  world seeds 1-3, one SFT each × RL_SEEDS RL seeds (default 3):
+#   confirm  world seeds 1-3, one SFT each × RL_SEEDS RL seeds (default 2):
 #            GRPO and the oracle
 #   confirm-best    the best LANPO configuration (BEST_SET: the --set flags
 #            of the screen's winner) from the same SFT models and RL seeds
@@ -27,7 +27,8 @@ case $phase in
 screen)
 	s=101
 	base=$out/screen/s$s
-	$lanpo demo --seed $s --rl-seeds 2 --arms grpo,lanpo-consolidate,lanpo-oracle --run-dir $base
+	# --sft-lessons: the SFT teaches the lessons context too, for the configurations that use it
+	$lanpo demo --seed $s --rl-seeds 2 --arms grpo,lanpo-consolidate,lanpo-oracle --sft-lessons --run-dir $base
 	sft=$base/sft/checkpoints/step-001600
 	for v in "outcome:--set lanpo.lesson_order=outcome" "lessons:--set lanpo.context=lessons" \
 		"lessons-outcome:--set lanpo.context=lessons --set lanpo.lesson_order=outcome"; do
@@ -57,13 +58,13 @@ confirm)
 	# GRPO and the oracle do not depend on the screen: they run first; the
 	# best LANPO configuration then starts from the same SFT models.
 	for s in 1 2 3; do
-		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-3}" --arms grpo,lanpo-oracle --run-dir $out/confirm/s$s
+		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-2}" --arms grpo,lanpo-oracle --run-dir $out/confirm/s$s
 	done
 	;;
 confirm-best)
 	for s in 1 2 3; do
 		# shellcheck disable=SC2086
-		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-3}" --arms lanpo-consolidate ${BEST_SET:-} \
+		$lanpo demo --seed $s --rl-seeds "${RL_SEEDS:-2}" --arms lanpo-consolidate ${BEST_SET:-} \
 			--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/confirm/best-s$s
 	done
 	;;
