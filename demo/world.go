@@ -53,12 +53,12 @@ type demoPlan struct {
 	modelSize         string // the built-in model (small, medium, large)
 	// sftLessons: the rule worlds' SFT also teaches solving with lessons
 	// shown (lanpo.context: lessons).
-	sftLessons bool
-	rlLevels          []int
-	workedFrac        float64 // arithmetic: share of SFT answers with worked (column-method) solutions
-	skillExamples     int     // examples of each LANPO skill the world writes for SFT
-	evalEvery         int     // held-out evaluation during RL
-	maxNew            int     // generated tokens per response
+	sftLessons    bool
+	rlLevels      []int
+	workedFrac    float64 // arithmetic: share of SFT answers with worked (column-method) solutions
+	skillExamples int     // examples of each LANPO skill the world writes for SFT
+	evalEvery     int     // held-out evaluation during RL
+	maxNew        int     // generated tokens per response
 	// Rule worlds: families (words with a rule each), SFT-only words, and K
 	// candidate rules.
 	families, sftWords, rulesK int
