@@ -79,6 +79,9 @@ type Oracle interface {
 // lanpo.initial_pool or empty) and the feedback builder for a run.
 func NewExplorer(m *model.Model, tk *tokenizer.Tokenizer, s Settings, run Run) (*Explorer, error) {
 	cfg := s.LANPO
+	if run.Oracle != nil && run.Comm != nil && run.Comm.Size() > 1 {
+		return nil, fmt.Errorf("an oracle's plans need one process: it sees only its own rank's rollouts (%d ranks)", run.Comm.Size())
+	}
 	var p *pool.Pool
 	var err error
 	switch {
