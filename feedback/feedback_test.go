@@ -263,26 +263,9 @@ func TestBenchSummaries(t *testing.T) {
 // γ = 0 the floor alone decides, and a floor of 1 lets nothing through.
 func TestRelevanceFloor(t *testing.T) {
 	m, tk := loadWarm(t)
-	path, problems := seededPool(t)
 	decide := func(floor string) (pass, fail int) {
 		t.Helper()
-		cfg := TinySettings(t, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor="+floor)
-		p, err := pool.Load(path, cfg.LANPO.PoolConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := NewBuilder(m, tk, cfg, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var items []abstractionItem
-		for i, pr := range problems {
-			items = append(items, abstractionItem{id: pr.ID, problem: pr.Problem, index: i})
-		}
-		res, err := f.abstraction(noPhases{}, items)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, cfg, res := seededAbstraction(t, m, tk, 1<<30, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor="+floor)
 		for _, r := range res {
 			for _, c := range r.candidates {
 				if c.Passed != (c.Raw >= *cfg.LANPO.RelevanceFloor && c.Relevance >= 0) {

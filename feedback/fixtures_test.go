@@ -7,6 +7,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/pooltest"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -31,6 +32,31 @@ func loadWarm(t *testing.T) (*model.Model, *tokenizer.Tokenizer) {
 }
 
 // seededPool is pooltest.Seeded's pool of the tiny LANPO data set.
+// seededAbstraction builds a builder over the seeded pool with the tiny
+// settings and sets, and runs abstraction for the first n of its problems.
+func seededAbstraction(t *testing.T, m *model.Model, tk *tokenizer.Tokenizer, n int, sets ...string) (*Builder, Settings, []abstractionResult) {
+	t.Helper()
+	path, problems := seededPool(t)
+	cfg := TinySettings(t, sets...)
+	p, err := pool.Load(path, cfg.LANPO.PoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewBuilder(m, tk, cfg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []abstractionItem
+	for i, pr := range problems[:min(n, len(problems))] {
+		items = append(items, abstractionItem{id: pr.ID, problem: pr.Problem, index: i})
+	}
+	res, err := f.abstraction(noPhases{}, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, cfg, res
+}
+
 func seededPool(t *testing.T) (string, []rl.Problem) {
 	t.Helper()
 	problems := LANPOProblems(t)

@@ -81,25 +81,8 @@ func TestLessonOrderReachesAbstraction(t *testing.T) {
 // count stays 0); with plan (the default) the condenser writes one.
 func TestLessonsContext(t *testing.T) {
 	m, tk := loadWarm(t)
-	path, problems := seededPool(t)
 	for _, context := range []string{"plan", "lessons"} {
-		cfg := TinySettings(t, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor=0", "lanpo.context="+context)
-		p, err := pool.Load(path, cfg.LANPO.PoolConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := NewBuilder(m, tk, cfg, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var items []abstractionItem
-		for i, pr := range problems[:4] {
-			items = append(items, abstractionItem{id: pr.ID, problem: pr.Problem, index: i})
-		}
-		res, err := f.abstraction(noPhases{}, items)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, _, res := seededAbstraction(t, m, tk, 4, "lanpo.similarity=bm25", "lanpo.similarity_threshold=0", "lanpo.relevance_floor=0", "lanpo.context="+context)
 		_, _, generated := f.Counters()
 		made := 0
 		for i, r := range res {
