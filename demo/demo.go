@@ -161,9 +161,6 @@ func Run(ctx context.Context, o Options) error {
 		o.Arms = DefaultArmsOf(o.World)
 	}
 	fmt.Fprintf(o.Log, "demo: %s world, arms %v, run directory %s\n", o.World, o.Arms, o.RunDir)
-	if err := claimRunDir(o.RunDir, o.Seed, o.Fast, o.Force); err != nil {
-		return err
-	}
 	if o.BudgetSteps > 0 {
 		p.budgetSteps = o.BudgetSteps
 	}
@@ -175,6 +172,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	p.modelSize = o.ModelSize
 	p.sftLessons = o.SFTLessons || slices.Contains(o.Set, "lanpo.context=lessons")
+	if err := claimRunDir(o.RunDir, o.Seed, o.Fast, o.Force); err != nil {
+		return err
+	}
 	d, err := prepare(o.RunDir, o.World, w, o.Seed, max(o.rlSeed, 1), p, o.Arms, o.PT, o.SFT, o.Set)
 	if err != nil {
 		return err

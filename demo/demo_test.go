@@ -306,6 +306,14 @@ func TestDemoRunDirIsClaimedSafely(t *testing.T) {
 	if _, err := os.Stat(precious); err != nil {
 		t.Fatalf("the refused directory lost its file: %v", err)
 	}
+	// A bad option is refused before the directory is touched.
+	os.WriteFile(filepath.Join(dir, demoMarker), []byte("{}\n"), 0o644)
+	if err := Run(context.Background(), Options{RunDir: dir, ModelSize: "huge", Seed: 1, Fast: true, Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "huge") {
+		t.Fatalf("model size huge: %v", err)
+	}
+	if _, err := os.Stat(precious); err != nil {
+		t.Fatalf("a refused option emptied the directory: %v", err)
+	}
 	if err := claimRunDir(dir, 1, true, true); err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func collectArm(ref ArmRef) (map[pairKey]armRun, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s@%s: %w", ref.Arm, ref.Root, err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no demo run under %s has arm %s (demo_results.json)", ref.Label, ref.Root, ref.Arm)
