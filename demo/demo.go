@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("demo model size %q: want %s", o.ModelSize, strings.Join(ModelSizes, ", "))
 	}
 	p.modelSize = o.ModelSize
-	p.sftLessons = o.SFTLessons || slices.Contains(o.Set, "lanpo.context=lessons")
+	p.sftLessons = o.SFTLessons
 	if err := claimRunDir(o.RunDir, o.Seed, o.Fast, o.Force); err != nil {
 		return err
 	}

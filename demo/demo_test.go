@@ -458,5 +458,17 @@ func TestDemoConfigsResolved(t *testing.T) {
 		for _, arm := range arms {
 			trainertest.AssertResolved(t, "demo "+world+" "+arm, d.arms[arm])
 		}
+		if world != WorldTransfer {
+			continue
+		}
+		// An arm given the lessons context (in any spelling of the
+		// override) makes the SFT teach it: one more example per skill.
+		withLessons, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), arms, 0.75, "", []string{"lanpo.context= lessons"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := d.sftExamples + plan(world, true).skillExamples; withLessons.sftExamples != want {
+			t.Fatalf("SFT examples with lanpo.context lessons: %d, want %d", withLessons.sftExamples, want)
+		}
 	}
 }

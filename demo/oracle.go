@@ -2,12 +2,9 @@ package demo
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/lanpo-rl/lanpo/eval"
-	"github.com/lanpo-rl/lanpo/internal/jsonl"
-	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
@@ -86,10 +83,6 @@ func (d demoRun) evaluateOracle(runDir string, r StageResult, model string, cfg 
 	if err != nil {
 		return r, err
 	}
-	dir := filepath.Join(runDir, "data", "heldout-oracle")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return r, err
-	}
 	found := o.Found()
 	var bench []eval.Benchmark
 	for i, name := range d.groups {
@@ -99,15 +92,11 @@ func (d demoRun) evaluateOracle(runDir string, r StageResult, model string, cfg 
 				continue
 			}
 			if found[i] {
-				it.Problem = pool.WithContext(it.Problem, b.Prompts().AbstractionContext(ruleStatement(it.Family, it.Rule)))
+				it = withRuleTold(it, b.Prompts())
 			}
 			items = append(items, it)
 		}
-		path := filepath.Join(dir, name+".jsonl")
-		if err := jsonl.WriteFile(path, items); err != nil {
-			return r, err
-		}
-		bm, err := eval.LoadBenchmark(name, path, 0)
+		bm, err := writeBenchmark(filepath.Join(runDir, "data", "heldout-oracle"), name, items)
 		if err != nil {
 			return r, err
 		}

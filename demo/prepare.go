@@ -41,6 +41,15 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 	}
 
 	base := baseConfig(runSeed, promptsPath)
+	// The SFT teaches the lessons context when an arm's --set asks for it
+	// (however spelled: read from the config the overrides make).
+	if len(sets) > 0 {
+		c, err := trainer.WithSets(base, sets)
+		if err != nil {
+			return d, fmt.Errorf("demo --set: %w", err)
+		}
+		p.sftLessons = p.sftLessons || c.LANPO.GivesLessons()
+	}
 	if p.modelSize != "" {
 		base.Model = "builtin:" + p.modelSize
 	}
@@ -205,8 +214,7 @@ func (d *demoRun) writeData(dataDir, worldName string, w world, base trainer.Con
 			if it.Level == i+1 {
 				items = append(items, it)
 				if worldName == WorldTransfer { // the control's problems carry their rule already
-					it.Problem = pool.WithContext(it.Problem, prompts.AbstractionContext(ruleStatement(it.Family, it.Rule)))
-					told = append(told, it)
+					told = append(told, withRuleTold(it, prompts))
 				}
 			}
 		}
@@ -218,14 +226,7 @@ func (d *demoRun) writeData(dataDir, worldName string, w world, base trainer.Con
 			if len(f.items) == 0 {
 				continue
 			}
-			path := filepath.Join(dataDir, f.dir, name+".jsonl")
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return err
-			}
-			if err := jsonl.WriteFile(path, f.items); err != nil {
-				return err
-			}
-			bench, err := eval.LoadBenchmark(name, path, 0)
+			bench, err := writeBenchmark(filepath.Join(dataDir, f.dir), name, f.items)
 			if err != nil {
 				return err
 			}
@@ -233,6 +234,26 @@ func (d *demoRun) writeData(dataDir, worldName string, w world, base trainer.Con
 		}
 	}
 	return nil
+}
+
+// withRuleTold is a rule-world problem with its family's rule given as
+// the plan (the ceiling's and the oracle's held-out prompts).
+func withRuleTold(it Item, prompts pool.Prompts) Item {
+	it.Problem = pool.WithContext(it.Problem, prompts.AbstractionContext(ruleStatement(it.Family, it.Rule)))
+	return it
+}
+
+// writeBenchmark writes a held-out group's items to DIR/NAME.jsonl and
+// loads it as benchmark NAME.
+func writeBenchmark(dir, name string, items []Item) (eval.Benchmark, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return eval.Benchmark{}, err
+	}
+	path := filepath.Join(dir, name+".jsonl")
+	if err := jsonl.WriteFile(path, items); err != nil {
+		return eval.Benchmark{}, err
+	}
+	return eval.LoadBenchmark(name, path, 0)
 }
 
 // stepDir is the checkpoint directory of a step of a run.

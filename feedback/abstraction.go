@@ -98,12 +98,7 @@ func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abst
 			}
 			continue
 		}
-		req := f.prompts.CondenseRequest(it.problem, lessons)
-		for len(lessons) > 1 && f.tokenCount(req) > f.cfg.MaxContextTokens {
-			lessons = lessons[:len(lessons)-1] // the least relevant go first
-			req = f.prompts.CondenseRequest(it.problem, lessons)
-			f.met.ContextTruncated++
-		}
+		lessons, req := f.fitLessons(lessons, func(ls []pool.Lesson) string { return f.prompts.CondenseRequest(it.problem, ls) })
 		requests, prefixes = append(requests, req), append(prefixes, f.prompts.PlanHeader+" ")
 		waiting, indexes, related = append(waiting, i), append(indexes, it.index), append(related, golds)
 		res[i].lessons = lessons
@@ -132,16 +127,24 @@ func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abst
 	return res, nil
 }
 
+// fitLessons renders the lessons, dropping the least relevant (the last)
+// while the text exceeds lanpo.max_context_tokens and more than one is
+// left; each drop is counted.
+func (f *Builder) fitLessons(lessons []pool.Lesson, render func([]pool.Lesson) string) ([]pool.Lesson, string) {
+	text := render(lessons)
+	for len(lessons) > 1 && f.tokenCount(text) > f.cfg.MaxContextTokens {
+		lessons = lessons[:len(lessons)-1]
+		text = render(lessons)
+		f.met.ContextTruncated++
+	}
+	return lessons, text
+}
+
 // lessonsPrompt gives the solver the lessons themselves (lanpo.context:
 // lessons), the least relevant dropped while they exceed
 // lanpo.max_context_tokens; Plan holds the context block.
 func (f *Builder) lessonsPrompt(r *abstractionResult, problem string, lessons []pool.Lesson) error {
-	ctx := f.prompts.LessonsContext(lessons)
-	for len(lessons) > 1 && f.tokenCount(ctx) > f.cfg.MaxContextTokens {
-		lessons = lessons[:len(lessons)-1]
-		ctx = f.prompts.LessonsContext(lessons)
-		f.met.ContextTruncated++
-	}
+	lessons, ctx := f.fitLessons(lessons, f.prompts.LessonsContext)
 	r.lessons = lessons
 	ids, ok, err := f.withContext(problem, ctx)
 	if err != nil || !ok {
