@@ -336,10 +336,11 @@ template <class Backend>
 std::pair<at::Tensor, at::Tensor> kernel_backward(const at::Tensor &hidden, const at::Tensor &weight,
                                                   const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
                                                   const at::Tensor &entropy, const at::Tensor &g_logp,
-                                                  const at::Tensor &g_ent) {
+                                                  const at::Tensor &g_ent, bool want_dw) {
   Backend be(hidden);
   auto dhidden = at::zeros_like(hidden);
-  auto dw = at::zeros({p.v, weight.size(1)}, hidden.options().dtype(at::kFloat));
+  at::Tensor dw;
+  if (want_dw) dw = at::zeros({p.v, weight.size(1)}, hidden.options().dtype(at::kFloat));
   auto rows_f32 = [&](const at::Tensor &t, int64_t c0, int64_t c) {
     return take_rows(t, p, c0, c).to(at::kFloat).contiguous();
   };
@@ -363,9 +364,9 @@ std::pair<at::Tensor, at::Tensor> kernel_backward(const at::Tensor &hidden, cons
     auto dx = at::empty({c, h}, hidden.options());
     be.grad_input(z, lddz, w.data_ptr(), c, h, p.v, dx.data_ptr());
     put_rows(dhidden, p, c0, c, dx);
-    be.grad_weight_acc(z, lddz, xc.data_ptr(), c, h, p.v, dw.data_ptr<float>());
+    if (want_dw) be.grad_weight_acc(z, lddz, xc.data_ptr(), c, h, p.v, dw.data_ptr<float>());
   });
-  return {dhidden, dw.to(weight.scalar_type())};
+  return {dhidden, want_dw ? dw.to(weight.scalar_type()) : at::Tensor()};
 }
 
 Result fused_forward(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const Plan &p,
@@ -402,21 +403,26 @@ Result fused_forward(const at::Tensor &hidden, const at::Tensor &weight, const a
   return r;
 }
 
-// Gradients of Σ g_logp·logp + Σ g_ent·H for hidden and weight; dW is
-// accumulated in fp32 (fp64 for fp64 inputs) and cast once at the end.
+// Gradients of Σ g_logp·logp + Σ g_ent·H for hidden and, when want_dw,
+// weight (undefined otherwise: a frozen head, as under LoRA, costs no [V, H]
+// buffer and no GEMM); dW is accumulated in fp32 (fp64 for fp64 inputs) and
+// cast once at the end.
 std::pair<at::Tensor, at::Tensor> fused_backward(const at::Tensor &hidden, const at::Tensor &weight,
                                                  const at::Tensor &targets, const Plan &p, const at::Tensor &lse,
                                                  const at::Tensor &entropy, const at::Tensor &g_logp,
-                                                 const at::Tensor &g_ent) {
-  if (p.emulate_cuda) return kernel_backward<EmulatedBackend>(hidden, weight, targets, p, lse, entropy, g_logp, g_ent);
+                                                 const at::Tensor &g_ent, bool want_dw) {
+  if (p.emulate_cuda) {
+    return kernel_backward<EmulatedBackend>(hidden, weight, targets, p, lse, entropy, g_logp, g_ent, want_dw);
+  }
 #ifdef LANPO_CUDA
   if (use_cuda_kernels(hidden, weight)) {
-    return kernel_backward<GpuBackend>(hidden, weight, targets, p, lse, entropy, g_logp, g_ent);
+    return kernel_backward<GpuBackend>(hidden, weight, targets, p, lse, entropy, g_logp, g_ent, want_dw);
   }
 #endif
   auto opts = hidden.options().dtype(p.ct);
   auto dhidden = at::zeros_like(hidden);
-  auto dw = at::zeros({p.v, weight.size(1)}, opts);
+  at::Tensor dw;
+  if (want_dw) dw = at::zeros({p.v, weight.size(1)}, opts);
   auto step = [&](int64_t c0, int64_t c, at::Tensor &z, const at::Tensor &xc, const at::Tensor &tgt) {
     auto gl = (g_logp.defined() ? take_rows(g_logp, p, c0, c).to(p.ct) : at::zeros({c}, opts)).unsqueeze(1);
     at::Tensor ge, ent;
@@ -438,10 +444,10 @@ std::pair<at::Tensor, at::Tensor> fused_backward(const at::Tensor &hidden, const
     z.scatter_add_(1, tgt.unsqueeze(1), gl);  // + g_logp at the target
     if (p.temperature != 1.0) z.div_(p.temperature);
     put_rows(dhidden, p, c0, c, grad_input(z, weight, p).to(hidden.scalar_type()));
-    dw.addmm_(z.t(), xc);
+    if (want_dw) dw.addmm_(z.t(), xc);
   };
   for_each_chunk(hidden, weight, targets, p, step);
-  return {dhidden, dw.to(weight.scalar_type())};
+  return {dhidden, want_dw ? dw.to(weight.scalar_type()) : at::Tensor()};
 }
 
 struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
@@ -458,6 +464,7 @@ struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["all_rows"] = !mask.defined();
     ctx->saved_data["emulate_cuda"] = emulate_cuda;
+    ctx->saved_data["weight_grad"] = weight.requires_grad();
     if (want_entropy) return {r.logp, r.entropy};
     return {r.logp};
   }
@@ -472,7 +479,8 @@ struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
     p.emulate_cuda = ctx->saved_data["emulate_cuda"].toBool();
     finish_plan(p, hidden, weight);
     at::Tensor g_ent = grads.size() > 1 ? grads[1] : at::Tensor();
-    auto [dh, dw] = fused_backward(hidden, weight, targets, p, saved[4], saved[5], grads[0], g_ent);
+    auto [dh, dw] = fused_backward(hidden, weight, targets, p, saved[4], saved[5], grads[0], g_ent,
+                                   ctx->saved_data["weight_grad"].toBool());
     return {dh, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

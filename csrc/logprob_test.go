@@ -1,6 +1,7 @@
 package csrc
 
 import (
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -363,5 +364,55 @@ func TestBenchLogProbReports(t *testing.T) {
 		if r.Chunk != 8 || r.Device != "cpu" || r.DType != "float32" {
 			t.Errorf("config not echoed: %+v", r)
 		}
+	}
+}
+
+// TestFusedLogProbFrozenHead: with a head that takes no gradient (LoRA's
+// frozen LM head) the backward gives the same input gradient and computes
+// no weight gradient: no dW GEMM on the ATen path (no addmm), one [V, H]
+// buffer fewer on the kernel path.
+func TestFusedLogProbFrozenHead(t *testing.T) {
+	lockThread(t)
+	r := rand.New(rand.NewSource(5))
+	hv, wv := randVals(r, 6*4), randVals(r, 29*4)
+	for _, emulate := range []bool{false, true} {
+		dtype := gotch.Double
+		if emulate {
+			dtype = gotch.Float
+		}
+		t.Run(fmt.Sprintf("emulate_cuda=%v", emulate), func(t *testing.T) {
+			run := func(headGrad bool) ([]float64, bool, OpCount) {
+				s := newScope(t)
+				hidden := tensorOf(t, s, hv, []int64{6, 4}, dtype, true)
+				weight := tensorOf(t, s, wv, []int64{29, 4}, dtype, headGrad)
+				targets := s.Keep(ts.MustOfSlice([]int64{1, 28, 0, 4, 7, 3}))
+				logp, _, err := FusedLogProb(hidden, weight, targets, LogProbOptions{Chunk: 4, emulateCUDA: emulate})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Keep(logp)
+				loss := s.Keep(logp.MustSum(dtype, false))
+				c, err := CountOps(func() error { return Backward(loss, s.Keep(loss.MustOnesLike(false))) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg := s.Keep(weight.MustGrad(false)).MustDefined()
+				return tensor.Float64s(s.Keep(hidden.MustGrad(false))), wg, c
+			}
+			dhTrained, wgTrained, cTrained := run(true)
+			dhFrozen, wgFrozen, cFrozen := run(false)
+			if d := tensor.MaxAbsDiff(dhTrained, dhFrozen); d != 0 {
+				t.Errorf("input gradient differs by %g with a frozen head", d)
+			}
+			if !wgTrained || wgFrozen {
+				t.Errorf("weight gradient defined: trained %v, frozen %v", wgTrained, wgFrozen)
+			}
+			if !emulate && (cTrained.ByName["aten::addmm_"] == 0 || cFrozen.ByName["aten::addmm_"] != 0) {
+				t.Errorf("dW GEMMs (addmm_): trained %d, frozen %d; want some, then none", cTrained.ByName["aten::addmm_"], cFrozen.ByName["aten::addmm_"])
+			}
+			if cFrozen.Allocs >= cTrained.Allocs {
+				t.Errorf("allocations: frozen head %d, trained %d; want fewer (no [V, H] dW)", cFrozen.Allocs, cTrained.Allocs)
+			}
+		})
 	}
 }

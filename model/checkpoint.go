@@ -126,6 +126,10 @@ func (c *Checkpointed) Backward(onLayer func(layer int) error) (err error) {
 			}
 		}
 	}
+	if !c.m.Embed.MustRequiresGrad() {
+		grad.MustDrop() // a frozen embedding (LoRA): nothing below the layers learns
+		return nil
+	}
 	var es tensor.Scope
 	defer es.Close()
 	e := es.Keep(ts.MustEmbedding(c.m.Embed, c.ids, -1, false, false))

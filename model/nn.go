@@ -21,6 +21,15 @@ func linear(s *tensor.Scope, x, w, b *ts.Tensor) *ts.Tensor {
 	return s.Keep(ts.MustLinear(x, w, b))
 }
 
+// project is linear with the projection's LoRA adapter added (a nil: none).
+func project(s *tensor.Scope, x, w, b *ts.Tensor, a *Adapter) *ts.Tensor {
+	y := linear(s, x, w, b)
+	if a == nil {
+		return y
+	}
+	return a.add(s, x, y)
+}
+
 // rmsNorm is HF's Qwen2RMSNorm through csrc (statistics in fp32).
 func rmsNorm(s *tensor.Scope, x, w *ts.Tensor, eps float64) *ts.Tensor {
 	y, err := csrc.RMSNorm(x, w, eps)

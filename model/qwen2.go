@@ -36,6 +36,7 @@ type Attention struct {
 	QProj, KProj, VProj, OProj *ts.Tensor // [Hq·D, H], [Hkv·D, H], [Hkv·D, H], [H, Hq·D]
 	QBias, KBias, VBias, OBias *ts.Tensor // nil where the family has none
 	QNorm, KNorm               *ts.Tensor // [D], Qwen3 only
+	QLoRA, KLoRA, VLoRA, OLoRA *Adapter   // nil without LoRA (lora.go)
 }
 
 // layerInputs are what every decoder layer of one forward pass shares.
@@ -59,7 +60,7 @@ func (a *Attention) Forward(s *tensor.Scope, in *layerInputs, x *ts.Tensor, cach
 	hq, hkv := c.NumAttentionHeads, c.NumKeyValueHeads
 	// The biases stay in the projections (addmm: one rounding, as
 	// transformers' F.linear; on CUDA a cuBLASLt epilogue, no extra kernel).
-	q, k, v := linear(s, x, a.QProj, a.QBias), linear(s, x, a.KProj, a.KBias), linear(s, x, a.VProj, a.VBias) // [B, T, n·D]
+	q, k, v := project(s, x, a.QProj, a.QBias, a.QLoRA), project(s, x, a.KProj, a.KBias, a.KLoRA), project(s, x, a.VProj, a.VBias, a.VLoRA) // [B, T, n·D]
 	if a.QNorm != nil {
 		// Qwen3 normalizes each head before RoPE.
 		q = headNorm(s, q, a.QNorm, hq, c)
@@ -77,16 +78,17 @@ func (a *Attention) Forward(s *tensor.Scope, in *layerInputs, x *ts.Tensor, cach
 		o = s.Keep(o.MustTranspose(1, 2, false))
 	}
 	o = s.Keep(o.MustReshape([]int64{b, t, hq * c.HeadDim}, false))
-	return linear(s, o, a.OProj, a.OBias)
+	return project(s, o, a.OProj, a.OBias, a.OLoRA)
 }
 
 // MLP is the SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).
 type MLP struct {
 	GateProj, UpProj, DownProj *ts.Tensor // [I, H], [I, H], [H, I]
+	GateLoRA, UpLoRA, DownLoRA *Adapter   // nil without LoRA (lora.go)
 }
 
 func (p *MLP) Forward(s *tensor.Scope, x *ts.Tensor) *ts.Tensor {
-	return linear(s, swiGLU(s, linear(s, x, p.GateProj, nil), linear(s, x, p.UpProj, nil)), p.DownProj, nil)
+	return project(s, swiGLU(s, project(s, x, p.GateProj, nil, p.GateLoRA), project(s, x, p.UpProj, nil, p.UpLoRA)), p.DownProj, nil, p.DownLoRA)
 }
 
 // DecoderLayer is pre-norm attention and MLP with residuals.
@@ -127,6 +129,7 @@ type Model struct {
 	LMHead *ts.Tensor // [V, H]; the embedding itself when tied
 
 	params     []NamedParam
+	lora       *LoRA // adapters (lora.go), or nil
 	rope       *rope
 	useSDPA    bool
 	rawConfig  []byte      // config.json as loaded, for Save
@@ -279,6 +282,7 @@ func (m *Model) Close() {
 		p.Tensor.MustDrop()
 	}
 	m.params = nil
+	m.dropLoRA()
 	if m.rope != nil {
 		m.rope.Close()
 		m.rope = nil

@@ -93,7 +93,8 @@ func allReduceGrads(c dist.Comm, params []model.NamedParam, bucketBytes int64) (
 
 // layerOf is the decoder layer a parameter belongs to, or -1.
 func layerOf(name string) int {
-	rest, ok := strings.CutPrefix(name, "model.layers.")
+	// A LoRA adapter's key carries PEFT's prefix before the module's name.
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(name, "base_model.model."), "model.layers.")
 	if !ok {
 		return -1
 	}
