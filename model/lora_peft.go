@@ -50,6 +50,13 @@ type peftConfig struct {
 	Layers        any      `json:"layers_to_transform"`
 	RankPattern   any      `json:"rank_pattern"`
 	AlphaPattern  any      `json:"alpha_pattern"`
+	// Newer PEFT keys that change the network when set.
+	LoRABias         bool `json:"lora_bias,omitempty"`
+	UseQALoRA        bool `json:"use_qalora,omitempty"`
+	Exclude          any  `json:"exclude_modules,omitempty"`
+	LayerReplication any  `json:"layer_replication,omitempty"`
+	TargetParameters any  `json:"target_parameters,omitempty"`
+	TrainableTokens  any  `json:"trainable_token_indices,omitempty"`
 }
 
 // IsAdapterDir reports whether dir holds a PEFT adapter.
@@ -119,6 +126,12 @@ func (p peftConfig) checkUnsupported() error {
 		return fmt.Errorf("key layers_to_transform: %v is not supported (every layer is adapted)", p.Layers)
 	case !emptyJSON(p.RankPattern) || !emptyJSON(p.AlphaPattern):
 		return fmt.Errorf("keys rank_pattern, alpha_pattern: per-module ranks are not supported")
+	case p.LoRABias:
+		return fmt.Errorf("key lora_bias: a bias in lora_B is not supported")
+	case p.UseQALoRA:
+		return fmt.Errorf("key use_qalora: QA-LoRA is not supported")
+	case !emptyJSON(p.Exclude), !emptyJSON(p.LayerReplication), !emptyJSON(p.TargetParameters), !emptyJSON(p.TrainableTokens):
+		return fmt.Errorf("keys exclude_modules, layer_replication, target_parameters, trainable_token_indices: not supported")
 	}
 	return nil
 }
@@ -235,7 +248,8 @@ func (m *Model) SaveAdapter(dir, base string) error {
 	}
 	c := m.lora.Config
 	p := peftConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: base, R: c.R, Alpha: c.Alpha, Dropout: c.Dropout,
-		TargetModules: c.TargetModules, UseRSLoRA: c.UseRSLoRA, Bias: "none", InitWeights: c.Init != "gaussian", InferenceMode: true}
+		TargetModules: c.TargetModules, UseRSLoRA: c.UseRSLoRA, Bias: "none", InitWeights: c.Init != "gaussian", InferenceMode: true,
+		RankPattern: map[string]any{}, AlphaPattern: map[string]any{}}
 	if c.Init == "gaussian" {
 		p.InitWeights = "gaussian"
 	}
