@@ -64,12 +64,13 @@ func (c *LoRAConfig) Resolve() error {
 	bad := func(key, format string, args ...any) error {
 		return fmt.Errorf("config key lora.%s: %s", key, fmt.Sprintf(format, args...))
 	}
+	if c.R < 0 {
+		return bad("r", "must be ≥ 1 (0: LoRA off), got %d", c.R)
+	}
 	if !c.On() {
 		return nil
 	}
 	switch {
-	case c.R < 0:
-		return bad("r", "must be ≥ 1, got %d", c.R)
 	case c.Alpha < 0:
 		return bad("alpha", "must be > 0 (0: r), got %g", c.Alpha)
 	case c.Dropout < 0 || c.Dropout >= 1:

@@ -161,10 +161,55 @@ func (m *Model) LoadAdapter(dir string) (err error) {
 	if err != nil {
 		return err
 	}
+	ws, err := m.readAdapter(dir, c)
+	if err != nil {
+		return err
+	}
+	return m.attachLoRA(c, func(sl adapterSlot) (a, b *ts.Tensor, err error) {
+		return ws[sl.module+".lora_A.weight"], ws[sl.module+".lora_B.weight"], nil
+	})
+}
+
+// LoadInitialAdapter reads the PEFT adapter in dir as the initial adapter
+// (AdaptersInitial): a resumed run's reference when it started from
+// lora.init_from. Its config must be the model's adapters'.
+func (m *Model) LoadInitialAdapter(dir string) (err error) {
+	defer tensor.Recover("load adapter "+dir, &err)
+	if m.lora == nil {
+		return fmt.Errorf("load adapter %s: the model has no adapters", dir)
+	}
+	c, _, err := ReadAdapterConfig(dir)
+	if err != nil {
+		return err
+	}
+	if have := m.lora.Config; c.R != have.R || c.Alpha != have.Alpha || c.UseRSLoRA != have.UseRSLoRA || !slices.Equal(c.TargetModules, have.TargetModules) {
+		return fmt.Errorf("load adapter %s: r %d, alpha %g, rslora %v, targets %v; the model's adapters are r %d, alpha %g, rslora %v, targets %v",
+			dir, c.R, c.Alpha, c.UseRSLoRA, c.TargetModules, have.R, have.Alpha, have.UseRSLoRA, have.TargetModules)
+	}
+	ws, err := m.readAdapter(dir, c)
+	if err != nil {
+		return err
+	}
+	for _, sl := range m.slots(c.TargetModules) {
+		a := *sl.dst
+		for _, t := range []*ts.Tensor{a.A0, a.B0} {
+			if t != nil {
+				t.MustDrop()
+			}
+		}
+		a.A0, a.B0 = ws[sl.module+".lora_A.weight"], ws[sl.module+".lora_B.weight"]
+	}
+	return nil
+}
+
+// readAdapter reads dir's adapter_model.safetensors for config c, checking
+// its tensors against what c implies for this model, into tensors of the
+// adapters' dtype keyed by PEFT name.
+func (m *Model) readAdapter(dir string, c LoRAConfig) (ws map[string]*ts.Tensor, err error) {
 	path := filepath.Join(dir, AdapterWeightsFile)
 	f, err := OpenSafetensors(path)
 	if err != nil {
-		return fmt.Errorf("load adapter: %w", err)
+		return nil, fmt.Errorf("load adapter: %w", err)
 	}
 	defer f.Close()
 	// PEFT writes keys without the adapter's name; a state dict saved by
@@ -174,23 +219,26 @@ func (m *Model) LoadAdapter(dir string) (err error) {
 		k := strings.Replace(t.Name, ".default.weight", ".weight", 1)
 		byKey[k] = t.Name
 	}
-	var missing, misShaped, unexpected []string
-	want := map[string]bool{}
+	type entry struct {
+		key   string
+		shape []int64
+	}
+	var entries []entry
 	for _, sl := range m.slots(c.TargetModules) {
 		size := sl.weight.MustSize()
-		for _, e := range []struct {
-			key   string
-			shape []int64
-		}{{sl.module + ".lora_A.weight", []int64{int64(c.R), size[1]}}, {sl.module + ".lora_B.weight", []int64{size[0], int64(c.R)}}} {
-			want[e.key] = true
-			name, ok := byKey[e.key]
-			if !ok {
-				missing = append(missing, e.key)
-				continue
-			}
-			if info, _ := f.Info(name); !slices.Equal(info.Shape, e.shape) {
-				misShaped = append(misShaped, fmt.Sprintf("%s is %v, want %v", e.key, info.Shape, e.shape))
-			}
+		entries = append(entries, entry{sl.module + ".lora_A.weight", []int64{int64(c.R), size[1]}}, entry{sl.module + ".lora_B.weight", []int64{size[0], int64(c.R)}})
+	}
+	var missing, misShaped, unexpected []string
+	want := map[string]bool{}
+	for _, e := range entries {
+		want[e.key] = true
+		name, ok := byKey[e.key]
+		if !ok {
+			missing = append(missing, e.key)
+			continue
+		}
+		if info, _ := f.Info(name); !slices.Equal(info.Shape, e.shape) {
+			misShaped = append(misShaped, fmt.Sprintf("%s is %v, want %v", e.key, info.Shape, e.shape))
 		}
 	}
 	for k := range byKey {
@@ -209,31 +257,34 @@ func (m *Model) LoadAdapter(dir string) (err error) {
 		}
 	}
 	if len(msgs) > 0 {
-		return fmt.Errorf("load adapter %s: its tensors do not match adapter_config.json and this model (r %d, target_modules %v):\n  %s",
+		return nil, fmt.Errorf("load adapter %s: its tensors do not match adapter_config.json and this model (r %d, target_modules %v):\n  %s",
 			dir, c.R, c.TargetModules, strings.Join(msgs, "\n  "))
 	}
+	ws = map[string]*ts.Tensor{}
+	defer func() {
+		if err != nil {
+			for _, t := range ws {
+				t.MustDrop()
+			}
+		}
+	}()
 	dt := adapterDType(m.DType)
-	read := func(key string) (*ts.Tensor, error) {
-		b, info, err := f.Bytes(byKey[key])
+	for _, e := range entries {
+		b, info, err := f.Bytes(byKey[e.key])
 		if err != nil {
 			return nil, err
 		}
 		src, err := info.DType.Gotch()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, key, err)
+			return nil, fmt.Errorf("%s: %s: %w", path, e.key, err)
 		}
-		return csrc.FromBytes(b, info.Shape, src, dt, m.Device)
+		t, err := csrc.FromBytes(b, info.Shape, src, dt, m.Device)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, e.key, err)
+		}
+		ws[e.key] = t
 	}
-	return m.attachLoRA(c, func(sl adapterSlot) (a, b *ts.Tensor, err error) {
-		if a, err = read(sl.module + ".lora_A.weight"); err != nil {
-			return nil, nil, err
-		}
-		if b, err = read(sl.module + ".lora_B.weight"); err != nil {
-			a.MustDrop()
-			return nil, nil, err
-		}
-		return a, b, nil
-	})
+	return ws, nil
 }
 
 // SaveAdapter writes the adapters to dir as PEFT does:
@@ -280,4 +331,34 @@ func (m *Model) SaveAdapter(dir, base string) error {
 		return err
 	}
 	return fsutil.SyncDir(dir)
+}
+
+// LoadWithAdapter loads the model in dir with the PEFT adapter in adapter
+// ("" none). A dir that holds an adapter and no config.json (a LoRA run's
+// checkpoint, or PEFT's save_pretrained output) is loaded onto the base
+// model its adapter_config.json names, which must be a directory here.
+func LoadWithAdapter(dir, adapter string, opt LoadOptions) (*Model, error) {
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, fs.ErrNotExist) && IsAdapterDir(dir) {
+		if adapter != "" {
+			return nil, fmt.Errorf("%s is a LoRA adapter, not a model: pass the base model with it and --adapter %s", dir, adapter)
+		}
+		_, base, err := ReadAdapterConfig(dir)
+		if err != nil {
+			return nil, err
+		}
+		if st, err := os.Stat(filepath.Join(base, "config.json")); base == "" || err != nil || st.IsDir() {
+			return nil, fmt.Errorf("%s is a LoRA adapter whose base model (%s base_model_name_or_path %q) is not a model directory here: pass the base model and --adapter %s",
+				dir, AdapterConfigFile, base, dir)
+		}
+		dir, adapter = base, dir
+	}
+	m, err := Load(dir, opt)
+	if err != nil || adapter == "" {
+		return m, err
+	}
+	if err := m.LoadAdapter(adapter); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
 }

@@ -51,8 +51,12 @@ type TrainerState struct {
 // requiredFiles are what every checkpoint holds: a complete Hugging Face
 // model directory (weights are model.safetensors or an index with shards)
 // and the trainer's state. A checkpoint without one of them is not
-// complete, whatever its manifest says.
-var requiredFiles = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optim.MetaFile}
+// complete, whatever its manifest says. A LoRA run's checkpoint holds a
+// PEFT adapter directory in place of the model (loraRequiredFiles).
+var (
+	requiredFiles     = []string{"config.json", "generation_config.json", tokenizer.TokenizerFile, stateFile, optim.MetaFile}
+	loraRequiredFiles = []string{model.AdapterConfigFile, model.AdapterWeightsFile, tokenizer.TokenizerFile, stateFile, optim.MetaFile}
+)
 
 // namedFile is a file's name and contents, held in memory so checkpoints do
 // not depend on a directory that may be gone by the time they are written.
@@ -97,6 +101,9 @@ type checkpointParts struct {
 	extra    []func(dir string) error // more state (the LANPO pool), written before the manifest
 	comm     dist.Comm                // nil: one process
 	config   []byte                   // the resolved config the run trains with (checkpointConfigFile; nil: none)
+	// adapterBase is the base model a LoRA checkpoint's adapter_config.json
+	// names (a LoRA run's checkpoint holds its adapters, not the model).
+	adapterBase string
 }
 
 // SaveCheckpoint writes a checkpoint for state.Step and keeps the newest
@@ -144,7 +151,11 @@ func SaveCheckpoint(runDir string, parts checkpointParts, keep int) (string, err
 		if !rank0 {
 			return nil
 		}
-		if err := m.Save(tmp); err != nil {
+		save := func() error { return m.Save(tmp) }
+		if m.LoRA() != nil {
+			save = func() error { return m.SaveAdapter(tmp, parts.adapterBase) }
+		}
+		if err := save(); err != nil {
 			return fmt.Errorf("checkpoint model: %w", err)
 		}
 		for _, f := range tokFiles {
@@ -327,7 +338,12 @@ func checkManifest(dir string) error {
 // checkManifestFiles checks dir against its read manifest: the required
 // files listed, and every listed file there with its size.
 func checkManifestFiles(dir string, man manifest) error {
-	for _, name := range requiredFiles {
+	_, lora := man.Files[model.AdapterConfigFile]
+	required := requiredFiles
+	if lora {
+		required = loraRequiredFiles
+	}
+	for _, name := range required {
 		if _, ok := man.Files[name]; !ok {
 			return fmt.Errorf("%s: no %s", dir, name)
 		}
@@ -337,7 +353,7 @@ func checkManifestFiles(dir string, man manifest) error {
 	}
 	_, single := man.Files["model.safetensors"]
 	_, sharded := man.Files["model.safetensors.index.json"]
-	if !single && !sharded {
+	if !single && !sharded && !lora {
 		return fmt.Errorf("%s: no model.safetensors (or model.safetensors.index.json)", dir)
 	}
 	for name, size := range man.Files {

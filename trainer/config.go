@@ -34,6 +34,9 @@ type Config struct {
 	Log        LogConfig        `yaml:"log"`
 	Eval       EvalConfig       `yaml:"eval"`
 	Dist       DistConfig       `yaml:"dist"`
+	// LoRA trains low-rank adapters on a frozen base (model/lora.go;
+	// docs/lora.md): off unless lora.r > 0 or lora.init_from is set.
+	LoRA model.LoRAConfig `yaml:"lora"`
 }
 
 // DistConfig is multi-process data parallelism (lanpo launch or torchrun

@@ -274,6 +274,17 @@ func (c *Config) Resolve() error {
 	if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
 		return err
 	}
+	if err := c.LoRA.Resolve(); err != nil {
+		return err
+	}
+	if c.LoRA.On() {
+		switch {
+		case c.LoRA.Dropout > 0 && c.Train.ActivationCheckpointing:
+			return bad("lora.dropout", "must be 0 with train.activation_checkpointing: the recomputed layers would draw other dropout masks than the forward did")
+		case c.Algo.RefDevice != "":
+			return bad("algo.ref_device", "must be empty with LoRA: the KL reference is the policy with its adapters off (or at lora.init_from), no second model to place")
+		}
+	}
 	if c.Eval.MaxNewTokens == 0 {
 		c.Eval.MaxNewTokens = c.Rollout.MaxNewTokens
 	}

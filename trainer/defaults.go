@@ -24,6 +24,9 @@ const DefaultSFTMaxLen = 2048
 // and RunGRPO call it before the run starts, lanpo train --dry-run before
 // it prints the config, so the resolved config names the numbers used.
 func (c *Config) ResolveRun(kind string) error {
+	if kind != "sft" && c.LoRA.On() && c.LoRA.Dropout > 0 {
+		return bad("lora.dropout", "must be 0 for %s: with dropout the update's log-probs would be those of another network than the one that sampled (π_old ≠ the sampler's policy); it is for lanpo sft", kind)
+	}
 	if c.TotalSteps == 0 {
 		if c.Data.Train == "" {
 			return bad("total_steps", "is 0 (one pass over data.train) but data.train is not set")

@@ -13,7 +13,12 @@ import (
 
 // refLogprobs computes log π_ref of every response token (no grad).
 func (g *grpoRun) refLogprobs(rolls []*rollout) error {
-	err := g.logprobs(g.ref, rolls, func(r *rollout, lp []float64) { r.refLogp = lp })
+	ref := g.ref
+	if ref == nil { // LoRA: the policy itself, adapters off or initial
+		ref = g.m
+		defer g.m.UseAdapters(g.refAdapters)()
+	}
+	err := g.logprobs(ref, rolls, func(r *rollout, lp []float64) { r.refLogp = lp })
 	if err != nil {
 		return fmt.Errorf("reference log-probs: %w", err)
 	}

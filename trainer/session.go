@@ -171,10 +171,18 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		tokDir = cfg.Tokenizer
 	}
 	if ckpt != "" {
-		from, tokDir = ckpt, ckpt
+		tokDir = ckpt
+		if !cfg.LoRA.On() {
+			from = ckpt // with LoRA a checkpoint holds the adapters; the base is the model's
+		}
 	}
 	if s.m, err = model.Load(from, cfg.LoadOptions()); err != nil {
 		return nil, err
+	}
+	if cfg.LoRA.On() {
+		if err := s.attachLoRA(ckpt, kind != "sft" && cfg.Algo.KLBeta > 0 && cfg.LoRA.InitFrom != ""); err != nil {
+			return nil, err
+		}
 	}
 	log.Info().Str("device", devName(s.m.Device)).Str("dtype", csrc.DTypeName(s.m.DType)).
 		Str("logprob_kernel", csrc.LogProbKernel(s.m.Device, s.m.DType)).Str("attention", s.m.AttentionName()).Bool("activation_checkpointing", cfg.Train.ActivationCheckpointing).
@@ -191,7 +199,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		}
 	}
 	o := cfg.Optim
-	if s.opt, err = optim.NewOptimizer(s.m.Params(), optim.Hyper{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}, s.comm, cfg.Dist.ZeroStage,
+	if s.opt, err = optim.NewOptimizer(s.m.TrainableParams(), optim.Hyper{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}, s.comm, cfg.Dist.ZeroStage,
 		int64(cfg.Dist.BucketMB)<<20, cfg.Train.ActivationCheckpointing); err != nil {
 		return nil, err
 	}

@@ -215,10 +215,14 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 	}
 	var loss float64
 	padded, real := 0, 0
+	if err := r.dropoutOn(); err != nil {
+		return met, err
+	}
 	for i, mb := range mbs {
 		r.hb.microBatches(i, len(mbs))
 		l, err := r.nll(mb, float64(max(tokens, 1)), true)
 		if err != nil {
+			r.dropoutOff()
 			return met, err
 		}
 		loss += l
@@ -229,6 +233,7 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		}
 		padded += len(mb) * longest
 	}
+	r.dropoutOff()
 	tot, err := dist.SumFloats(r.comm, []float64{loss, float64(real), float64(padded)})
 	if err != nil {
 		return met, err
@@ -245,6 +250,25 @@ func (r *sftRun) step(t *phaseTimer) (StepMetrics, error) {
 		}
 	}
 	return met, nil
+}
+
+// dropoutOn turns LoRA's dropout on for the step's update (lora.dropout >
+// 0). Its masks come from torch's generator seeded by (seed, step, rank),
+// so a resumed run draws the masks the uninterrupted one drew.
+func (r *sftRun) dropoutOn() error {
+	l := r.m.LoRA()
+	if l == nil || l.Config.Dropout == 0 {
+		return nil
+	}
+	l.Training = true
+	return csrc.ManualSeed(int64(r.cfg.Seed)*1_000_003 + int64(r.state.Step)*1009 + int64(r.comm.Rank()))
+}
+
+// dropoutOff turns it off again (the eval loss, sampling, checkpoints).
+func (r *sftRun) dropoutOff() {
+	if l := r.m.LoRA(); l != nil {
+		l.Training = false
+	}
 }
 
 // microBatches splits a step's examples: sft.micro_batch_size each, or

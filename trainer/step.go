@@ -44,12 +44,15 @@ import (
 // grpoRun holds a GRPO (or LANPO) run's long-lived objects.
 type grpoRun struct {
 	*session
-	ref        *model.Model // nil when β = 0
-	problems   []Problem
-	prompts    [][]int64 // each problem's prompt ids
-	eos        []int64
-	explorer   Explorer // LANPO's feedback; nil for GRPO
-	stepTokens struct{ prefilled, generated, trained int }
+	ref *model.Model // nil when β = 0, and under LoRA
+	// refAdapters is the reference under LoRA with β > 0: the policy with
+	// these adapters (hasRef).
+	refAdapters model.AdapterMode
+	problems    []Problem
+	prompts     [][]int64 // each problem's prompt ids
+	eos         []int64
+	explorer    Explorer // LANPO's feedback; nil for GRPO
+	stepTokens  struct{ prefilled, generated, trained int }
 }
 
 // RunGRPO runs (or resumes) GRPO or LANPO training (algo.name) as cfg
@@ -77,7 +80,14 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
 		return err
 	}
-	if cfg.Algo.KLBeta > 0 {
+	if cfg.Algo.KLBeta > 0 && s.m.LoRA() != nil {
+		// No second model: the reference is the policy with its adapters
+		// off, or at lora.init_from's values (trainer/lora.go).
+		g.refAdapters = model.AdaptersOff
+		if cfg.LoRA.InitFrom != "" {
+			g.refAdapters = model.AdaptersInitial
+		}
+	} else if cfg.Algo.KLBeta > 0 {
 		o := cfg.LoadOptions()
 		if cfg.Algo.RefDevice != "" {
 			o.Device, _ = ParseDevice(cfg.Algo.RefDevice) // parsed at load
@@ -241,7 +251,7 @@ func (g *grpoRun) train(t *phaseTimer, kept, distill []*rollout, cons consolidat
 			return err
 		}
 	}
-	if g.ref != nil {
+	if g.cfg.Algo.KLBeta > 0 {
 		t.Enter("ref_logprobs")
 		if err := g.refLogprobs(kept); err != nil {
 			return err

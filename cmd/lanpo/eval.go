@@ -44,7 +44,8 @@ func evalCommand() *cli.Command {
 			"reports how many each benchmark lost.\n" +
 			"Example: lanpo eval --model runs/x/checkpoints/step-000100 --bench gsm8k,math500 --limit 100 --data-dir data",
 		Flags: append(append([]cli.Flag{
-			&cli.StringFlag{Name: "model", Usage: "Hugging Face model directory or checkpoint (default: the config's model)"},
+			&cli.StringFlag{Name: "model", Usage: "Hugging Face model directory or checkpoint (default: the config's model; a LoRA run's checkpoint loads onto its base model)"},
+			adapterFlag,
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu or cuda[:N]"},
 			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
 		}, tokenizerFlags(false)...), []cli.Flag{
@@ -311,7 +312,7 @@ func loadModelAndTokenizer(c *cli.Context, dir string) (*model.Model, *tokenizer
 			return nil, nil, usageError{fmt.Errorf("--chat-format: %w", err)}
 		}
 	}
-	m, err := model.Load(dir, opts)
+	m, err := model.LoadWithAdapter(dir, c.String("adapter"), opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,7 +15,8 @@ import (
 // modelFlags are the flags of every command that loads a model directory.
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory"},
+		&cli.StringFlag{Name: "model", Required: true, Usage: "Hugging Face model directory (or a LoRA run's checkpoint: its base model comes from adapter_config.json)"},
+		adapterFlag,
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu or cuda[:N]"},
 		&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
 	}
@@ -33,8 +34,11 @@ func loadModel(c *cli.Context) (*model.Model, error) {
 			return nil, err
 		}
 	}
-	return model.Load(c.String("model"), model.LoadOptions{Device: dev, DType: dtype})
+	return model.LoadWithAdapter(c.String("model"), c.String("adapter"), model.LoadOptions{Device: dev, DType: dtype})
 }
+
+// adapterFlag puts a PEFT LoRA adapter on --model.
+var adapterFlag = &cli.StringFlag{Name: "adapter", Usage: "a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors; a LoRA run's checkpoint is one) to apply to --model, unmerged"}
 
 // benchModelFlags are the flags benchModel reads, plus the reference python.
 func benchModelFlags() []cli.Flag {

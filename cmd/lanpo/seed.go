@@ -32,6 +32,7 @@ func seedCommand() *cli.Command {
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Required: true, Usage: "the model to be trained (and the teacher without --teacher)"},
 			&cli.StringFlag{Name: "teacher", Usage: "a stronger model that writes the candidates"},
+			&cli.StringFlag{Name: "adapter", Usage: "a PEFT LoRA adapter directory applied to the model that writes the candidates (--teacher, else --model)"},
 			&cli.StringFlag{Name: "device", Value: "auto", Usage: "auto (the GPU where this build and machine have one, else cpu), cpu or cuda[:N]"},
 			&cli.StringFlag{Name: "dtype", Usage: "parameter dtype (default: float32 on CPU, the checkpoint's on CUDA)"},
 		}, tokenizerFlags(false)...), []cli.Flag{
