@@ -24,16 +24,16 @@ type Config struct {
 	MaxPositionEmbeddings int64           `json:"max_position_embeddings"`
 	RMSNormEps            float64         `json:"rms_norm_eps"`
 	RopeTheta             float64         `json:"rope_theta"`
-	RopeScaling           map[string]any  `json:"rope_scaling"`
+	RopeScaling           map[string]any  `json:"rope_scaling,omitempty"`
 	TieWordEmbeddings     bool            `json:"tie_word_embeddings"`
 	HiddenAct             string          `json:"hidden_act"`
-	AttentionBias         *bool           `json:"attention_bias"`
+	AttentionBias         *bool           `json:"attention_bias,omitempty"`
 	MLPBias               bool            `json:"mlp_bias"`
 	UseSlidingWindow      bool            `json:"use_sliding_window"`
-	SlidingWindow         *int64          `json:"sliding_window"`
-	MaxWindowLayers       *int64          `json:"max_window_layers"`
+	SlidingWindow         *int64          `json:"sliding_window,omitempty"`
+	MaxWindowLayers       *int64          `json:"max_window_layers,omitempty"`
 	TorchDType            string          `json:"torch_dtype,omitempty"` // "" is no key: transformers 4.x reads "" as torch.""
-	BOSTokenID            *int64          `json:"bos_token_id"`
+	BOSTokenID            *int64          `json:"bos_token_id,omitempty"`
 	EOSTokenID            json.RawMessage `json:"eos_token_id"` // an id or a list of ids
 
 	// Derived by validate from model_type and the keys above.

@@ -137,9 +137,15 @@ func runEval(c *cli.Context) error {
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
 		SkipLongPrompts: ec.SkipLongPrompts, NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: ec.MaxNewTokens, Seed: c.Uint64("seed")}}
+	// With --adapter the adapter is what is evaluated: a LoRA run's
+	// checkpoint gets its results beside it, as a full one does.
+	evaluated := modelDir
+	if a := c.String("adapter"); a != "" {
+		evaluated = a
+	}
 	out := c.String("out")
 	if out == "" {
-		base := defaultEvalDir(modelDir)
+		base := defaultEvalDir(evaluated)
 		if out = eval.FreeDir(base, o); out != base {
 			log.Info().Str("results", out).Msg(base + " holds another evaluation of this model: this one goes beside it")
 		}
@@ -154,7 +160,7 @@ func runEval(c *cli.Context) error {
 	}
 	tb := ""
 	if c.Bool("tensorboard") {
-		dir, step := evalTensorBoard(modelDir, out)
+		dir, step := evalTensorBoard(evaluated, out)
 		if err := writeEvalScalars(dir, step, sums); err != nil {
 			return fmt.Errorf("--tensorboard: %w", err)
 		}

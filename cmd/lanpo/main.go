@@ -78,6 +78,7 @@ func newApp() *cli.App {
 			launchCommand(),
 			poolCommand(),
 			checkpointCommand(),
+			exportCommand(),
 			evalCommand(),
 			seedCommand(),
 			planCommand(),
