@@ -96,6 +96,10 @@ func (c *LoRAConfig) Resolve() error {
 	return nil
 }
 
+// ResolveLoRATargets is resolveTargets for callers outside the package
+// (lanpo plan's --lora-targets).
+func ResolveLoRATargets(names []string) ([]string, error) { return resolveTargets(names) }
+
 // resolveTargets checks target module names against LoRATargets and puts
 // them in its order; none (or "all-linear") means all of them.
 func resolveTargets(names []string) ([]string, error) {

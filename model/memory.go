@@ -80,3 +80,46 @@ func (c *Config) GenerationBytes(rows, prompts, lmax, tmax, dtypeBytes int64, sd
 	}
 	return b + prefill
 }
+
+// loraDims are the input and output sizes of each LoRA target projection.
+func (c *Config) loraDims() map[string][2]int64 {
+	h, i := c.HiddenSize, c.IntermediateSize
+	qd, kvd := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	return map[string][2]int64{"q_proj": {h, qd}, "k_proj": {h, kvd}, "v_proj": {h, kvd}, "o_proj": {qd, h},
+		"gate_proj": {h, i}, "up_proj": {h, i}, "down_proj": {i, h}}
+}
+
+// LoRAParamCount is the adapters' parameter count at rank r on targets
+// (nil: every projection): r·(in + out) per adapted projection and layer.
+func (c *Config) LoRAParamCount(r int64, targets []string) int64 {
+	if len(targets) == 0 {
+		targets = LoRATargets
+	}
+	var n int64
+	dims := c.loraDims()
+	for _, t := range targets {
+		d := dims[t]
+		n += r * (d[0] + d[1])
+	}
+	return n * c.NumHiddenLayers
+}
+
+// LoRAActivationBytes is what the adapters add to a training forward's kept
+// activations per token and layer (model/lora.go): each adapter keeps its
+// input for A's gradient — a fp32 copy of it over a 16-bit base
+// (dtypeBytes < 4), nothing more over an fp32 one, whose projection keeps it
+// already — and x·Aᵀ (r values, fp32) for B's.
+func (c *Config) LoRAActivationBytes(r int64, targets []string, dtypeBytes int64) int64 {
+	if len(targets) == 0 {
+		targets = LoRATargets
+	}
+	var n int64
+	dims := c.loraDims()
+	for _, t := range targets {
+		if dtypeBytes < 4 {
+			n += dims[t][0] * 4
+		}
+		n += r * 4
+	}
+	return n
+}

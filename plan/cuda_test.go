@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"strings"
@@ -32,7 +33,10 @@ import (
 // A warm-up of every path comes first: cuBLAS's workspaces (allocated by
 // the caching allocator at a handle's first product) and other one-time
 // state are not what the plan counts.
-func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype gotch.DType, rows, seq int64) []MemoryCheck {
+// With loraRank > 0 the model gets LoRA adapters of that rank on every
+// projection and the gradients, moments and activations are a LoRA
+// update's (the base frozen).
+func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype gotch.DType, rows, seq, loraRank int64) []MemoryCheck {
 	t.Helper()
 	allocated := func() int64 {
 		info, ok, err := csrc.CUDAMemory(dev)
@@ -63,7 +67,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 	plan := func(ckpt bool) map[string]int64 {
 		r, err := Plan(cfg, Options{GPUs: 1, DTypeBytes: int64(dtype.Size()), SeqLen: seq, MicroTokens: rows * seq, Checkpointing: ckpt,
 			SDPA: m.UsesSDPA(), LogProbChunk: csrc.DefaultLogProbChunk(true), MasterForWeight: dtype != gotch.Float,
-			RolloutRows: prompts * group, RolloutGroup: group, RolloutPrompt: promptLen, RolloutTokens: promptLen + maxNew})
+			RolloutRows: prompts * group, RolloutGroup: group, RolloutPrompt: promptLen, RolloutTokens: promptLen + maxNew, LoRARank: loraRank})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,6 +79,17 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 	}
 	plain, ckptPlan := plan(false), plan(true)
 	add("weights", plain["weights"], weights)
+	if loraRank > 0 {
+		c := model.LoRAConfig{R: int(loraRank)}
+		if err := c.Resolve(); err != nil {
+			t.Fatal(err)
+		}
+		before = allocated()
+		if err := m.AddLoRA(c, 1); err != nil {
+			t.Fatal(err)
+		}
+		add("LoRA adapters (fp32)", plain["LoRA adapters (fp32)"], allocated()-before)
+	}
 
 	var reqs []model.Request
 	for _, ids := range model.RandomIDs(prompts, promptLen, cfg.VocabSize, 2) {
@@ -108,7 +123,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 		}
 	}
 	clearGrads := func() {
-		for _, p := range m.Params() {
+		for _, p := range m.TrainableParams() {
 			if err := csrc.ClearGrad(p.Tensor); err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +132,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 
 	// Warm-up: generation, and an update step each way.
 	generate(reqs[:1], 2)
-	for _, p := range m.Params() {
+	for _, p := range m.TrainableParams() {
 		p.Tensor.MustRequiresGrad_(true)
 	}
 	step(false)
@@ -133,7 +148,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 	step(false)
 	add("gradients", plain["gradients"], allocated()-before)
 	before = allocated()
-	o, err := optim.NewAdamW(m.Params(), 0.9, 0.999, 1e-8, 0)
+	o, err := optim.NewAdamW(m.TrainableParams(), 0.9, 0.999, 1e-8, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +166,7 @@ func measureCUDAMemory(t *testing.T, cfg *model.Config, dev gotch.Device, dtype 
 		start := allocated()
 		meter := csrc.NewPeakMeter(dev)
 		step(ckpt)
-		add(name, p["activations (micro-batch)"]+p["log-prob chunk buffer"], peakSince(start, meter))
+		add(name, p["activations (micro-batch)"]+p["log-prob chunk buffer"]+p["head weight gradient"], peakSince(start, meter))
 	}
 	return checks
 }
@@ -175,12 +190,19 @@ func TestCUDAPlanMatchesMeasuredMemory(t *testing.T) {
 	defer csrc.SetGradEnabled(prev)
 	cfg := model.MemoryBenchShape()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.NumAttentionHeads, cfg.VocabSize = 384, 1024, 6, 6, 16000
-	for _, dtype := range []gotch.DType{gotch.Float, gotch.BFloat16} {
-		t.Run(csrc.DTypeName(dtype), func(t *testing.T) {
-			checks := measureCUDAMemory(t, cfg, dev, dtype, 2, 512)
+	for _, tc := range []struct {
+		dtype gotch.DType
+		lora  int64
+	}{{gotch.Float, 0}, {gotch.BFloat16, 0}, {gotch.BFloat16, 16}} {
+		name := csrc.DTypeName(tc.dtype)
+		if tc.lora > 0 {
+			name += fmt.Sprintf(" LoRA r %d", tc.lora)
+		}
+		t.Run(name, func(t *testing.T) {
+			checks := measureCUDAMemory(t, cfg, dev, tc.dtype, 2, 512, tc.lora)
 			for _, c := range checks {
 				lo, hi := 0.5, 2.0
-				if c.Name == "weights" || c.Name == "gradients" || strings.HasPrefix(c.Name, "Adam") {
+				if c.Name == "weights" || c.Name == "gradients" || strings.HasPrefix(c.Name, "Adam") || strings.HasPrefix(c.Name, "LoRA") {
 					lo, hi = 0.9, 1.1
 				}
 				t.Logf("%-40s plan %8.1f MiB measured %8.1f MiB ratio %.3f (band %g–%g)", c.Name, float64(c.Planned)/(1<<20), float64(c.Measured)/(1<<20), c.Ratio, lo, hi)
@@ -188,8 +210,11 @@ func TestCUDAPlanMatchesMeasuredMemory(t *testing.T) {
 					t.Errorf("%s: measured %.3f× the plan (band %g–%g)", c.Name, c.Ratio, lo, hi)
 				}
 			}
-			n := len(checks)
-			if n != 6 || checks[n-1].Measured*4 > checks[n-2].Measured*3 {
+			n, want := len(checks), 6
+			if tc.lora > 0 {
+				want = 7
+			}
+			if n != want || checks[n-1].Measured*4 > checks[n-2].Measured*3 {
 				t.Errorf("checkpointing did not lower the update's peak by a quarter: %+v", checks)
 			}
 		})

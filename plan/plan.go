@@ -44,6 +44,12 @@ type Options struct {
 	GPUMem          int64   // bytes per GPU (0: do not judge)
 	Headroom        float64 // share of GPUMem kept free (allocator, CUDA context)
 	MasterForWeight bool    // fp32 masters (true for 16-bit parameters)
+	// LoRARank > 0 plans a LoRA run (lora.r; LoRATargets: lora.target_modules,
+	// nil for all seven): the base frozen in DTypeBytes, fp32 adapters with
+	// their gradients and moments, no reference copy (the reference is the
+	// policy with its adapters off), and no head weight gradient.
+	LoRARank    int64
+	LoRATargets []string
 }
 
 // Line is one component's bytes per GPU and when it is held: always,
@@ -123,6 +129,10 @@ func (b *planner) shard(x int64, from int) (int64, string) {
 // masters and Adam's moments.
 func (b *planner) state() {
 	o, p := b.o, b.r.Params
+	if o.LoRARank > 0 {
+		b.loraState()
+		return
+	}
 	b.add("weights", p*o.DTypeBytes, fmt.Sprintf("%.2f B parameters × %d bytes", float64(p)/1e9, o.DTypeBytes))
 	switch {
 	case o.KLBeta == 0:
@@ -140,19 +150,42 @@ func (b *planner) state() {
 	b.add("Adam moments (fp32 m, v)", mom, note)
 }
 
+// loraState is state under LoRA: the frozen base, the fp32 adapters and
+// their moments (no masters: the adapters are fp32 themselves).
+func (b *planner) loraState() {
+	o, p := b.o, b.r.Params
+	pl := b.cfg.LoRAParamCount(o.LoRARank, o.LoRATargets)
+	b.add("weights", p*o.DTypeBytes, fmt.Sprintf("%.2f B parameters × %d bytes, frozen", float64(p)/1e9, o.DTypeBytes))
+	targets := len(o.LoRATargets)
+	if targets == 0 {
+		targets = len(model.LoRATargets)
+	}
+	b.add("LoRA adapters (fp32)", 4*pl, fmt.Sprintf("r %d on %d projections × %d layers: %.1f M parameters", o.LoRARank, targets, b.cfg.NumHiddenLayers, float64(pl)/1e6))
+	b.add("reference model", 0, "none: the policy with its adapters off")
+	mom, note := b.shard(8*pl, 1)
+	b.add("Adam moments (fp32 m, v)", mom, note+", adapters only")
+}
+
 // update is what the update adds: gradients, a micro-batch's activations
 // and the fused log-prob op's buffers.
 func (b *planner) update() {
 	o, cfg, p := b.o, b.cfg, b.r.Params
-	g, gnote := b.shard(p*o.DTypeBytes, 2)
-	if o.Zero == 2 && !o.Checkpointing {
-		g, gnote = p*o.DTypeBytes, "full at the end of backward: ZeRO-2 frees gradient shards layer by layer only with activation checkpointing"
+	gradBytes, gwhat := p*o.DTypeBytes, ""
+	if o.LoRARank > 0 {
+		gradBytes, gwhat = 4*cfg.LoRAParamCount(o.LoRARank, o.LoRATargets), ", adapters only (fp32)"
 	}
-	b.add("gradients", g, gnote)
+	g, gnote := b.shard(gradBytes, 2)
+	if o.Zero == 2 && !o.Checkpointing {
+		g, gnote = gradBytes, "full at the end of backward: ZeRO-2 frees gradient shards layer by layer only with activation checkpointing"
+	}
+	b.add("gradients", g, gnote+gwhat)
 
 	h, L, v := cfg.HiddenSize, cfg.NumHiddenLayers, cfg.VocabSize
 	tok := o.MicroTokens
 	perLayer := cfg.ActivationElems() * o.DTypeBytes
+	if o.LoRARank > 0 {
+		perLayer += cfg.LoRAActivationBytes(o.LoRARank, o.LoRATargets, o.DTypeBytes)
+	}
 	attn := int64(0)
 	if !o.SDPA {
 		attn = cfg.AttentionProbs(o.SeqLen) * 4
@@ -176,6 +209,12 @@ func (b *planner) update() {
 	b.add("activations (micro-batch)", act, actNote)
 	chunk := min(o.LogProbChunk, tok)
 	b.add("log-prob chunk buffer", chunk*v*4+tok*h*4, fmt.Sprintf("fp32 [%d, %d] logits chunk and fp32 hidden gradient", chunk, v))
+	switch {
+	case o.LoRARank > 0:
+		b.add("head weight gradient", 0, "none: the head is frozen (the fused op skips dW)")
+	case o.DTypeBytes < 4:
+		b.add("head weight gradient", v*h*4, fmt.Sprintf("fp32 [%d, %d] accumulation of dW before its cast", v, h))
+	}
 }
 
 // totals sets the update's peak and returns what every phase holds.
@@ -261,17 +300,58 @@ func groupSize(o Options) int64 { return max(o.RolloutGroup, 1) }
 func suggestions(over int64, o Options) []string {
 	var s []string
 	s = append(s, fmt.Sprintf("the update is over by %.1f GiB", float64(over)/gib))
-	if o.KLBeta > 0 && !o.RefOffload {
+	if o.KLBeta > 0 && !o.RefOffload && o.LoRARank == 0 {
 		s = append(s, "kl_beta 0, or the reference on the host (algo.ref_device: cpu; --ref-offload here), removes the reference model from the GPU")
 	}
-	if o.Zero < 2 || !o.Checkpointing {
+	if o.GPUs > 1 && (o.Zero < 2 || !o.Checkpointing) {
 		s = append(s, "ZeRO-2 with activation checkpointing shards the gradients layer by layer")
+	} else if !o.Checkpointing {
+		s = append(s, "activation checkpointing keeps one layer's activations instead of all")
 	}
-	if o.Zero < 1 {
+	if o.GPUs > 1 && o.Zero < 1 {
 		s = append(s, "ZeRO-1 shards masters and moments")
+	}
+	if o.LoRARank == 0 {
+		s = append(s, "LoRA (lora.r; --lora-r here) trains adapters on a frozen base: no masters, moments or gradients of the base, no reference copy")
 	}
 	s = append(s, "fewer micro-batch tokens lower the activations; weights themselves are not sharded (ZeRO-3/FSDP is not implemented)")
 	return s
+}
+
+// MaxMicroTokens is the largest update micro-batch, in tokens (a multiple
+// of 256), whose update phase fits o.GPUMem, or 0 when none does. A
+// micro-batch below o.SeqLen still holds one whole sequence: the trainer
+// never splits one.
+func MaxMicroTokens(cfg *model.Config, o Options) (int64, error) {
+	if o.GPUMem == 0 {
+		return 0, fmt.Errorf("max micro-batch: no GPU memory given")
+	}
+	fits := func(tok int64) (bool, error) {
+		q := o
+		q.MicroTokens, q.RolloutRows = tok, 0
+		r, err := Plan(cfg, q)
+		return err == nil && r.Update+q.headroom() <= q.GPUMem, err
+	}
+	lo, hi := int64(0), int64(256)
+	for {
+		ok, err := fits(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || hi > 1<<24 {
+			break
+		}
+		lo, hi = hi, 2*hi
+	}
+	for hi-lo > 256 {
+		mid := (lo + hi) / 2 / 256 * 256
+		if ok, _ := fits(mid); ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // String renders the plan as a table.

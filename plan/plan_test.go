@@ -199,3 +199,46 @@ func measureMemoryChild() int {
 	json.NewEncoder(os.Stdout).Encode(checks)
 	return 0
 }
+
+// TestPlanLoRA: the adapters' count is PEFT's (Qwen2.5-7B, r 64 on all
+// seven projections: 161,480,704); under LoRA the base is frozen (no
+// masters, moments, gradients or reference copy of it, no head dW); and the
+// README's answers: Qwen2.5-7B GRPO, 64 prompts × 8 samples × 3,072 new
+// tokens, r 64, fits one 80 GiB H100 with activation checkpointing (full
+// fine-tuning does not), Qwen3-14B the same on one 139 GiB H200.
+func TestPlanLoRA(t *testing.T) {
+	q7 := loadPlanModel(t, "qwen2.5-7b")
+	if n := q7.LoRAParamCount(64, nil); n != 161_480_704 {
+		t.Errorf("Qwen2.5-7B r 64: %d adapter parameters, PEFT counts 161,480,704", n)
+	}
+	o := Options{GPUs: 1, DTypeBytes: 2, SeqLen: 3584, MicroTokens: 16384, Checkpointing: true, KLBeta: 0.001, SDPA: true, CUDAGraphs: true,
+		RolloutRows: 512, RolloutGroup: 8, RolloutPrompt: 512, RolloutTokens: 3584, LogProbChunk: 4096, GPUMem: 80 << 30, Headroom: 0.08,
+		MasterForWeight: true, LoRARank: 64}
+	r, err := Plan(q7, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := planLines(r)
+	pl := q7.LoRAParamCount(64, nil)
+	for name, want := range map[string]int64{"weights": 2 * r.Params, "LoRA adapters (fp32)": 4 * pl, "reference model": 0,
+		"Adam moments (fp32 m, v)": 8 * pl, "gradients": 4 * pl, "head weight gradient": 0, "fp32 master weights": 0} {
+		if l[name] != want {
+			t.Errorf("%s: %d, want %d", name, l[name], want)
+		}
+	}
+	if !r.Fits {
+		t.Errorf("Qwen2.5-7B LoRA on one 80 GiB GPU does not fit:\n%s", r)
+	}
+	if n, err := MaxMicroTokens(q7, o); err != nil || n < o.SeqLen {
+		t.Errorf("largest micro-batch %d (%v): not even one sequence", n, err)
+	}
+	full := o
+	full.LoRARank = 0
+	if r, _ := Plan(q7, full); r.Fits || !strings.Contains(strings.Join(r.Notes, "\n"), "LoRA") {
+		t.Errorf("full fine-tuning of 7B on one GPU fits, or the notes do not suggest LoRA: %v\n%s", r.Fits, r)
+	}
+	o.GPUMem = 139 << 30
+	if r, err := Plan(loadPlanModel(t, "qwen3-14b"), o); err != nil || !r.Fits {
+		t.Errorf("Qwen3-14B LoRA on one 139 GiB GPU does not fit (%v):\n%s", err, r)
+	}
+}

@@ -45,6 +45,8 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "cuda-graphs", Usage: "rollout.cuda_graphs: count the CUDA graphs' memory pool (a decode step's transients again)"},
 			&cli.Float64Flag{Name: "headroom", Value: 0.08},
 			&cli.Int64Flag{Name: "logprob-chunk", Value: csrc.DefaultLogProbChunk(true), Usage: "rows of the fused log-prob's fp32 buffer"},
+			&cli.Int64Flag{Name: "lora-r", Usage: "plan a LoRA run of this rank (lora.r): frozen base, fp32 adapters, no reference copy"},
+			&cli.StringSliceFlag{Name: "lora-targets", Usage: "lora.target_modules (default: all seven projections)"},
 			&cli.BoolFlag{Name: "json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -67,7 +69,14 @@ func planCommand() *cli.Command {
 			o := plan.Options{GPUs: c.Int("gpus"), Zero: c.Int("zero"), DTypeBytes: int64(dt.Size()), SeqLen: c.Int64("seq-len"),
 				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"), CUDAGraphs: c.Bool("cuda-graphs"),
 				KLBeta: c.Float64("kl-beta"), RefOffload: c.Bool("ref-offload"), RolloutRows: c.Int64("rollout-rows"), RolloutGroup: c.Int64("samples"), RolloutPrompt: c.Int64("prompt-len"), RolloutTokens: rt,
-				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4}
+				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4,
+				LoRARank: c.Int64("lora-r"), LoRATargets: c.StringSlice("lora-targets")}
+			if o.LoRARank < 0 {
+				return usageError{fmt.Errorf("--lora-r must be ≥ 0")}
+			}
+			if _, err := model.ResolveLoRATargets(o.LoRATargets); err != nil {
+				return usageError{fmt.Errorf("--lora-targets: %w", err)}
+			}
 			r, err := plan.Plan(cfg, o)
 			if err != nil {
 				return usageError{err}
@@ -76,8 +85,12 @@ func planCommand() *cli.Command {
 				return jsonl.Encoder(c.App.Writer).Encode(r)
 			}
 			w := c.App.Writer
-			fmt.Fprintf(w, "%s: %.2f B parameters; %d GPUs, ZeRO-%d, %s, micro-batch %d tokens, sequences up to %d, activation checkpointing %v, kl_beta %g\n",
-				path, float64(r.Params)/1e9, o.GPUs, o.Zero, c.String("dtype"), o.MicroTokens, o.SeqLen, o.Checkpointing, o.KLBeta)
+			lora := "full fine-tuning"
+			if o.LoRARank > 0 {
+				lora = fmt.Sprintf("LoRA r %d", o.LoRARank)
+			}
+			fmt.Fprintf(w, "%s: %.2f B parameters; %s; %d GPUs, ZeRO-%d, %s, micro-batch %d tokens, sequences up to %d, activation checkpointing %v, kl_beta %g\n",
+				path, float64(r.Params)/1e9, lora, o.GPUs, o.Zero, c.String("dtype"), o.MicroTokens, o.SeqLen, o.Checkpointing, o.KLBeta)
 			fmt.Fprint(w, r.String())
 			if mem > 0 {
 				verdict := "fits"
@@ -87,6 +100,21 @@ func planCommand() *cli.Command {
 				fmt.Fprintf(w, "%s in %.0f GiB\n", verdict, float64(mem)/(1<<30))
 				for _, n := range r.Notes {
 					fmt.Fprintf(w, "  - %s\n", n)
+				}
+				// The token budget that fits, with and without activation
+				// checkpointing: what to set algo.max_tokens_per_micro_batch to.
+				for _, ck := range []bool{true, false} {
+					q := o
+					q.Checkpointing = ck
+					n, err := plan.MaxMicroTokens(cfg, q)
+					if err != nil {
+						return err
+					}
+					what := "fits"
+					if n < o.SeqLen {
+						what = fmt.Sprintf("does not fit one %d-token sequence", o.SeqLen)
+					}
+					fmt.Fprintf(w, "largest update micro-batch, activation checkpointing %-5v: %d tokens (%s)\n", ck, n, what)
 				}
 			}
 			return nil
