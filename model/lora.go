@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -230,7 +231,10 @@ func adapterDType(d gotch.DType) gotch.DType {
 }
 
 // AddLoRA gives the model fresh adapters (c resolved, without init_from),
-// initialized as c.Init says from torch's generator seeded with seed.
+// initialized as c.Init says from a generator of their own seeded with
+// seed — not torch's global one, which other work on the thread (or other
+// in-process ranks) would advance; A is drawn in the adapters' order, so
+// every rank of a data-parallel run starts from the same adapters.
 func (m *Model) AddLoRA(c LoRAConfig, seed int64) (err error) {
 	defer tensor.Recover("add LoRA", &err)
 	if m.lora != nil {
@@ -239,26 +243,28 @@ func (m *Model) AddLoRA(c LoRAConfig, seed int64) (err error) {
 	if c.R < 1 {
 		return fmt.Errorf("add LoRA: rank %d", c.R)
 	}
-	if err := csrc.ManualSeed(seed); err != nil {
-		return err
-	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x6c6f7261)) // "lora"
 	dt := adapterDType(m.DType)
 	return m.attachLoRA(c, func(sl adapterSlot) (a, b *ts.Tensor, err error) {
 		size := sl.weight.MustSize()
 		out, in := size[0], size[1]
-		var s tensor.Scope
-		defer s.Close()
-		var u *ts.Tensor
+		vals := make([]float32, int64(c.R)*in)
 		switch c.Init {
 		case "gaussian":
-			u = s.Keep(s.Keep(ts.MustRandn([]int64{int64(c.R), in}, gotch.Float, m.Device)).MustMulScalar(s.Float(1/float64(c.R)), false))
+			for i := range vals {
+				vals[i] = float32(rng.NormFloat64() / float64(c.R))
+			}
 		default:
 			// kaiming_uniform_(a=√5): bound = gain·√(3/fan_in) with gain
 			// √(2/(1+5)), that is 1/√in.
 			bound := 1 / math.Sqrt(float64(in))
-			r := s.Keep(ts.MustRand([]int64{int64(c.R), in}, gotch.Float, m.Device))
-			u = s.Keep(s.Keep(r.MustMulScalar(s.Float(2*bound), false)).MustSubScalar(s.Float(bound), false))
+			for i := range vals {
+				vals[i] = float32((2*rng.Float64() - 1) * bound)
+			}
 		}
+		var s tensor.Scope
+		defer s.Close()
+		u := tensor.FromSlice(&s, vals, []int64{int64(c.R), in}, m.Device)
 		return u.MustTotype(dt, false), ts.MustZeros([]int64{out, int64(c.R)}, dt, m.Device), nil
 	})
 }

@@ -97,7 +97,7 @@ func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls, distill []rol
 		return out, err
 	}
 	out.grads, out.lo = map[string][]float64{}, map[string]int64{}
-	for i, p := range s.m.Params() {
+	for i, p := range s.m.TrainableParams() {
 		if z, ok := s.opt.(interface {
 			ShardedGrad(int) (*ts.Tensor, int64, bool)
 		}); ok {
@@ -110,7 +110,7 @@ func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls, distill []rol
 		out.grads[p.Name] = tensor.Float64s(g)
 		g.MustDrop()
 	}
-	for _, p := range s.m.Params() {
+	for _, p := range s.m.TrainableParams() {
 		out.w = append(out.w, tensor.Float64s(p.Tensor)...)
 	}
 	out.state = s.opt.StateBytes()

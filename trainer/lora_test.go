@@ -8,8 +8,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
 )
@@ -146,5 +150,85 @@ func TestLoRAConfigErrors(t *testing.T) {
 	cfg = tinyConfig(t, "lora.init_from=../model/testdata/lora/default")
 	if err := RunGRPO(context.Background(), cfg, "", RunOptions{}); err == nil || !strings.Contains(err.Error(), "lora.init_from") {
 		t.Errorf("an adapter for another model: %v", err)
+	}
+}
+
+// countingComm counts the bytes a rank hands to gradient collectives.
+type countingComm struct {
+	dist.Comm
+	bytes int64
+}
+
+func (c *countingComm) AllReduceSum(t *ts.Tensor) error {
+	c.bytes += int64(t.Numel()) * int64(t.DType().Size())
+	return c.Comm.AllReduceSum(t)
+}
+
+func (c *countingComm) ReduceScatterSum(in, out *ts.Tensor) error {
+	c.bytes += int64(in.Numel()) * int64(in.DType().Size())
+	return c.Comm.ReduceScatterSum(in, out)
+}
+
+// TestDataParallelLoRA: under LoRA, 2 ranks (plain and ZeRO-2 layer by
+// layer) give one rank's adapter gradients and weights, and only the
+// adapters' gradients cross the ranks: the bytes reduced per update are
+// the adapters' (plus the step's few metric sums), a small share of full
+// training's.
+func TestDataParallelLoRA(t *testing.T) {
+	rolls := madeUpRollouts(10, 5)
+	lora := []string{"lora.r=4", "lora.init=gaussian"}
+	reduced := func(ranks int, sets ...string) ([]dpUpdate, int64) {
+		dir := t.TempDir()
+		res := make([]dpUpdate, ranks)
+		var bytes int64
+		var mu sync.Mutex
+		errs := onRanks(ranks, func(mc dist.Comm) (err error) {
+			cc := &countingComm{Comm: mc}
+			res[mc.Rank()], err = updateOnRank(t, cc, dir, rolls, nil, sets...)
+			if mc.Rank() == 0 {
+				mu.Lock()
+				bytes = cc.bytes
+				mu.Unlock()
+			}
+			return err
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res, bytes
+	}
+	one, _ := reduced(1, lora...)
+	var gmax float64
+	for _, g := range one[0].grads {
+		gmax = max(gmax, maxAbsDiff(g, make([]float64, len(g))))
+	}
+	if gmax < 1e-4 || len(one[0].grads) != 28 {
+		t.Fatalf("%d adapter gradients, largest %g: the test compares nothing", len(one[0].grads), gmax)
+	}
+	var adapterBytes int64
+	for _, g := range one[0].grads {
+		adapterBytes += 4 * int64(len(g))
+	}
+	_, fullBytes := reduced(2)
+	for _, sets := range [][]string{nil, {"dist.zero_stage=2", "train.activation_checkpointing=true"}} {
+		res, bytes := reduced(2, append(sets, lora...)...)
+		for r, u := range res {
+			for name, g := range u.grads {
+				want := one[0].grads[name][u.lo[name] : u.lo[name]+int64(len(g))]
+				if d := maxAbsDiff(g, want); d > 2e-6*gmax {
+					t.Fatalf("%v rank %d: gradient of %s differs by %g", sets, r, name, d)
+				}
+			}
+			if d := maxAbsDiff(u.w, res[0].w); d != 0 {
+				t.Fatalf("%v rank %d: adapters differ from rank 0's by %g", sets, r, d)
+			}
+		}
+		t.Logf("%v: %d bytes reduced per update by rank 0 under LoRA, %d in full training (%.1f%%); adapter gradients %d bytes",
+			sets, bytes, fullBytes, 100*float64(bytes)/float64(fullBytes), adapterBytes)
+		if bytes < adapterBytes || bytes > adapterBytes+4096 || fullBytes < 10*adapterBytes {
+			t.Errorf("%v: %d bytes reduced under LoRA (adapters %d), %d in full training", sets, bytes, adapterBytes, fullBytes)
+		}
 	}
 }
