@@ -11,9 +11,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sugarme/gotch"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/plan"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
@@ -34,7 +36,8 @@ func benchGRPOStepCommand() *cli.Command {
 			"\n" +
 			"--json prints one object: shape, device, dtype, params, steps, rows, new_tokens, step_s, phases\n" +
 			"({phase: seconds} of the last step), phase_share ({phase: share of step_s}), tokens_per_s,\n" +
-			"tokens_generated, peak_mb, peak_source, plan_peak_mb, peak_over_plan, first_step_s.",
+			"tokens_generated, peak_mb, peak_source, plan_peak_mb, peak_over_plan, first_step_s; with --lora-r also\n" +
+			"lora (the same fields for the LoRA run), lora_over_full_step_s and lora_over_full_peak.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "shape", Value: "0.5b", Usage: "0.5b, 7b, or a config.json (or a directory holding one)"},
 			&cli.Int64Flag{Name: "layers", Usage: "fewer layers for a quick run (0: the shape's)"},
@@ -46,6 +49,7 @@ func benchGRPOStepCommand() *cli.Command {
 			&cli.IntFlag{Name: "micro-tokens", Value: 16384, Usage: "tokens per update micro-batch"},
 			&cli.IntFlag{Name: "steps", Value: 2, Usage: "steps to run; the last is reported (the first also warms up)"},
 			&cli.BoolFlag{Name: "activation-checkpointing"},
+			&cli.IntFlag{Name: "lora-r", Usage: "also run the steps with LoRA of this rank (lora.r, all seven projections) and print its step time and peak memory against full fine-tuning's, measured first in the same process"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
 		Action: runBenchGRPOStep,
@@ -71,6 +75,11 @@ type grpoStepBench struct {
 	PeakSource   string             `json:"peak_source"`
 	PlanPeakMB   float64            `json:"plan_peak_mb"`
 	PeakOverPlan float64            `json:"peak_over_plan"`
+	LoRARank     int                `json:"lora_r,omitempty"`
+	// With --lora-r: the LoRA run, and its ratios to this (full) one.
+	LoRA          *grpoStepBench `json:"lora,omitempty"`
+	LoRAStepRatio float64        `json:"lora_over_full_step_s,omitempty"`
+	LoRAPeakRatio float64        `json:"lora_over_full_peak,omitempty"`
 }
 
 func runBenchGRPOStep(c *cli.Context) error {
@@ -98,7 +107,54 @@ func runBenchGRPOStep(c *cli.Context) error {
 	if err := writeArithmetic(data, 4*c.Int("prompts"), 1); err != nil {
 		return err
 	}
+	if c.Int("lora-r") > 0 {
+		// Two runs in one process: the host allocator must give the first
+		// one's memory back for the second's peak to be its own.
+		csrc.MeasureHostMemory()
+	}
+	r, err := benchGRPORun(c, cfg, dt, dev, modelDir, data, filepath.Join(dir, "full"), 0)
+	if err != nil {
+		return err
+	}
+	if rank := c.Int("lora-r"); rank > 0 {
+		lr, err := benchGRPORun(c, cfg, dt, dev, modelDir, data, filepath.Join(dir, "lora"), rank)
+		if err != nil {
+			return err
+		}
+		r.LoRA, r.LoRAStepRatio, r.LoRAPeakRatio = &lr, lr.StepS/r.StepS, lr.PeakMB/r.PeakMB
+	}
+	steps := r.Steps
+	w := c.App.Writer
+	if c.Bool("json") {
+		return json.NewEncoder(w).Encode(r)
+	}
+	fmt.Fprintf(w, "grpo-step: %s shape (%.2f B parameters), %s %s, %d prompts × %d samples, ≤ %d new tokens; step %d of %d\n",
+		r.Shape, float64(r.Params)/1e9, r.Device, r.DType, c.Int("prompts"), c.Int("samples"), r.NewTokens, steps, steps)
+	var names []string
+	for k := range r.Phases {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return r.Phases[names[i]] > r.Phases[names[j]] })
+	for _, k := range names {
+		fmt.Fprintf(w, "  %-24s %8.3f s  %5.1f%%\n", k, r.Phases[k], 100*r.PhaseShare[k])
+	}
+	fmt.Fprintf(w, "  step                     %8.3f s (first step %.3f s), %.0f tokens/s, %.0f tokens generated\n", r.StepS, r.FirstStepS, r.TokensPerS, r.GenTokens)
+	fmt.Fprintf(w, "  peak memory %.0f MiB (%s); lanpo plan %.0f MiB; measured/plan %.2f\n", r.PeakMB, r.PeakSource, r.PlanPeakMB, r.PeakOverPlan)
+	if l := r.LoRA; l != nil {
+		fmt.Fprintf(w, "  LoRA r %d: step %.3f s (update %.3f s), peak %.0f MiB; lanpo plan %.0f MiB\n", l.LoRARank, l.StepS, l.Phases["update"], l.PeakMB, l.PlanPeakMB)
+		fmt.Fprintf(w, "  LoRA/full: step time %.2f, update %.2f, peak memory %.2f\n", r.LoRAStepRatio, l.Phases["update"]/r.Phases["update"], r.LoRAPeakRatio)
+	}
+	return nil
+}
+
+// benchGRPORun runs the benchmark's GRPO steps in runDir (LoRA of rank
+// rank; 0: full fine-tuning) and measures them.
+func benchGRPORun(c *cli.Context, cfg *model.Config, dt gotch.DType, dev gotch.Device, modelDir, data, runDir string, rank int) (grpoStepBench, error) {
 	steps := max(1, c.Int("steps"))
+	lora := ""
+	if rank > 0 {
+		lora = fmt.Sprintf("lora:\n  r: %d\n", rank)
+	}
 	yaml := fmt.Sprintf(`run_dir: %s
 model: %s
 device: %s
@@ -120,33 +176,36 @@ train:
   activation_checkpointing: %v
 checkpoint:
   every: 0
-`, filepath.Join(dir, "run"), modelDir, devString(dev), csrc.DTypeName(dt), steps, data, c.Int("prompts"), c.Int("samples"),
-		c.Int("new-tokens"), c.Int("micro-tokens"), c.Bool("activation-checkpointing"))
-	cfgPath := filepath.Join(dir, "run.yaml")
+%s`, runDir, modelDir, devString(dev), csrc.DTypeName(dt), steps, data, c.Int("prompts"), c.Int("samples"),
+		c.Int("new-tokens"), c.Int("micro-tokens"), c.Bool("activation-checkpointing"), lora)
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return grpoStepBench{}, err
+	}
+	cfgPath := filepath.Join(runDir, "run.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
-		return err
+		return grpoStepBench{}, err
 	}
 	run, err := trainer.LoadConfig(cfgPath, nil)
 	if err != nil {
-		return err
+		return grpoStepBench{}, err
 	}
 	peak := csrc.NewPeakMeter(dev)
 	if err := trainer.RunGRPO(context.Background(), run, "", trainer.RunOptions{NoFinalCheckpoint: true}); err != nil {
-		return err
+		return grpoStepBench{}, err
 	}
 	peakBytes, peakSrc := peak.Peak()
 	lines, err := readMetricLines(filepath.Join(run.RunDir, "metrics.jsonl"))
 	if err != nil {
-		return err
+		return grpoStepBench{}, err
 	}
 	if len(lines) != steps {
-		return fmt.Errorf("bench grpo-step: %d metric lines for %d steps", len(lines), steps)
+		return grpoStepBench{}, fmt.Errorf("bench grpo-step: %d metric lines for %d steps", len(lines), steps)
 	}
 	last := lines[len(lines)-1]
 	r := grpoStepBench{Shape: c.String("shape"), Device: devString(dev), DType: csrc.DTypeName(dt), Params: cfg.ParamCount(),
 		Steps: steps, Rows: c.Int("prompts") * c.Int("samples"), NewTokens: c.Int("new-tokens"),
 		Phases: last.Seconds, PhaseShare: map[string]float64{}, TokensPerS: last.TokensPerS, GenTokens: float64(last.GenTokens),
-		PeakMB: float64(peakBytes) / (1 << 20), PeakSource: peakSrc}
+		PeakMB: float64(peakBytes) / (1 << 20), PeakSource: peakSrc, LoRARank: rank}
 	for _, s := range last.Seconds {
 		r.StepS += s
 	}
@@ -160,31 +219,16 @@ checkpoint:
 	est, err := plan.Plan(cfg, plan.Options{GPUs: 1, DTypeBytes: int64(dt.Size()), SeqLen: promptLen + int64(r.NewTokens),
 		MicroTokens: int64(c.Int("micro-tokens")), Checkpointing: c.Bool("activation-checkpointing"), SDPA: dev.IsCuda(),
 		RolloutRows: int64(r.Rows), RolloutGroup: int64(c.Int("samples")), RolloutPrompt: promptLen,
-		RolloutTokens: promptLen + int64(r.NewTokens), LogProbChunk: csrc.DefaultLogProbChunk(dev.IsCuda()), MasterForWeight: dt.Size() < 4})
+		RolloutTokens: promptLen + int64(r.NewTokens), LogProbChunk: csrc.DefaultLogProbChunk(dev.IsCuda()), MasterForWeight: dt.Size() < 4,
+		LoRARank: int64(rank)})
 	if err != nil {
-		return err
+		return grpoStepBench{}, err
 	}
 	r.PlanPeakMB = float64(max(est.Rollout, est.Update)) / (1 << 20)
 	if r.PlanPeakMB > 0 {
 		r.PeakOverPlan = r.PeakMB / r.PlanPeakMB
 	}
-	w := c.App.Writer
-	if c.Bool("json") {
-		return json.NewEncoder(w).Encode(r)
-	}
-	fmt.Fprintf(w, "grpo-step: %s shape (%.2f B parameters), %s %s, %d prompts × %d samples, ≤ %d new tokens; step %d of %d\n",
-		r.Shape, float64(r.Params)/1e9, r.Device, r.DType, c.Int("prompts"), c.Int("samples"), r.NewTokens, steps, steps)
-	var names []string
-	for k := range r.Phases {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool { return r.Phases[names[i]] > r.Phases[names[j]] })
-	for _, k := range names {
-		fmt.Fprintf(w, "  %-24s %8.3f s  %5.1f%%\n", k, r.Phases[k], 100*r.PhaseShare[k])
-	}
-	fmt.Fprintf(w, "  step                     %8.3f s (first step %.3f s), %.0f tokens/s, %.0f tokens generated\n", r.StepS, r.FirstStepS, r.TokensPerS, r.GenTokens)
-	fmt.Fprintf(w, "  peak memory %.0f MiB (%s); lanpo plan %.0f MiB; measured/plan %.2f\n", r.PeakMB, r.PeakSource, r.PlanPeakMB, r.PeakOverPlan)
-	return nil
+	return r, nil
 }
 
 // writeArithmetic writes n problems "What is a + b?" (one- and two-digit
