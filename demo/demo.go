@@ -100,6 +100,19 @@ const (
 	// ArmGRPOBudget is GRPO given more steps (Options.BudgetSteps): the
 	// LANPO arms' token budget, measured.
 	ArmGRPOBudget = "grpo-budget"
+	// ArmGRPOLoRA is GRPO with LoRA adapters on the frozen SFT model, the
+	// same steps as GRPO (LoRARank, LoRALRScale).
+	ArmGRPOLoRA = "grpo-lora"
+)
+
+// The grpo-lora arm's adapters: rank 16 with alpha 32 on all seven
+// projections, at LoRALRScale times GRPO's learning rate (LoRA's updates
+// live in a small subspace and are commonly run at about ten times full
+// fine-tuning's rate); --set lora.… and optim.lr=… change them.
+const (
+	LoRARank    = 16
+	LoRAAlpha   = 32
+	LoRALRScale = 10
 )
 
 // Arms lists the arms --compare runs; DefaultArms those a plain lanpo demo
@@ -108,7 +121,7 @@ var (
 	Arms        = []string{ArmGRPO, ArmLANPO, ArmLANPOOriginal, ArmLANPOConsolidate}
 	DefaultArms = []string{ArmGRPO, ArmLANPOConsolidate, ArmOracle}
 	// AllArms are every arm --arms accepts.
-	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget)
+	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget, ArmGRPOLoRA)
 )
 
 // DefaultArmsOf are a world's default arms: DefaultArms, less the oracle

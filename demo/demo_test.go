@@ -17,6 +17,7 @@ import (
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/trainertest"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
@@ -107,9 +108,12 @@ func TestSolutionStepsAreRight(t *testing.T) {
 // written — and that the report shows the side-by-side table and charts
 // (not the accuracy).
 func TestDemoFast(t *testing.T) {
-	dir, res := runFastDemo(t, Options{World: WorldArithmetic, Arms: []string{ArmLANPO}})
-	if len(res.Stages) != 2 || res.Stages[0].Stage != "sft" || len(res.Stages[1].Modes) != 3 || len(res.Stages[1].Modes[0].Levels) != MaxLevel {
+	dir, res := runFastDemo(t, Options{World: WorldArithmetic, Arms: []string{ArmLANPO, ArmGRPOLoRA}})
+	if len(res.Stages) != 3 || res.Stages[0].Stage != "sft" || len(res.Stages[1].Modes) != 3 || len(res.Stages[1].Modes[0].Levels) != MaxLevel {
 		t.Fatalf("stages %+v", res.Stages)
+	}
+	if res.Stages[2].Stage != ArmGRPOLoRA || !model.IsAdapterDir(stepDir(filepath.Join(dir, ArmGRPOLoRA), plan(WorldArithmetic, true).rlSteps)) {
+		t.Fatalf("the grpo-lora arm: stage %q, or its checkpoint is no adapter", res.Stages[2].Stage)
 	}
 	u := res.Usage[ArmLANPO]
 	if u.FeedbackAware == 0 || u.Reflection == 0 || u.Abstraction == 0 {
@@ -441,15 +445,20 @@ func TestDemoConfigsResolved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		arms := append(append([]string{}, Arms...), ArmGRPOBudget)
+		arms := append(append([]string{}, Arms...), ArmGRPOBudget, ArmGRPOLoRA)
 		if world == WorldTransfer {
 			arms = append(arms, ArmOracle)
 		} else if _, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), []string{ArmOracle}, 0.75, "", nil); err == nil {
 			t.Fatalf("%s: the oracle arm was accepted outside the transfer world", world)
 		}
-		d, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), arms, 0.75, "", []string{"lanpo.lesson_order=outcome"})
+		d, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), arms, 0.75, "", []string{"lanpo.lesson_order=outcome", "lora.alpha=8"})
 		if err != nil {
 			t.Fatalf("%s: %v", world, err)
+		}
+		if l, g := d.arms[ArmGRPOLoRA], d.arms[ArmGRPO]; l.LoRA.R != LoRARank || l.LoRA.Alpha != 8 || l.Optim.LR != LoRALRScale*g.Optim.LR ||
+			l.TotalSteps != g.TotalSteps || g.LoRA.On() {
+			t.Fatalf("%s: grpo-lora r %d alpha %g lr %g steps %d; grpo lr %g steps %d, LoRA %v", world, l.LoRA.R, l.LoRA.Alpha, l.Optim.LR, l.TotalSteps,
+				g.Optim.LR, g.TotalSteps, g.LoRA.On())
 		}
 		if d.arms[ArmLANPO].LANPO.LessonOrder != "outcome" || d.arms[ArmGRPOBudget].TotalSteps != 2*d.arms[ArmGRPO].TotalSteps {
 			t.Fatalf("%s: --set or the budget arm not applied: lesson_order %q, steps %d vs %d", world, d.arms[ArmLANPO].LANPO.LessonOrder,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
@@ -156,10 +157,14 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 			if c.TotalSteps == 0 {
 				c.TotalSteps = 2 * p.rlSteps
 			}
+		case ArmGRPOLoRA:
+			c.Algo.Name = trainer.AlgoGRPO
+			c.LoRA = model.LoRAConfig{R: LoRARank, Alpha: LoRAAlpha}
+			c.Optim.LR *= LoRALRScale
 		default:
 			return d, fmt.Errorf("demo arm %q: want one of %s", arm, strings.Join(AllArms, ", "))
 		}
-		if c.Algo.Name == trainer.AlgoLANPO && len(sets) > 0 {
+		if (c.Algo.Name == trainer.AlgoLANPO || arm == ArmGRPOLoRA) && len(sets) > 0 {
 			var err error
 			if c, err = trainer.WithSets(c, sets); err != nil {
 				return d, fmt.Errorf("demo --set: %w", err)

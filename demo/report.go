@@ -26,6 +26,7 @@ import (
 var stages = []eval.Stage{{Dir: "sft", Title: "Stage 1: SFT"}, {Dir: ArmGRPO, Title: "Stage 2: GRPO"}, {Dir: ArmLANPO, Title: "Stage 2: LANPO"},
 	{Dir: ArmLANPOOriginal, Title: "Stage 2: LANPO (train_prompt: original)"}, {Dir: ArmLANPOConsolidate, Title: "Stage 2: LANPO with consolidation"},
 	{Dir: ArmOracle, Title: "Stage 2: LANPO with consolidation, oracle plans (an upper bound, not a method)"}, {Dir: ArmGRPOBudget, Title: "Stage 2: GRPO with the LANPO arms' token budget"},
+	{Dir: ArmGRPOLoRA, Title: "Stage 2: GRPO with LoRA (frozen SFT model, adapters r 16)"},
 	{Dir: "rl", Title: "Stage 2: GRPO"}}
 
 // WriteReport writes RUN_DIR/report.html for any run (eval.WriteReport),

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -308,23 +307,11 @@ func (m *Model) SaveAdapter(dir, base string) error {
 	if err != nil {
 		return err
 	}
-	var srcs []TensorSource
-	for _, np := range m.lora.params {
-		np := np
-		st, err := STDTypeOf(np.Tensor.DType())
-		if err != nil {
-			return err
-		}
-		srcs = append(srcs, TensorSource{Name: np.Name, DType: st, Shape: np.Tensor.MustSize(), Write: func(w io.Writer) error {
-			b, err := csrc.ToBytes(np.Tensor)
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(b)
-			return err
-		}})
+	st, err := STDTypeOf(adapterDType(m.DType))
+	if err != nil {
+		return err
 	}
-	if err := WriteSafetensors(filepath.Join(dir, AdapterWeightsFile), srcs, map[string]string{"format": "pt"}); err != nil {
+	if err := writeParams(filepath.Join(dir, AdapterWeightsFile), m.lora.params, st); err != nil {
 		return err
 	}
 	if err := writeFileAtomic(filepath.Join(dir, AdapterConfigFile), append(js, '\n')); err != nil {

@@ -61,19 +61,7 @@ func (m *Model) Save(dir string) error {
 	if !ok {
 		return fmt.Errorf("save %s: dtype %v has no safetensors name", dir, m.DType)
 	}
-	var srcs []TensorSource
-	for _, p := range m.params {
-		p := p
-		srcs = append(srcs, TensorSource{Name: p.Name, DType: stType, Shape: p.Tensor.MustSize(), Write: func(w io.Writer) error {
-			b, err := csrc.ToBytes(p.Tensor)
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(b)
-			return err
-		}})
-	}
-	if err := WriteSafetensors(filepath.Join(dir, singleFile), srcs, map[string]string{"format": "pt"}); err != nil {
+	if err := writeParams(filepath.Join(dir, singleFile), m.params, stType); err != nil {
 		return err
 	}
 	var raw map[string]any
@@ -102,6 +90,24 @@ func (m *Model) Save(dir string) error {
 		}
 	}
 	return fsutil.SyncDir(dir)
+}
+
+// writeParams writes params to a safetensors file as PyTorch's
+// save_file does, each tensor streamed from its device as it is written.
+func writeParams(path string, params []NamedParam, st STDType) error {
+	var srcs []TensorSource
+	for _, p := range params {
+		p := p
+		srcs = append(srcs, TensorSource{Name: p.Name, DType: st, Shape: p.Tensor.MustSize(), Write: func(w io.Writer) error {
+			b, err := csrc.ToBytes(p.Tensor)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(b)
+			return err
+		}})
+	}
+	return WriteSafetensors(path, srcs, map[string]string{"format": "pt"})
 }
 
 func writeFileAtomic(path string, b []byte) error {

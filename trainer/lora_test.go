@@ -25,24 +25,9 @@ import (
 // first step's KL is exactly 0 (B starts at 0), later ones are not.
 func TestLoRAExactResume(t *testing.T) {
 	sets := []string{"lora.r=4", "lora.alpha=8", "algo.kl_beta=0.02", "optim.lr=1e-2"}
-	straight := tinyConfig(t, sets...)
-	runGRPO(t, straight, "")
-	split := tinyConfig(t, append(sets, "stop_after_steps=2")...)
-	runGRPO(t, split, "")
-	runGRPO(t, split, "auto")
+	straight, _ := runStraightAndResumed(t, []string{model.AdapterWeightsFile, model.AdapterConfigFile, optim.TensorsFile, optim.MetaFile, stateFile}, sets...)
 	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
-	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
-	for _, f := range []string{model.AdapterWeightsFile, model.AdapterConfigFile, optim.TensorsFile, optim.MetaFile, stateFile} {
-		x, _ := os.ReadFile(filepath.Join(a, f))
-		y, _ := os.ReadFile(filepath.Join(b, f))
-		if len(x) == 0 || !bytes.Equal(x, y) {
-			t.Fatalf("%s differs between the straight and the resumed run", f)
-		}
-	}
-	ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
-	if len(ma) != 4 || !reflect.DeepEqual(ma, mb) {
-		t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
-	}
+	ma := stableMetrics(t, straight.RunDir)
 	if _, err := os.Stat(filepath.Join(a, "model.safetensors")); err == nil {
 		t.Error("a LoRA checkpoint holds the whole model")
 	}

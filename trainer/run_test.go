@@ -133,13 +133,14 @@ func weights(t *testing.T, ckpt string) []byte {
 	return b
 }
 
-// TestExactResume: 4 steps straight, and 2 steps (stop_after_steps) then
-// --resume auto to 4, give bitwise-identical weights, optimizer state and
-// metrics.
-func TestExactResume(t *testing.T) {
-	straight := tinyConfig(t)
+// runStraightAndResumed runs tinyConfig with sets 4 steps straight, and 2
+// steps then --resume auto to 4, and requires step 4's files and the
+// metrics to be the same bytes in both; it returns both configs.
+func runStraightAndResumed(t *testing.T, files []string, sets ...string) (straight, split Config) {
+	t.Helper()
+	straight = tinyConfig(t, sets...)
 	runGRPO(t, straight, "")
-	split := tinyConfig(t, "stop_after_steps=2")
+	split = tinyConfig(t, append(sets, "stop_after_steps=2")...)
 	runGRPO(t, split, "")
 	if got := completeCheckpoints(filepath.Join(split.RunDir, checkpointsDir)); len(got) != 2 {
 		t.Fatalf("after stop_after_steps=2: checkpoints %v", got)
@@ -147,7 +148,7 @@ func TestExactResume(t *testing.T) {
 	runGRPO(t, split, "auto")
 	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
-	for _, f := range []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile} {
+	for _, f := range files {
 		x, _ := os.ReadFile(filepath.Join(a, f))
 		y, _ := os.ReadFile(filepath.Join(b, f))
 		if len(x) == 0 || !bytes.Equal(x, y) {
@@ -158,6 +159,15 @@ func TestExactResume(t *testing.T) {
 	if len(ma) != 4 || !reflect.DeepEqual(ma, mb) {
 		t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
 	}
+	return straight, split
+}
+
+// TestExactResume: 4 steps straight, and 2 steps (stop_after_steps) then
+// --resume auto to 4, give bitwise-identical weights, optimizer state and
+// metrics.
+func TestExactResume(t *testing.T) {
+	straight, split := runStraightAndResumed(t, []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile})
+	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 	// The resumed process's TensorBoard events restart the series at the
 	// first redone step (TensorBoard drops the first file's steps from
 	// there: internal/tensorboard's TestRestartMarkerPurgesInTensorBoard).

@@ -48,7 +48,7 @@ func demoCommand() *cli.Command {
 			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default: 0.75)"},
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it; the transfer and control worlds share one SFT)"},
 			&cli.IntFlag{Name: "rl-seeds", Value: 1, Usage: "RL seeds per arm, sharing one SFT model: seed 1 in --run-dir, seed r in --run-dir/rl-r"},
-			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of the LANPO arms: --set lanpo.lesson_order=outcome (repeatable)"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of the LANPO arms and grpo-lora: --set lanpo.lesson_order=outcome, --set lora.r=8 (repeatable)"},
 			&cli.StringFlag{Name: "model-size", Value: "small", Usage: "the built-in model: small (≈ 0.8 M parameters), medium (≈ 8 M) or large (≈ 76 M, for a GPU)"},
 			&cli.BoolFlag{Name: "sft-lessons", Usage: "the rule worlds' SFT also teaches solving with lessons shown (lanpo.context: lessons; on by itself with --set lanpo.context=lessons)"},
 			&cli.IntFlag{Name: "budget-steps", Usage: "steps of the grpo-budget arm (default: twice the other arms')"},
