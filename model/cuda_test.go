@@ -224,9 +224,15 @@ func TestCUDASampledLogprobsMatchTrainer(t *testing.T) {
 		dtype gotch.DType
 		tol   float64
 	}{{gotch.Float, 1e-4}, {gotch.BFloat16, 0.25}} {
-		for _, name := range []string{"qwen2-gqa2-tied", "qwen3-gqa3"} {
+		for _, name := range []string{"qwen2-gqa2-tied", "qwen3-gqa3", "qwen2-gqa2-tied+lora"} {
 			t.Run(csrc.DTypeName(c.dtype)+"/"+name, func(t *testing.T) {
-				m := loadOn(t, name, dev, c.dtype, AttentionAuto)
+				base, lora := strings.CutSuffix(name, "+lora")
+				m := loadOn(t, base, dev, c.dtype, AttentionAuto)
+				if lora { // unmerged adapters in the sampler and the trainer alike
+					if err := m.LoadAdapter(filepath.Join("testdata", "lora", "default")); err != nil {
+						t.Fatal(err)
+					}
+				}
 				for _, p := range params {
 					worst, mean, n := samplerTrainerGap(t, m, genPrompts, p)
 					t.Logf("T=%g top_p=%g top_k=%d, %s: |sampler − trainer| max %.3g mean %.3g over %d tokens (limit %g)",
@@ -406,12 +412,22 @@ func TestCUDAGenerationMemoryFraction(t *testing.T) {
 func TestCUDAGraphsEqualEager(t *testing.T) {
 	dev := cudatest.Device(t)
 	lockThread(t)
-	for _, dtype := range []gotch.DType{gotch.Float, gotch.BFloat16} {
+	for _, c := range []struct {
+		dtype gotch.DType
+		lora  bool
+	}{{gotch.Float, false}, {gotch.BFloat16, false}, {gotch.BFloat16, true}} {
+		dtype := c.dtype
 		cfg := *loadOn(t, "qwen2-gqa2-tied", gotch.CPU, gotch.Float, AttentionAuto).Config
 		cfg.MaxPositionEmbeddings = 512
 		m, err := NewRandom(&cfg, LoadOptions{Device: dev, DType: dtype}, 3)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.lora { // PEFT's adapter (B ≠ 0) fits the shape: the graphs capture its kernels too
+			if err := m.LoadAdapter(filepath.Join("testdata", "lora", "default")); err != nil {
+				m.Close()
+				t.Fatal(err)
+			}
 		}
 		p := SamplingParams{Temperature: 1, TopP: 0.95, MaxNewTokens: 300, Seed: 5, StopIDs: []int64{1, 2}}
 		eager, err := m.Generate(compactionReqs, p, GenerateOptions{SyncEvery: 8})
@@ -427,7 +443,7 @@ func TestCUDAGraphsEqualEager(t *testing.T) {
 		}
 		t.Logf("%v on %v: %d steps, %d captures, %d replays, %d warm-ups, %d resets", dtype, dev, len(st.Steps),
 			st.Count("capture"), st.Count("replay"), st.Count("warm-up"), len(st.Resets))
-		sameSamples(t, fmt.Sprintf("%v: graphs on", dtype), graphed, eager)
+		sameSamples(t, fmt.Sprintf("%v (LoRA %v): graphs on", dtype, c.lora), graphed, eager)
 		if st.Count("capture") == 0 || st.Count("replay") < st.Count("capture") {
 			t.Errorf("%v: %d captures and %d replays: the graphs were not used", dtype, st.Count("capture"), st.Count("replay"))
 		}
