@@ -290,7 +290,7 @@ const stageTold = "sft-told"
 func (d demoRun) evaluate(runDir, stage, dir string, bench []eval.Benchmark, cfg trainer.Config, p *pool.Pool) (StageResult, error) {
 	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
-	m, err := model.Load(dir, model.LoadOptions{})
+	m, err := model.LoadWithAdapter(dir, "", model.LoadOptions{}) // a grpo-lora checkpoint: the adapter on its base
 	if err != nil {
 		return StageResult{}, err
 	}
