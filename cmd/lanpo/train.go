@@ -40,6 +40,9 @@ func trainCommand() *cli.Command {
 			"experience pool — the model's own earlier attempt to critique and redo (reflection) or a plan condensed\n" +
 			"from related problems' principles and pitfalls (abstraction); after each step the policy summarizes\n" +
 			"its rollouts into the pool, which every checkpoint holds (see lanpo pool, docs/lanpo.md).\n" +
+			"lora.r > 0 (or lora.init_from) trains LoRA adapters on the frozen model; a checkpoint then holds a PEFT\n" +
+			"adapter directory instead of the model, and the KL reference is the model with its adapters off\n" +
+			"(docs/lora.md; lanpo export --merge writes a full model).\n" +
 			"Writes RUN_DIR/metrics.jsonl, config.resolved.yaml and checkpoints/step-NNNNNN/ (a Hugging Face model\n" +
 			"directory plus optimizer and trainer state, and the resolved config as config.yaml). SIGINT/SIGTERM: the\n" +
 			"step finishes, a checkpoint is saved, exit 130; a second signal exits 130 at once without saving the step\n" +
@@ -59,7 +62,8 @@ func sftCommand() *cli.Command {
 		Description: "Fine-tunes on data.train ({\"messages\": [...]} JSONL): the loss is the mean negative log-likelihood of\n" +
 			"assistant tokens, sequences up to sft.max_len, sft.micro_batch_size × sft.grad_accum per step, AdamW\n" +
 			"with the optim.* schedule, eval loss on data.eval every sft.eval_every steps. Checkpoints, metrics and\n" +
-			"resume as in `lanpo train`. Example: lanpo sft --config configs/tiny-sft.yaml",
+			"resume as in `lanpo train`; LoRA too (lora.r > 0, with lora.dropout on the adapters' inputs here: docs/lora.md).\n" +
+			"Example: lanpo sft --config configs/tiny-sft.yaml",
 		Flags:  runFlags(),
 		Action: func(c *cli.Context) error { return runTraining(c, "sft", trainer.RunSFT) },
 	}
