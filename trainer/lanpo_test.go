@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/pooltest"
+	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/rl"
@@ -117,30 +118,41 @@ func TestLANPOModesWithSeededPool(t *testing.T) {
 // give bitwise-equal weights, optimizer state and pools, and the same
 // metrics.
 func TestLANPOExactResume(t *testing.T) {
-	straight := lanpoConfig(t)
-	runGRPO(t, straight, "")
-	split := lanpoConfig(t, "stop_after_steps=2")
-	runGRPO(t, split, "")
-	runGRPO(t, split, "auto")
-	a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
-	b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
-	for _, f := range []string{"model.safetensors", optim.TensorsFile, stateFile, pool.File} {
-		x, _ := os.ReadFile(filepath.Join(a, f))
-		y, _ := os.ReadFile(filepath.Join(b, f))
-		if len(x) == 0 || !bytes.Equal(x, y) {
-			t.Fatalf("%s differs between the straight and the resumed run", f)
-		}
-	}
-	ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
-	if fmt.Sprint(ma) != fmt.Sprint(mb) {
-		t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
-	}
-	used := 0.0
-	for _, m := range ma {
-		used += m["lanpo_reflection"].(float64) + m["lanpo_abstraction"].(float64)
-	}
-	if used == 0 || bytes.Equal(weights(t, a), weights(t, straight.Model)) {
-		t.Fatalf("the run used feedback %v times and its weights moved: %v — the test compares too little", used, !bytes.Equal(weights(t, a), weights(t, straight.Model)))
+	for _, c := range []struct {
+		name    string
+		sets    []string
+		weights string // the trained tensors' file
+	}{{"full", nil, "model.safetensors"}, {"LoRA", []string{"lora.r=4", "optim.lr=1e-2"}, model.AdapterWeightsFile}} {
+		t.Run(c.name, func(t *testing.T) {
+			straight := lanpoConfig(t, c.sets...)
+			runGRPO(t, straight, "")
+			split := lanpoConfig(t, append(c.sets, "stop_after_steps=2")...)
+			runGRPO(t, split, "")
+			runGRPO(t, split, "auto")
+			a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
+			b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
+			for _, f := range []string{c.weights, optim.TensorsFile, stateFile, pool.File} {
+				x, _ := os.ReadFile(filepath.Join(a, f))
+				y, _ := os.ReadFile(filepath.Join(b, f))
+				if len(x) == 0 || !bytes.Equal(x, y) {
+					t.Fatalf("%s differs between the straight and the resumed run", f)
+				}
+			}
+			ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
+			if fmt.Sprint(ma) != fmt.Sprint(mb) {
+				t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
+			}
+			used := 0.0
+			for _, m := range ma {
+				used += m["lanpo_reflection"].(float64) + m["lanpo_abstraction"].(float64)
+			}
+			before := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(1))
+			x, _ := os.ReadFile(filepath.Join(a, c.weights))
+			y, _ := os.ReadFile(filepath.Join(before, c.weights))
+			if used == 0 || bytes.Equal(x, y) {
+				t.Fatalf("the run used feedback %v times and its weights moved from step 1 to 4: %v — the test compares too little", used, !bytes.Equal(x, y))
+			}
+		})
 	}
 }
 
