@@ -121,6 +121,18 @@ char *lanpo_fused_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor
 // The chunk size lanpo_fused_logprob uses when given chunk <= 0.
 int64_t lanpo_default_logprob_chunk(int cuda);
 
+// The k most likely tokens of each row of softmax(hidden · weightᵀ / T):
+// *ids [N, k] int64 and *logp [N, k] their log-probs, largest first; 0 for
+// masked rows. No gradient. Chunked as lanpo_fused_logprob (topk.cpp).
+char *lanpo_fused_topk_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor mask, double temperature,
+                               int64_t chunk, int64_t k, lanpo_tensor *ids, lanpo_tensor *logp);
+
+// *logp [N, K] = log softmax(hidden · weightᵀ / T)[n, ids[n, k]] for ids
+// [N, K] int64 (every id in [0, V), masked rows' too); 0 for masked rows.
+// Differentiable in hidden and weight when grad mode is on (topk.cpp).
+char *lanpo_fused_gather_logprob(lanpo_tensor hidden, lanpo_tensor weight, lanpo_tensor ids, lanpo_tensor mask,
+                                 double temperature, int64_t chunk, lanpo_tensor *logp);
+
 // The cuBLAS handle of the last GEMM the fused op ran on this thread and
 // torch's current handle for device (CUDA builds; *supported = 0 otherwise):
 // the op runs on torch's handle and workspace, never a private one.
