@@ -162,24 +162,39 @@ func (m *Model) finish(attn AttentionImpl) error {
 // checkTensors compares the checkpoint's tensors with the expected ones and
 // reports every difference.
 func checkTensors(dir string, set *TensorSet, specs []paramSpec) error {
+	msgs := tensorDiffs(specs, set.Names(), func(name string) (TensorInfo, bool) {
+		_, info, err := set.Bytes(name)
+		return info, err == nil
+	})
+	if len(msgs) > 0 {
+		return fmt.Errorf("load %s: the checkpoint does not match config.json:\n  %s", dir, strings.Join(msgs, "\n  "))
+	}
+	return nil
+}
+
+// tensorDiffs compares the tensors a file holds (names, sorted; info looks
+// one up) with the expected specs and returns one line per kind of
+// difference, each naming every tensor: missing, unexpected, mis-shaped,
+// not a float dtype. None: they match.
+func tensorDiffs(specs []paramSpec, names []string, info func(name string) (TensorInfo, bool)) []string {
 	var missing, misShaped, badType []string
 	want := map[string]bool{}
 	for _, sp := range specs {
 		want[sp.name] = true
-		_, info, err := set.Bytes(sp.name)
-		if err != nil {
+		in, ok := info(sp.name)
+		if !ok {
 			missing = append(missing, sp.name)
 			continue
 		}
-		if !slices.Equal(info.Shape, sp.shape) {
-			misShaped = append(misShaped, fmt.Sprintf("%s is %v, want %v", sp.name, info.Shape, sp.shape))
+		if !slices.Equal(in.Shape, sp.shape) {
+			misShaped = append(misShaped, fmt.Sprintf("%s is %v, want %v", sp.name, in.Shape, sp.shape))
 		}
-		if _, ok := stToGotch[info.DType]; !ok {
-			badType = append(badType, fmt.Sprintf("%s is %s", sp.name, info.DType))
+		if _, ok := stToGotch[in.DType]; !ok {
+			badType = append(badType, fmt.Sprintf("%s is %s", sp.name, in.DType))
 		}
 	}
 	var unexpected []string
-	for _, n := range set.Names() {
+	for _, n := range names {
 		if !want[n] {
 			unexpected = append(unexpected, n)
 		}
@@ -197,10 +212,7 @@ func checkTensors(dir string, set *TensorSet, specs []paramSpec) error {
 	if len(badType) > 0 {
 		msgs = append(msgs, "not a float dtype: "+strings.Join(badType, "; "))
 	}
-	if len(msgs) > 0 {
-		return fmt.Errorf("load %s: the checkpoint does not match config.json:\n  %s", dir, strings.Join(msgs, "\n  "))
-	}
-	return nil
+	return msgs
 }
 
 // AttentionName names the attention a model on dev uses by default

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,43 +219,20 @@ func (m *Model) readAdapter(dir string, c LoRAConfig) (ws map[string]*ts.Tensor,
 		k := strings.Replace(t.Name, ".default.weight", ".weight", 1)
 		byKey[k] = t.Name
 	}
-	type entry struct {
-		key   string
-		shape []int64
-	}
-	var entries []entry
+	var specs []paramSpec
 	for _, sl := range m.slots(c.TargetModules) {
 		size := sl.weight.MustSize()
-		entries = append(entries, entry{sl.module + ".lora_A.weight", []int64{int64(c.R), size[1]}}, entry{sl.module + ".lora_B.weight", []int64{size[0], int64(c.R)}})
+		specs = append(specs, paramSpec{name: sl.module + ".lora_A.weight", shape: []int64{int64(c.R), size[1]}},
+			paramSpec{name: sl.module + ".lora_B.weight", shape: []int64{size[0], int64(c.R)}})
 	}
-	var missing, misShaped, unexpected []string
-	want := map[string]bool{}
-	for _, e := range entries {
-		want[e.key] = true
-		name, ok := byKey[e.key]
+	names := slices.Sorted(maps.Keys(byKey))
+	msgs := tensorDiffs(specs, names, func(key string) (TensorInfo, bool) {
+		name, ok := byKey[key]
 		if !ok {
-			missing = append(missing, e.key)
-			continue
+			return TensorInfo{}, false
 		}
-		if info, _ := f.Info(name); !slices.Equal(info.Shape, e.shape) {
-			misShaped = append(misShaped, fmt.Sprintf("%s is %v, want %v", e.key, info.Shape, e.shape))
-		}
-	}
-	for k := range byKey {
-		if !want[k] {
-			unexpected = append(unexpected, k)
-		}
-	}
-	slices.Sort(unexpected)
-	var msgs []string
-	for _, x := range []struct {
-		what  string
-		names []string
-	}{{"missing", missing}, {"unexpected", unexpected}, {"mis-shaped", misShaped}} {
-		if len(x.names) > 0 {
-			msgs = append(msgs, x.what+": "+strings.Join(x.names, "; "))
-		}
-	}
+		return f.Info(name)
+	})
 	if len(msgs) > 0 {
 		return nil, fmt.Errorf("load adapter %s: its tensors do not match adapter_config.json and this model (r %d, target_modules %v):\n  %s",
 			dir, c.R, c.TargetModules, strings.Join(msgs, "\n  "))
@@ -268,20 +246,16 @@ func (m *Model) readAdapter(dir string, c LoRAConfig) (ws map[string]*ts.Tensor,
 		}
 	}()
 	dt := adapterDType(m.DType)
-	for _, e := range entries {
-		b, info, err := f.Bytes(byKey[e.key])
+	for _, sp := range specs {
+		b, info, err := f.Bytes(byKey[sp.name])
 		if err != nil {
 			return nil, err
 		}
-		src, err := info.DType.Gotch()
+		t, err := csrc.FromBytes(b, info.Shape, stToGotch[info.DType], dt, m.Device)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, e.key, err)
+			return nil, fmt.Errorf("%s: %s: %w", path, sp.name, err)
 		}
-		t, err := csrc.FromBytes(b, info.Shape, src, dt, m.Device)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, e.key, err)
-		}
-		ws[e.key] = t
+		ws[sp.name] = t
 	}
 	return ws, nil
 }

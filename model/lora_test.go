@@ -126,11 +126,11 @@ func TestLoRAMatchesPEFT(t *testing.T) {
 				t.Fatalf("%d gradients in the fixture, %d adapter tensors", len(grads.Tensors()), len(m.LoRA().Params()))
 			}
 			for _, p := range m.LoRA().Params() {
-				b, _, err := grads.Bytes(p.Name)
+				b, info, err := grads.Bytes(p.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := float32s(b)
+				want := decode(t, info.DType, b)
 				g := tensor.Float64s(s.Keep(p.Tensor.MustGrad(false)))
 				if d := relDiff(g, want); d > 1e-4 {
 					t.Errorf("%s: gradient differs from PEFT's by %.2g of its largest entry", p.Name, d)
@@ -143,15 +143,6 @@ func TestLoRAMatchesPEFT(t *testing.T) {
 			}
 		})
 	}
-}
-
-func float32s(b []byte) []float64 {
-	out := make([]float64, len(b)/4)
-	for i := range out {
-		u := uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24
-		out[i] = float64(math.Float32frombits(u))
-	}
-	return out
 }
 
 // TestLoRASamplerEqualsTrainer: the log-probs the sampler records with
