@@ -397,31 +397,17 @@ struct FusedLogProbFn : public torch::autograd::Function<FusedLogProbFn> {
 
 void check_inputs(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &targets, const at::Tensor &mask,
                   double temperature) {
-  TORCH_CHECK(hidden.dim() == 2, "hidden must be [N, H], got ", hidden.sizes());
-  TORCH_CHECK(weight.dim() == 2 && weight.size(1) == hidden.size(1), "weight must be [V, ", hidden.size(1),
-              "] to match hidden ", hidden.sizes(), ", got ", weight.sizes());
+  check_hidden_weight(hidden, weight);
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "targets must be [", hidden.size(0), "], got ",
               targets.sizes());
   TORCH_CHECK(targets.scalar_type() == at::kLong, "targets must be int64, got ", targets.scalar_type());
-  TORCH_CHECK(at::isFloatingType(hidden.scalar_type()) && at::isFloatingType(weight.scalar_type()),
-              "hidden and weight must be floating point, got ", hidden.scalar_type(), " and ", weight.scalar_type());
+  check_floating(hidden, weight);
   TORCH_CHECK(hidden.device() == weight.device() && hidden.device() == targets.device(),
               "hidden, weight and targets must be on one device, got ", hidden.device(), ", ", weight.device(), ", ",
               targets.device());
-  TORCH_CHECK(temperature > 0, "temperature must be > 0, got ", temperature);
-  if (mask.defined()) {
-    TORCH_CHECK(mask.dim() == 1 && mask.size(0) == hidden.size(0), "mask must be [", hidden.size(0), "], got ",
-                mask.sizes());
-    TORCH_CHECK(mask.device() == hidden.device(), "mask is on ", mask.device(), ", hidden on ", hidden.device());
-  }
-  // Out-of-range targets would read out of bounds on the GPU; check the rows
-  // that are computed. sync: one reduction per call.
-  auto t = mask.defined() ? targets.masked_select(mask.to(at::kBool)) : targets;
-  if (t.numel() > 0) {
-    auto lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
-    TORCH_CHECK(lo >= 0 && hi < weight.size(0), "targets must lie in [0, ", weight.size(0), "), got [", lo, ", ", hi,
-                "]");
-  }
+  check_temperature_and_mask(hidden, mask, temperature);
+  // Only the rows that are computed need targets in range.
+  check_ids_in_range(mask.defined() ? targets.masked_select(mask.to(at::kBool)) : targets, weight.size(0), "targets");
 }
 
 }  // namespace

@@ -103,5 +103,40 @@ inline void for_each_chunk(const at::Tensor &hidden, const at::Tensor &weight, c
   }
 }
 
+// Input checks the vocabulary ops share (their own checks add the targets'
+// or ids' shapes and devices).
+
+// check_hidden_weight: hidden [N, H] and weight [V, H], floating point.
+inline void check_hidden_weight(const at::Tensor &hidden, const at::Tensor &weight) {
+  TORCH_CHECK(hidden.dim() == 2, "hidden must be [N, H], got ", hidden.sizes());
+  TORCH_CHECK(weight.dim() == 2 && weight.size(1) == hidden.size(1), "weight must be [V, ", hidden.size(1),
+              "] to match hidden ", hidden.sizes(), ", got ", weight.sizes());
+}
+
+inline void check_floating(const at::Tensor &hidden, const at::Tensor &weight) {
+  TORCH_CHECK(at::isFloatingType(hidden.scalar_type()) && at::isFloatingType(weight.scalar_type()),
+              "hidden and weight must be floating point, got ", hidden.scalar_type(), " and ", weight.scalar_type());
+}
+
+// check_temperature_and_mask: T > 0, and a mask (undefined: none) of [N]
+// on hidden's device.
+inline void check_temperature_and_mask(const at::Tensor &hidden, const at::Tensor &mask, double temperature) {
+  TORCH_CHECK(temperature > 0, "temperature must be > 0, got ", temperature);
+  if (mask.defined()) {
+    TORCH_CHECK(mask.dim() == 1 && mask.size(0) == hidden.size(0), "mask must be [", hidden.size(0), "], got ",
+                mask.sizes());
+    TORCH_CHECK(mask.device() == hidden.device(), "mask is on ", mask.device(), ", hidden on ", hidden.device());
+  }
+}
+
+// check_ids_in_range: token ids (what names them in the message) must lie
+// in [0, v): out of range, they would read out of bounds on the GPU.
+// sync: one reduction per call.
+inline void check_ids_in_range(const at::Tensor &ids, int64_t v, const char *what) {
+  if (ids.numel() == 0) return;
+  auto lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+  TORCH_CHECK(lo >= 0 && hi < v, what, " must lie in [0, ", v, "), got [", lo, ", ", hi, "]");
+}
+
 }  // namespace lp
 }  // namespace lanpo

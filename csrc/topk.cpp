@@ -91,18 +91,11 @@ struct GatherFn : public torch::autograd::Function<GatherFn> {
 };
 
 void check_vocab_inputs(const at::Tensor &hidden, const at::Tensor &weight, const at::Tensor &mask, double temperature) {
-  TORCH_CHECK(hidden.dim() == 2, "hidden must be [N, H], got ", hidden.sizes());
-  TORCH_CHECK(weight.dim() == 2 && weight.size(1) == hidden.size(1), "weight must be [V, ", hidden.size(1), "] to match hidden ",
-              hidden.sizes(), ", got ", weight.sizes());
-  TORCH_CHECK(at::isFloatingType(hidden.scalar_type()) && at::isFloatingType(weight.scalar_type()),
-              "hidden and weight must be floating point, got ", hidden.scalar_type(), " and ", weight.scalar_type());
+  check_hidden_weight(hidden, weight);
+  check_floating(hidden, weight);
   TORCH_CHECK(hidden.device() == weight.device(), "hidden and weight must be on one device, got ", hidden.device(), " and ",
               weight.device());
-  TORCH_CHECK(temperature > 0, "temperature must be > 0, got ", temperature);
-  if (mask.defined()) {
-    TORCH_CHECK(mask.dim() == 1 && mask.size(0) == hidden.size(0), "mask must be [", hidden.size(0), "], got ", mask.sizes());
-    TORCH_CHECK(mask.device() == hidden.device(), "mask is on ", mask.device(), ", hidden on ", hidden.device());
-  }
+  check_temperature_and_mask(hidden, mask, temperature);
 }
 
 }  // namespace
@@ -133,10 +126,7 @@ extern "C" char *lanpo_fused_gather_logprob(lanpo_tensor hidden, lanpo_tensor we
     check_vocab_inputs(h, w, m, temperature);
     TORCH_CHECK(t.dim() == 2 && t.size(0) == h.size(0) && t.scalar_type() == at::kLong && t.device() == h.device(),
                 "ids must be [", h.size(0), ", K] int64 on ", h.device(), ", got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
-    if (t.numel() > 0) {  // sync: out-of-range ids would index out of bounds on the GPU
-      auto lo = t.min().item<int64_t>(), hi = t.max().item<int64_t>();
-      TORCH_CHECK(lo >= 0 && hi < w.size(0), "ids must lie in [0, ", w.size(0), "), got [", lo, ", ", hi, "]");
-    }
+    check_ids_in_range(t, w.size(0), "ids");  // every row's, masked or not (as documented)
     if (chunk <= 0) chunk = lanpo_default_logprob_chunk(h.is_cuda());
     at::Tensor out;
     if (at::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad())) {
