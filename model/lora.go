@@ -84,7 +84,7 @@ func (c *LoRAConfig) Resolve() error {
 	default:
 		return bad("init", "%q: want default (PEFT's: A Kaiming-uniform, B zero) or gaussian", c.Init)
 	}
-	targets, err := resolveTargets(c.TargetModules)
+	targets, err := ResolveLoRATargets(c.TargetModules)
 	if err != nil {
 		return bad("target_modules", "%v", err)
 	}
@@ -97,13 +97,9 @@ func (c *LoRAConfig) Resolve() error {
 	return nil
 }
 
-// ResolveLoRATargets is resolveTargets for callers outside the package
-// (lanpo plan's --lora-targets).
-func ResolveLoRATargets(names []string) ([]string, error) { return resolveTargets(names) }
-
-// resolveTargets checks target module names against LoRATargets and puts
-// them in its order; none (or "all-linear") means all of them.
-func resolveTargets(names []string) ([]string, error) {
+// ResolveLoRATargets checks target module names against LoRATargets and
+// puts them in its order; none (or "all-linear") means all of them.
+func ResolveLoRATargets(names []string) ([]string, error) {
 	if len(names) == 0 || (len(names) == 1 && names[0] == "all-linear") {
 		return slices.Clone(LoRATargets), nil
 	}

@@ -99,7 +99,7 @@ func ReadAdapterConfig(dir string) (c LoRAConfig, base string, err error) {
 	default:
 		return c, "", fmt.Errorf("%s: key target_modules: want a list of names, got %v", path, t)
 	}
-	if targets, err = resolveTargets(targets); err != nil {
+	if targets, err = ResolveLoRATargets(targets); err != nil {
 		return c, "", fmt.Errorf("%s: key target_modules: %w (a regex is not supported)", path, err)
 	}
 	if p.R < 1 || p.Alpha <= 0 {
