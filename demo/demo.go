@@ -103,6 +103,10 @@ const (
 	// ArmGRPOLoRA is GRPO with LoRA adapters on the frozen SFT model, the
 	// same steps as GRPO (LoRARank, LoRALRScale).
 	ArmGRPOLoRA = "grpo-lora"
+	// ArmSDPO and ArmCritique are the other language-feedback methods
+	// (docs/feedback-methods.md) at their defaults, the same steps as GRPO.
+	ArmSDPO     = "sdpo"
+	ArmCritique = "critique-grpo"
 )
 
 // The grpo-lora arm's adapters: rank 16 with alpha 32 on all seven
@@ -121,7 +125,7 @@ var (
 	Arms        = []string{ArmGRPO, ArmLANPO, ArmLANPOOriginal, ArmLANPOConsolidate}
 	DefaultArms = []string{ArmGRPO, ArmLANPOConsolidate, ArmOracle}
 	// AllArms are every arm --arms accepts.
-	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget, ArmGRPOLoRA)
+	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget, ArmGRPOLoRA, ArmSDPO, ArmCritique)
 )
 
 // DefaultArmsOf are a world's default arms: DefaultArms, less the oracle

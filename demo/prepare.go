@@ -161,10 +161,14 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 			c.Algo.Name = trainer.AlgoGRPO
 			c.LoRA = model.LoRAConfig{R: LoRARank, Alpha: LoRAAlpha}
 			c.Optim.LR *= LoRALRScale
+		case ArmSDPO:
+			c.Algo.Name = trainer.AlgoSDPO
+		case ArmCritique:
+			c.Algo.Name = trainer.AlgoCritique
 		default:
 			return d, fmt.Errorf("demo arm %q: want one of %s", arm, strings.Join(AllArms, ", "))
 		}
-		if (c.Algo.Name == trainer.AlgoLANPO || arm == ArmGRPOLoRA) && len(sets) > 0 {
+		if (c.Algo.Name != trainer.AlgoGRPO || arm == ArmGRPOLoRA) && len(sets) > 0 {
 			var err error
 			if c, err = trainer.WithSets(c, sets); err != nil {
 				return d, fmt.Errorf("demo --set: %w", err)

@@ -27,6 +27,8 @@ var stages = []eval.Stage{{Dir: "sft", Title: "Stage 1: SFT"}, {Dir: ArmGRPO, Ti
 	{Dir: ArmLANPOOriginal, Title: "Stage 2: LANPO (train_prompt: original)"}, {Dir: ArmLANPOConsolidate, Title: "Stage 2: LANPO with consolidation"},
 	{Dir: ArmOracle, Title: "Stage 2: LANPO with consolidation, oracle plans (an upper bound, not a method)"}, {Dir: ArmGRPOBudget, Title: "Stage 2: GRPO with the LANPO arms' token budget"},
 	{Dir: ArmGRPOLoRA, Title: "Stage 2: GRPO with LoRA (frozen SFT model, adapters r 16)"},
+	{Dir: ArmSDPO, Title: "Stage 2: SDPO (EMA teacher with a verified sibling in context)"},
+	{Dir: ArmCritique, Title: "Stage 2: Critique-GRPO (self-critique, refinement under the bare problem)"},
 	{Dir: "rl", Title: "Stage 2: GRPO"}}
 
 // WriteReport writes RUN_DIR/report.html for any run (eval.WriteReport),

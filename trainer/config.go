@@ -37,6 +37,55 @@ type Config struct {
 	// LoRA trains low-rank adapters on a frozen base (model/lora.go;
 	// docs/lora.md): off unless lora.r > 0 or lora.init_from is set.
 	LoRA model.LoRAConfig `yaml:"lora"`
+	// SDPO and Critique are algo.name sdpo's and critique-grpo's
+	// (docs/feedback-methods.md).
+	SDPO     SDPOConfig     `yaml:"sdpo"`
+	Critique CritiqueConfig `yaml:"critique"`
+}
+
+// SDPOConfig is SDPO's (algo.name: sdpo; trainer/sdpo.go): each rollout
+// with a teacher context is distilled, under the bare prompt, toward the
+// teacher's distribution over its own tokens.
+type SDPOConfig struct {
+	// Lambda weighs the blend: λ·(GRPO's loss) + (1 − λ)·(the distillation
+	// loss); 0 is SDPO alone (the official code), 1 GRPO alone.
+	Lambda float64 `yaml:"lambda"`
+	// TopK is the support of the per-token divergence: the teacher's K most
+	// likely tokens, plus one bucket for the rest of the vocabulary.
+	TopK int `yaml:"top_k"`
+	// Alpha picks the divergence: 0 KL(teacher‖student), 1
+	// KL(student‖teacher), between: the generalized Jensen-Shannon
+	// divergence with mixture (1−α)·student + α·teacher.
+	Alpha float64 `yaml:"alpha"`
+	// TeacherUpdateRate is the EMA teacher's rate r: θ_T ← (1−r)·θ_T + r·θ
+	// after each optimizer step (1: the live policy).
+	TeacherUpdateRate float64 `yaml:"teacher_update_rate"`
+	// ISClip caps the per-token importance weight π_θ/π_old (stop-grad).
+	ISClip float64 `yaml:"is_clip"`
+	// TeacherContext is what the teacher sees besides the problem:
+	// "sibling" a sibling the verifier accepted, shown as a correct
+	// solution (the paper's form with scalar rewards); "blind" a sibling
+	// drawn without looking at outcomes, shown as another attempt.
+	TeacherContext string `yaml:"teacher_context"`
+}
+
+// CritiqueConfig is Critique-GRPO's (algo.name: critique-grpo;
+// trainer/critique.go): one attempt per group is critiqued and refined;
+// the refinement joins its group, trained under the bare problem with
+// policy shaping.
+type CritiqueConfig struct {
+	// Source of the critique: "self" (the policy critiques the attempt,
+	// told nothing of its outcome) or "outcome" (the critique is whether
+	// the verifier accepted the attempt, and nothing else).
+	Source string `yaml:"source"`
+	// MaxCritiqueTokens bounds a self-critique's generation.
+	MaxCritiqueTokens int `yaml:"max_critique_tokens"`
+	// Gamma is the shaping f(p) = p / (p + γ) of a refinement token's
+	// probability, in place of the ratio.
+	Gamma float64 `yaml:"gamma"`
+	// AdvStd divides the mixed group's advantages by their std (the paper:
+	// no).
+	AdvStd bool `yaml:"adv_std"`
 }
 
 // DistConfig is multi-process data parallelism (lanpo launch or torchrun
@@ -157,7 +206,7 @@ func (r RolloutConfig) GenerateOptions() model.GenerateOptions {
 
 // AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).
 type AlgoConfig struct {
-	Name           string  `yaml:"name"` // grpo or lanpo (lanpo: the lanpo section applies)
+	Name           string  `yaml:"name"` // grpo, lanpo (the lanpo section applies), sdpo (sdpo) or critique-grpo (critique)
 	AdvNoStd       bool    `yaml:"adv_no_std"`
 	ClipLow        float64 `yaml:"clip_low"`
 	ClipHigh       float64 `yaml:"clip_high"`
@@ -263,13 +312,25 @@ func DefaultConfig() Config {
 		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
 		Dist:       DistConfig{Timeout: "5m", BucketMB: 16},
 		Log:        LogConfig{PhaseEvery: "30s"},
+		SDPO:       SDPOConfig{Lambda: 0.9, TopK: 20, Alpha: 0.5, TeacherUpdateRate: 0.05, ISClip: 2, TeacherContext: TeacherSibling},
+		Critique:   CritiqueConfig{Source: CritiqueSelf, MaxCritiqueTokens: 256, Gamma: 0.1},
 	}
 }
 
 // Algorithms (algo.name).
 const (
-	AlgoGRPO  = "grpo"
-	AlgoLANPO = "lanpo"
+	AlgoGRPO     = "grpo"
+	AlgoLANPO    = "lanpo"
+	AlgoSDPO     = "sdpo"
+	AlgoCritique = "critique-grpo"
+)
+
+// sdpo.teacher_context and critique.source values.
+const (
+	TeacherSibling  = "sibling"
+	TeacherBlind    = "blind"
+	CritiqueSelf    = "self"
+	CritiqueOutcome = "outcome"
 )
 
 // PromptFormat is how the config turns a problem into the chat the policy

@@ -17,52 +17,56 @@ import (
 // correct has no advantage, and with train_prompt: original the truncated
 // importance weights damp exactly the tokens feedback made likely. The NLL
 // runs over micro-batches of its own after the policy's, in the same
-// optimizer step (gradients accumulate); λ = 0 makes none of it.
+// optimizer step (gradients accumulate); λ = 0 makes none of it. It is an
+// update term (term.go).
 
-// consolidation is the step's distilled responses over every rank.
-type consolidation struct {
-	rows   int // responses distilled
-	tokens int // their response tokens
-}
+// consolidation is the update term (term.go) of LANPO with λ > 0.
+type consolidation struct{ g *grpoRun }
 
-// consolidating is whether this run distills (LANPO with λ > 0).
-func (g *grpoRun) consolidating() bool {
-	return g.explorer != nil && g.cfg.LANPO.Consolidate > 0
-}
-
-// distillRows returns this rank's consolidation rows among its sampled
-// rollouts (every round of the step, kept by the filter or not) and their
-// totals over every rank.
-func (g *grpoRun) distillRows(sampled []*rollout) ([]*rollout, consolidation, error) {
-	if !g.consolidating() {
-		return nil, consolidation{}, nil
-	}
+// rows returns this rank's consolidation rows among its sampled rollouts
+// (every round of the step, kept by the filter or not) and their totals
+// over every rank.
+func (c *consolidation) rows(_ int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout, []*rollout, termRows, error) {
 	var rows []*rollout
 	tokens := 0
 	for _, r := range sampled {
 		if !r.Correct || r.Prompt.Mode == rl.ModeScratch || len(r.ids) == 0 {
 			continue
 		}
-		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: g.prompts[r.Prompt.Problem], ids: r.ids,
+		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: c.g.prompts[r.Prompt.Problem], ids: r.ids,
 			oldLogp: make([]float64, len(r.ids))})
 		tokens += len(r.ids)
 	}
-	tot, err := dist.SumFloats(g.comm, []float64{float64(len(rows)), float64(tokens)})
+	tot, err := dist.SumFloats(c.g.comm, []float64{float64(len(rows)), float64(tokens)})
 	if err != nil {
-		return nil, consolidation{}, err
+		return nil, nil, termRows{}, err
 	}
-	return rows, consolidation{rows: int(tot[0]), tokens: int(tot[1])}, nil
+	return kept, rows, termRows{rows: int(tot[0]), tokens: int(tot[1])}, nil
 }
 
-// distillMicroBatch runs one micro-batch of consolidation rows, each token
+func (c *consolidation) policyScale() float64 { return 1 }
+
+func (c *consolidation) stepped() error { return nil }
+
+func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, policyTokens int) {
+	if tot.rows == 0 {
+		return
+	}
+	met.Consolidated = tot.rows
+	met.ConsolidatedTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
+	met.ConsolidateNLL = loss / c.g.cfg.LANPO.Consolidate
+}
+
+// microBatch runs one micro-batch of consolidation rows, each token
 // weighted by λ / (the step's distilled tokens on every rank): forward, the
 // weighted NLL, backward (gradients accumulate). It returns the loss it
 // added (weighted by the global batch) and its token slots.
-func (g *grpoRun) distillMicroBatch(mb []*rollout, first int, c consolidation) (r microResult, err error) {
+func (c *consolidation) microBatch(mb []*rollout, first int, tot termRows) (r microResult, err error) {
+	g := c.g
 	cfg := g.cfg
 	var s tensor.Scope
 	defer s.Close()
-	w := cfg.LANPO.Consolidate / float64(c.tokens)
+	w := cfg.LANPO.Consolidate / float64(tot.tokens)
 	for _, x := range mb {
 		x.weight = w
 	}

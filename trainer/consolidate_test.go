@@ -24,6 +24,7 @@ func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string)
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
+	g.term = &consolidation{g: g}
 	ptrs := func(rs []rollout) []*rollout {
 		out := make([]*rollout, len(rs))
 		for i := range rs {
@@ -33,7 +34,7 @@ func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string)
 		return out
 	}
 	var seqs [][]int64
-	var c consolidation
+	var c termRows
 	for _, r := range distill {
 		seqs = append(seqs, append(append([]int64(nil), r.promptIDs...), r.ids...))
 		c.rows++

@@ -60,24 +60,41 @@ func onGlooRanks(t *testing.T, n int, fn func(c dist.Comm) error) []error {
 // every parameter (the whole tensor, or its ZeRO-2 chunk at offset lo),
 // the metrics and the weights.
 type dpUpdate struct {
-	met   StepMetrics
-	grads map[string][]float64
-	lo    map[string]int64
-	w     []float64
-	state int64 // optimizer state bytes
+	met     StepMetrics
+	grads   map[string][]float64
+	lo      map[string]int64
+	w       []float64
+	state   int64     // optimizer state bytes
+	teacher []float64 // SDPO's teacher after the update
 }
 
 // updateOnRank runs one update of the tiny model over this rank's share of
 // rolls and of the consolidation rows distill (float32, no clipping, so the
 // reduced gradients stay as they are).
 func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls, distill []rollout, sets ...string) (dpUpdate, error) {
-	cfg := tinyConfig(t, append([]string{"run_dir=" + runDir, "dtype=float32", "optim.grad_clip=0", "algo.kl_beta=0.05"}, sets...)...)
-	s, err := openSession(cfg, "", "grpo", RunOptions{Comm: c})
+	return termUpdateOnRank(t, c, runDir, AlgoGRPO, rolls, distill, sets...)
+}
+
+// termUpdateOnRank is updateOnRank with algo.name kind's update term over
+// rows (grpo: consolidation's); an SDPO run's teacher after the update is
+// in dpUpdate.teacher.
+func termUpdateOnRank(t *testing.T, c dist.Comm, runDir, kind string, rolls, rows []rollout, sets ...string) (dpUpdate, error) {
+	cfg := tinyConfig(t, append([]string{"run_dir=" + runDir, "dtype=float32", "optim.grad_clip=0", "algo.kl_beta=0.05", "algo.name=" + kind}, sets...)...)
+	s, err := openSession(cfg, "", kind, RunOptions{Comm: c})
 	if err != nil {
 		return dpUpdate{}, err
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
+	g.term = &consolidation{g: g}
+	if kind != AlgoGRPO {
+		if g.term, err = g.newTerm(); err != nil {
+			return dpUpdate{}, err
+		}
+	}
+	if d, ok := g.term.(*sdpo); ok {
+		defer d.Close()
+	}
 	share := func(rs []rollout) []*rollout {
 		lo, hi := dist.Share(len(rs), c.Rank(), c.Size())
 		var out []*rollout
@@ -87,14 +104,19 @@ func updateOnRank(t *testing.T, c dist.Comm, runDir string, rolls, distill []rol
 		}
 		return out
 	}
-	var cons consolidation // over every rank, as distillRows sums it
-	for _, r := range distill {
+	cons := termRows{joinPolicy: kind == AlgoCritique} // over every rank, as the term's rows sums it
+	for _, r := range rows {
 		cons.rows++
 		cons.tokens += len(r.ids)
 	}
 	var out dpUpdate
-	if err := g.update(share(rolls), share(distill), cons, &out.met); err != nil {
+	if err := g.update(share(rolls), share(rows), cons, &out.met); err != nil {
 		return out, err
+	}
+	if d, ok := g.term.(*sdpo); ok {
+		for _, p := range d.teacher.Params() {
+			out.teacher = append(out.teacher, tensor.Float64s(p.Tensor)...)
+		}
 	}
 	out.grads, out.lo = map[string][]float64{}, map[string]int64{}
 	for i, p := range s.m.TrainableParams() {
@@ -414,5 +436,149 @@ func TestRunDirPreparedByRankZero(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.RunDir, "init-tiny", "model.safetensors")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDataParallelTermsMatchOneRank: SDPO's and Critique-GRPO's update
+// terms on 2 and 3 ranks (plain, ZeRO-2 per layer, Gloo) give one rank's
+// reduced gradients, norm, loss and weights within float32 reduction
+// tolerance, every rank the same weights bit for bit — and, for SDPO, the
+// same EMA teacher bit for bit on every rank. The rows are split unevenly
+// over the ranks.
+func TestDataParallelTermsMatchOneRank(t *testing.T) {
+	rolls := madeUpRollouts(10, 7)
+	sdpoRows, refinements := madeUpRollouts(7, 8), madeUpRollouts(5, 9)
+	for i := range sdpoRows {
+		r := &sdpoRows[i]
+		r.teacherIDs = append(append([]int64(nil), r.promptIDs...), 17, 18, int64(20+i))
+	}
+	for _, term := range []struct {
+		kind string
+		rows []rollout
+		sets []string
+	}{
+		{AlgoSDPO, sdpoRows, []string{"sdpo.lambda=0.5", "sdpo.top_k=6", "sdpo.teacher_update_rate=0.5"}},
+		{AlgoCritique, refinements, nil},
+	} {
+		t.Run(term.kind, func(t *testing.T) {
+			var one dpUpdate
+			errs := onRanks(1, func(c dist.Comm) (err error) {
+				one, err = termUpdateOnRank(t, c, t.TempDir(), term.kind, rolls, term.rows, term.sets...)
+				return err
+			})
+			if errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			gmax := 0.0
+			for _, g := range one.grads {
+				for _, x := range g {
+					gmax = math.Max(gmax, math.Abs(x))
+				}
+			}
+			if gmax < 1e-3 || (term.kind == AlgoSDPO && one.met.SDPODivergence == 0) || (term.kind == AlgoCritique && one.met.CritiqueRefinements != len(term.rows)) {
+				t.Fatalf("largest gradient %g, metrics %+v: the test compares nothing", gmax, one.met)
+			}
+			for _, c := range []struct {
+				name  string
+				ranks int
+				sets  []string
+				gloo  bool
+			}{
+				{"plain, 2 ranks", 2, nil, false},
+				{"ZeRO-2 per layer, 3 ranks", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, false},
+				{"plain, 2 ranks over Gloo", 2, nil, true},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					dir := t.TempDir()
+					res := make([]dpUpdate, c.ranks)
+					update := func(mc dist.Comm) (err error) {
+						res[mc.Rank()], err = termUpdateOnRank(t, mc, dir, term.kind, rolls, term.rows, append(c.sets, term.sets...)...)
+						return err
+					}
+					var errs []error
+					if c.gloo {
+						errs = onGlooRanks(t, c.ranks, update)
+					} else {
+						errs = onRanks(c.ranks, update)
+					}
+					for _, err := range errs {
+						if err != nil {
+							t.Fatal(err)
+						}
+					}
+					tol := 2e-6 * gmax
+					for r, u := range res {
+						for name, g := range u.grads {
+							want := one.grads[name][u.lo[name] : u.lo[name]+int64(len(g))]
+							if d := maxAbsDiff(g, want); d > tol {
+								t.Fatalf("rank %d: gradient of %s differs by %g (tolerance %g)", r, name, d, tol)
+							}
+						}
+						if math.Abs(u.met.GradNorm-one.met.GradNorm) > 1e-5*one.met.GradNorm || math.Abs(u.met.Loss-one.met.Loss) > 1e-6*math.Max(1, math.Abs(one.met.Loss)) {
+							t.Fatalf("rank %d: grad norm %g loss %g; one rank %g %g", r, u.met.GradNorm, u.met.Loss, one.met.GradNorm, one.met.Loss)
+						}
+						if d := maxAbsDiff(u.w, one.w); d > 0.05*u.met.LR {
+							t.Fatalf("rank %d: weights differ from one rank's by %g (lr %g)", r, d, u.met.LR)
+						}
+						if d := maxAbsDiff(u.w, res[0].w); d != 0 {
+							t.Fatalf("rank %d: weights differ from rank 0's by %g", r, d)
+						}
+						if d := maxAbsDiff(u.teacher, res[0].teacher); d != 0 || len(u.teacher) != len(one.teacher) {
+							t.Fatalf("rank %d: teacher differs from rank 0's by %g", r, d)
+						}
+						if d := maxAbsDiff(u.teacher, one.teacher); d > 0.05*u.met.LR {
+							t.Fatalf("rank %d: teacher differs from one rank's by %g", r, d)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestDataParallelTermsExactResume: SDPO and Critique-GRPO on 2 ranks
+// (ZeRO-1) resume bit for bit — weights, optimizer shards, SDPO's teacher,
+// state, metrics — and their first step samples, distills and refines
+// what one rank's does (the same rows: sampling is keyed by prompt).
+func TestDataParallelTermsExactResume(t *testing.T) {
+	for _, c := range []struct {
+		kind, key string
+		files     []string
+	}{
+		{AlgoSDPO, "sdpo_rows", []string{teacherFile}},
+		{AlgoCritique, "critique_refinements", nil},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			sets := []string{"algo.name=" + c.kind, "dist.zero_stage=1", "rollout.prompts_per_step=4", "critique.max_critique_tokens=12"}
+			one := tinyConfig(t, append(sets, "total_steps=1")...)
+			runRanks(t, 1, one, "")
+			straight := tinyConfig(t, sets...)
+			runRanks(t, 2, straight, "")
+			split := tinyConfig(t, append(sets, "stop_after_steps=2")...)
+			runRanks(t, 2, split, "")
+			split.StopAfterSteps = 0
+			runRanks(t, 2, split, "auto")
+			last := filepath.Join(checkpointsDir, checkpointName(4))
+			for _, f := range append([]string{"model.safetensors", optim.ShardFile(0, 2), optim.ShardFile(1, 2), optim.MetaFile, stateFile}, c.files...) {
+				a, errA := os.ReadFile(filepath.Join(straight.RunDir, last, f))
+				b, errB := os.ReadFile(filepath.Join(split.RunDir, last, f))
+				if errA != nil || errB != nil || !bytes.Equal(a, b) {
+					t.Errorf("%s differs after resume (%v, %v)", f, errA, errB)
+				}
+			}
+			ms := stableMetrics(t, straight.RunDir)
+			if a, b := ms, stableMetrics(t, split.RunDir); !reflect.DeepEqual(a, b) {
+				t.Errorf("metrics differ after resume:\n%v\n%v", a, b)
+			}
+			m1 := stableMetrics(t, one.RunDir)[0]
+			for _, k := range []string{c.key, "reward_mean", "tokens_generated", "groups_kept"} {
+				if m1[k] != ms[0][k] {
+					t.Errorf("step 1 %s: %v on 1 rank, %v on 2", k, m1[k], ms[0][k])
+				}
+			}
+			if n, _ := ms[0][c.key].(float64); n == 0 {
+				t.Fatalf("step 1 has no %s: the test compares GRPO", c.key)
+			}
+		})
 	}
 }

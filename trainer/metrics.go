@@ -84,6 +84,25 @@ type StepMetrics struct {
 	ConsolidatedTokenFrac float64 `json:"consolidated_token_frac,omitempty"`
 	ConsolidateNLL        float64 `json:"consolidate_nll,omitempty"`
 
+	// SDPO (algo.name sdpo): the rollouts distilled toward the teacher, those
+	// left out because the teacher's sequence exceeds the context, the
+	// importance-weighted token-mean divergence, and the distilled tokens'
+	// share of the update's.
+	SDPORows       int     `json:"sdpo_rows,omitempty"`
+	SDPOSkipped    int     `json:"sdpo_skipped,omitempty"`
+	SDPODivergence float64 `json:"sdpo_divergence,omitempty"`
+	SDPOTokenFrac  float64 `json:"sdpo_token_frac,omitempty"`
+
+	// Critique-GRPO (algo.name critique-grpo): refinements made and those the
+	// verifier accepted, groups the refinements gave reward variance that
+	// had none, the refinements' shaped loss, and the refinement tokens'
+	// share of the update's.
+	CritiqueRefinements int     `json:"critique_refinements,omitempty"`
+	CritiqueRefinedOK   int     `json:"critique_refined_correct,omitempty"`
+	CritiqueGroupsSaved int     `json:"critique_groups_revived,omitempty"`
+	CritiqueLoss        float64 `json:"critique_loss,omitempty"`
+	CritiqueTokenFrac   float64 `json:"critique_token_frac,omitempty"`
+
 	// Explorer holds the exploration plug-in's metrics (LANPO's:
 	// feedback.Metrics), a struct whose JSON object's keys are appended to
 	// the line (nil for GRPO).
@@ -192,6 +211,10 @@ func TensorBoardTag(key string) string {
 		return "eval/loss"
 	case strings.HasPrefix(key, "seconds."):
 		return "perf/seconds/" + strings.TrimPrefix(key, "seconds.")
+	case strings.HasPrefix(key, "sdpo_"):
+		return "sdpo/" + strings.TrimPrefix(key, "sdpo_")
+	case strings.HasPrefix(key, "critique_"):
+		return "critique/" + strings.TrimPrefix(key, "critique_")
 	}
 	if g, ok := tensorBoardGroups[key]; ok {
 		return g + "/" + key

@@ -29,6 +29,7 @@ type rollout struct {
 	refLogp      []float64
 	tis          []float32 // truncated importance weight of each token (nil: 1)
 	weight       float64   // loss weight of each of its tokens (TokenWeights)
+	teacherIDs   []int64   // SDPO: the teacher's prompt (sdpo.go)
 }
 
 // rolloutStat is what every rank learns of every rollout of the step: what

@@ -404,7 +404,7 @@ func updateWith(t *testing.T, rolls []rollout, sets ...string) updateResult {
 		batch[i] = &r
 	}
 	var met StepMetrics
-	if err := g.update(batch, nil, consolidation{}, &met); err != nil {
+	if err := g.update(batch, nil, termRows{}, &met); err != nil {
 		t.Fatal(err)
 	}
 	var w []float64

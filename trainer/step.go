@@ -39,7 +39,8 @@ import (
 // Explorer's context; rollout; reward; filter) → train (log-probs, update).
 // Beside it: rollout.go (sampling, rewards, advantages, the step's
 // statistics), logprobs.go (π_old and π_ref recomputed), update.go (the
-// optimizer steps over micro-batches), explorer.go (LANPO's seam).
+// optimizer steps over micro-batches), explorer.go (LANPO's seam), term.go
+// (the update's seam: consolidation, SDPO, Critique-GRPO).
 
 // grpoRun holds a GRPO (or LANPO) run's long-lived objects.
 type grpoRun struct {
@@ -51,7 +52,8 @@ type grpoRun struct {
 	problems    []Problem
 	prompts     [][]int64 // each problem's prompt ids
 	eos         []int64
-	explorer    Explorer // LANPO's feedback; nil for GRPO
+	explorer    Explorer   // LANPO's feedback; nil for GRPO
+	term        updateTerm // rows and a loss beside the policy's (term.go); nil: none
 	stepTokens  struct{ prefilled, generated, trained int }
 }
 
@@ -115,6 +117,12 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		g.explorer, evalPool = ex, ex.Pool()
 		s.saveExtra = append(s.saveExtra, ex.Save)
 	}
+	if g.term, err = g.newTerm(); err != nil {
+		return err
+	}
+	if c, ok := g.term.(interface{ Close() }); ok {
+		defer c.Close()
+	}
 	return s.loop(ctx, g.step, evalPool)
 }
 
@@ -154,14 +162,17 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 			return met, err
 		}
 	}
-	distill, cons, err := g.distillRows(sampled)
-	if err != nil {
-		return met, err
+	var rows []*rollout
+	var tot termRows
+	if g.term != nil {
+		if kept, rows, tot, err = g.term.rows(g.state.Step, kept, sampled, t); err != nil {
+			return met, err
+		}
 	}
-	if met.GroupsKept == 0 && cons.rows == 0 {
+	if met.GroupsKept == 0 && tot.rows == 0 {
 		met.Skipped = true
 		log.Warn().Int("step", g.state.Step+1).Msg("no group with reward variance: update skipped")
-	} else if err := g.train(t, kept, distill, cons, &met); err != nil {
+	} else if err := g.train(t, kept, rows, tot, &met); err != nil {
 		return met, err
 	}
 	if g.explorer != nil {
@@ -234,8 +245,8 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 
 // train computes what the update needs besides the rollouts (π_old on the
 // update's prompt when the sampler saw another, reference log-probs) and
-// runs the update (with consolidation's rows: consolidate.go).
-func (g *grpoRun) train(t *phaseTimer, kept, distill []*rollout, cons consolidation, met *StepMetrics) error {
+// runs the update (with the update term's rows: term.go).
+func (g *grpoRun) train(t *phaseTimer, kept, rows []*rollout, tot termRows, met *StepMetrics) error {
 	// Only an explorer gives prompts another training prompt: plain GRPO
 	// needs no collective to know there is none.
 	other := false
@@ -258,5 +269,5 @@ func (g *grpoRun) train(t *phaseTimer, kept, distill []*rollout, cons consolidat
 		}
 	}
 	t.Enter("update")
-	return g.update(kept, distill, cons, met)
+	return g.update(kept, rows, tot, met)
 }

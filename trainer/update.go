@@ -41,32 +41,62 @@ func (g *grpoRun) microBatches(rolls []*rollout) [][]*rollout {
 }
 
 // update runs the μ epochs of optimizer steps over the batch: the policy
-// loss over rolls and, with consolidation, the NLL over distill (c: its
-// totals over every rank) in the same steps.
-func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMetrics) error {
+// loss over rolls and, with an update term (term.go), the term's loss over
+// its rows (tot: their totals over every rank) in the same steps.
+func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics) error {
 	cfg := g.cfg
-	lengths := make([]int, len(rolls))
-	masked := make([]bool, len(rolls))
-	for i, r := range rolls {
+	// The loss is normalized over the global batch: every rank's share —
+	// with the term's rows when they join the policy's normalization.
+	norm := rolls
+	if tot.joinPolicy {
+		norm = append(slices.Clip(rolls), rows...)
+	}
+	lengths := make([]int, len(norm))
+	masked := make([]bool, len(norm))
+	for i, r := range norm {
 		lengths[i] = len(r.ids)
 		masked[i] = cfg.Algo.OverlongMask && r.Truncated
 	}
-	// The loss is normalized over the global batch: every rank's share.
 	tokens, seqs := normalizer(lengths, masked)
-	tot, err := dist.SumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
+	ntot, err := dist.SumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
 	if err != nil {
 		return err
 	}
-	w, err := tokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens, int(tot[0]), int(tot[1]))
+	w, err := tokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens, int(ntot[0]), int(ntot[1]))
 	if err != nil {
 		return err
 	}
-	for i, r := range rolls {
-		r.weight = w[i]
+	scale := 1.0
+	if g.term != nil {
+		scale = g.term.policyScale()
 	}
-	if c.rows > 0 {
-		met.Consolidated = c.rows
-		met.ConsolidatedTokenFrac = float64(c.tokens) / float64(c.tokens+int(tot[0]))
+	for i, r := range norm {
+		r.weight = w[i] * scale
+	}
+	// The policy's statistics (entropy, clip fraction, KL, ratio) are
+	// weighted sums: with a term's rows in the normalization or the policy
+	// loss scaled, rescale them to the policy's own tokens.
+	statScale := 1.0
+	if g.term != nil {
+		var wPol, wAll float64
+		for i := range norm {
+			tw := w[i] * float64(lengths[i])
+			wAll += tw
+			if i < len(rolls) {
+				wPol += tw
+			}
+		}
+		ws, err := dist.SumFloats(g.comm, []float64{wPol, wAll})
+		if err != nil {
+			return err
+		}
+		if ws[0] > 0 && scale > 0 {
+			statScale = ws[1] / (ws[0] * scale)
+		}
+	}
+	policyTokens := int(ntot[0])
+	if tot.joinPolicy {
+		policyTokens -= tot.tokens
 	}
 	lr, err := optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
 	if err != nil {
@@ -76,17 +106,20 @@ func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMe
 	lossCfg := PolicyLossConfig{ClipLow: cfg.Algo.ClipLow, ClipHigh: cfg.Algo.ClipHigh, Beta: cfg.Algo.KLBeta, KL: cfg.Algo.KLEstimator}
 	for epoch := 0; epoch < cfg.Algo.Epochs; epoch++ {
 		g.opt.ZeroGrad()
-		var loss, ent, distilled float64
+		var loss, ent, termLoss float64
 		var st PolicyLossStats
 		done := 0 // rollouts of earlier micro-batches, for messages
 		padded, real := 0, 0
 		mbs := g.microBatches(rolls)
-		dmbs := g.microBatches(distill)
-		n, err := g.microBatchCount(len(mbs) + len(dmbs))
+		if scale == 0 {
+			mbs = nil // the policy loss has no weight: nothing to run
+		}
+		tmbs := g.microBatches(rows)
+		n, err := g.microBatchCount(len(mbs) + len(tmbs))
 		if err != nil {
 			return err
 		}
-		for i := len(mbs) + len(dmbs); i < n; i++ {
+		for i := len(mbs) + len(tmbs); i < n; i++ {
 			// Fewer micro-batches here than on another rank: take part in
 			// the collectives those backward passes issue.
 			if err := g.opt.SkipBackward(); err != nil {
@@ -94,7 +127,7 @@ func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMe
 			}
 		}
 		for i, mb := range mbs {
-			g.hb.microBatches(i, len(mbs)+len(dmbs))
+			g.hb.microBatches(i, len(mbs)+len(tmbs))
 			r, err := g.microBatch(mb, done, lossCfg, epoch == 0)
 			if err != nil {
 				return err
@@ -112,41 +145,42 @@ func (g *grpoRun) update(rolls, distill []*rollout, c consolidation, met *StepMe
 			done += len(mb)
 		}
 		done = 0
-		for i, mb := range dmbs {
-			g.hb.microBatches(len(mbs)+i, len(mbs)+len(dmbs))
-			r, err := g.distillMicroBatch(mb, done, c)
+		for i, mb := range tmbs {
+			g.hb.microBatches(len(mbs)+i, len(mbs)+len(tmbs))
+			r, err := g.term.microBatch(mb, done, tot)
 			if err != nil {
 				return err
 			}
-			distilled += r.loss
+			termLoss += r.loss
 			real += r.real
 			padded += r.padded
 			done += len(mb)
 		}
 		// Every rank's contributions are weighted by the global batch: sums.
-		sums := []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded)}
-		if c.rows > 0 {
-			sums = append(sums, distilled)
-		}
-		tot, err := dist.SumFloats(g.comm, sums)
+		sums := []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded), termLoss}
+		tot7, err := dist.SumFloats(g.comm, sums)
 		if err != nil {
 			return err
 		}
-		if c.rows > 0 {
-			if epoch == 0 {
-				met.ConsolidateNLL = tot[7] / cfg.LANPO.Consolidate
-			}
-			tot[0] += tot[7]
+		if g.term != nil && epoch == 0 {
+			g.term.metrics(met, tot, tot7[7], policyTokens)
 		}
+		tot7[0] += tot7[7]
 		if epoch == 0 {
 			if met.LogpMismatch, err = dist.MaxFloat(g.comm, met.LogpMismatch); err != nil {
 				return err
 			}
 		}
-		met.Loss, met.Entropy, met.ClipFrac, met.KL, met.Ratio = tot[0], tot[1], tot[2], tot[3], tot[4]
-		met.PaddingFrac = 1 - tot[5]/math.Max(tot[6], 1)
+		met.Loss = tot7[0]
+		met.Entropy, met.ClipFrac, met.KL, met.Ratio = tot7[1]*statScale, tot7[2]*statScale, tot7[3]*statScale, tot7[4]*statScale
+		met.PaddingFrac = 1 - tot7[5]/math.Max(tot7[6], 1)
 		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 			return err
+		}
+		if g.term != nil {
+			if err := g.term.stepped(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -29,7 +29,8 @@ func demoCommand() *cli.Command {
 			"Arms: grpo; lanpo (lanpo.train_prompt sampled); lanpo-original (original, truncated importance\n" +
 			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "); lanpo-oracle (transfer world: the\n" +
 			"consolidation arm with the family's true rule as its plan once RL has found it — an upper bound, not a\n" +
-			"method); grpo-budget (GRPO with --budget-steps). In the rule worlds the LANPO arms read lessons in outcome\n" +
+			"method); grpo-budget (GRPO with --budget-steps); grpo-lora (GRPO with LoRA adapters); sdpo and critique-grpo\n" +
+			"(the other language-feedback methods at their defaults, docs/feedback-methods.md). In the rule worlds the LANPO arms read lessons in outcome\n" +
 			"order (the fair test's choice, docs/benchmarks.md). Default: " + strings.Join(demo.DefaultArms, ", ") + " (no oracle\n" +
 			"outside the transfer world); --compare runs " + strings.Join(demo.Arms, ", ") + ".\n" +
 			"--rl-seeds N runs every arm with N RL seeds from one SFT model (RUN_DIR, RUN_DIR/rl-2, …); `lanpo demo\n" +
@@ -48,7 +49,7 @@ func demoCommand() *cli.Command {
 			&cli.Float64Flag{Name: "p-t", Usage: "lanpo.feedback_ratio of the LANPO arms (default: 0.75)"},
 			&cli.StringFlag{Name: "sft-from", Usage: "start the arms from this SFT checkpoint instead of training one (same --seed as the run that made it; the transfer and control worlds share one SFT)"},
 			&cli.IntFlag{Name: "rl-seeds", Value: 1, Usage: "RL seeds per arm, sharing one SFT model: seed 1 in --run-dir, seed r in --run-dir/rl-r"},
-			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of the LANPO arms and grpo-lora: --set lanpo.lesson_order=outcome, --set lora.r=8 (repeatable)"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a config key of every arm but grpo and grpo-budget: --set lanpo.lesson_order=outcome, --set lora.r=8, --set sdpo.lambda=0.5 (repeatable)"},
 			&cli.StringFlag{Name: "model-size", Value: "small", Usage: "the built-in model: small (≈ 0.8 M parameters), medium (≈ 8 M) or large (≈ 76 M, for a GPU)"},
 			&cli.BoolFlag{Name: "sft-lessons", Usage: "the rule worlds' SFT also teaches solving with lessons shown (lanpo.context: lessons; on by itself with --set lanpo.context=lessons)"},
 			&cli.IntFlag{Name: "budget-steps", Usage: "steps of the grpo-budget arm (default: twice the other arms')"},

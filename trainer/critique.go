@@ -1,0 +1,302 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/rl"
+)
+
+// Critique-GRPO (algo.name: critique-grpo; docs/feedback-methods.md says
+// where each detail comes from). After the step's rollouts are scored, one
+// attempt of each group — drawn without looking at outcomes — gets a
+// critique: the policy's own (critique.source self: it is shown the
+// attempt and asked to find its errors, told nothing of the outcome) or
+// the verifier's verdict alone (outcome). The policy then refines the
+// attempt with the critique in context, and the refinement, verified, joins
+// its group: G + 1 members whose advantages are r − mean (no std unless
+// critique.adv_std). The G first attempts train with GRPO's clipped loss;
+// the refinement trains as an answer to the bare problem, with policy
+// shaping in place of the ratio — each token's loss −A·f(π_θ), f(p) =
+// p/(p + γ) — normalized with the first attempts (algo.loss_agg_mode over
+// both). A group whose first attempts all scored alike is trained when its
+// refinement scored otherwise: the refinement is the only way such a
+// group gives a gradient. No prompt carries the gold answer.
+
+// critique is Critique-GRPO's update term (term.go).
+type critique struct {
+	g   *grpoRun
+	cfg CritiqueConfig
+	// this step's figures over every rank (rows sets them)
+	correct, revived int
+}
+
+func newCritique(g *grpoRun) (*critique, error) { return &critique{g: g, cfg: g.cfg.Critique}, nil }
+
+func (c *critique) policyScale() float64 { return 1 }
+
+func (c *critique) stepped() error { return nil }
+
+// The critique and refinement prompts: the problem's user message, the
+// attempt, then the ask.
+const (
+	critiqueAttemptHeader = "\n\nHere is an attempt at this problem:\n\n"
+	critiqueAsk           = "\n\nCritique this attempt: check its reasoning step by step and point out any error. Do not write a new solution."
+	critiqueHeader        = "\n\nA critique of this attempt:\n\n"
+	critiqueRefineAsk     = "\n\nTaking the critique into account, solve the problem again from the start."
+	critiqueRight         = "The final answer of this attempt is correct."
+	critiqueWrong         = "The final answer of this attempt is incorrect."
+)
+
+// rows critiques and refines one attempt per group of this rank's sampled
+// rollouts, puts each refinement into its group, recomputes the groups'
+// advantages and returns the kept first attempts (with any group the
+// refinement revived) and the refinements.
+func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*rollout, []*rollout, termRows, error) {
+	g := c.g
+	G := g.cfg.Rollout.SamplesPerPrompt
+	format := g.cfg.PromptFormat()
+	maxPos := int(g.m.Config.MaxPositionEmbeddings)
+	fits := func(ids []int64, gen int) bool { return maxPos <= 0 || len(ids)+gen <= maxPos }
+	var jobs []*critiqueJob
+	for start := 0; start+G <= len(sampled); start += G {
+		grp := sampled[start : start+G]
+		a := c.pick(step, grp)
+		text, _ := g.tk.StripAddedTokens(a.Text)
+		jobs = append(jobs, &critiqueJob{grp: grp, attempt: a, user: format.User(g.problems[a.Prompt.Problem].Problem) + critiqueAttemptHeader + text})
+	}
+	// 1. critiques
+	if c.cfg.Source == CritiqueOutcome {
+		for _, j := range jobs {
+			j.critique = critiqueWrong
+			if j.attempt.Correct {
+				j.critique = critiqueRight
+			}
+		}
+	} else {
+		ph.Enter("critique")
+		var asks []*critiqueJob
+		var prompts [][]int64
+		for _, j := range jobs {
+			ids, err := format.UserIDs(g.tk, j.user+critiqueAsk)
+			if err != nil {
+				return nil, nil, termRows{}, err
+			}
+			if fits(ids, c.cfg.MaxCritiqueTokens) {
+				asks, prompts = append(asks, j), append(prompts, ids)
+			}
+		}
+		out, err := c.generate(step, asks, prompts, c.cfg.MaxCritiqueTokens, "critique")
+		if err != nil {
+			return nil, nil, termRows{}, err
+		}
+		for i, j := range asks {
+			j.critique, _ = g.tk.StripAddedTokens(g.tk.Decode(tokenizer.Ints(out[i].IDs), true))
+		}
+	}
+	// 2. refinements, verified
+	ph.Enter("refine")
+	var refine []*critiqueJob
+	var prompts [][]int64
+	for _, j := range jobs {
+		if j.critique == "" {
+			continue // its critique prompt did not fit the context
+		}
+		ids, err := format.UserIDs(g.tk, j.user+critiqueHeader+j.critique+critiqueRefineAsk)
+		if err != nil {
+			return nil, nil, termRows{}, err
+		}
+		if fits(ids, g.cfg.Rollout.MaxNewTokens) {
+			refine, prompts = append(refine, j), append(prompts, ids)
+		}
+	}
+	out, err := c.generate(step, refine, prompts, g.cfg.Rollout.MaxNewTokens, "critique-refine")
+	if err != nil {
+		return nil, nil, termRows{}, err
+	}
+	var rows []*rollout
+	for i, j := range refine {
+		o, p := out[i], j.attempt.Prompt
+		rows = append(rows, &rollout{Rollout: rl.Rollout{Prompt: p, Sample: G, Tokens: len(o.IDs), Truncated: o.FinishReason == "length",
+			Text: g.tk.Decode(tokenizer.Ints(o.IDs), true)}, promptIDs: g.prompts[p.Problem], ids: o.IDs, oldLogp: make([]float64, len(o.IDs))})
+	}
+	ph.Enter("reward")
+	g.score(rows)
+	// 3. the mixed groups' advantages; a group is trained if it was kept,
+	// or if its refinement scored otherwise than its first attempts.
+	wasKept := map[*rollout]bool{}
+	for _, r := range kept {
+		wasKept[r] = true
+	}
+	var newKept, trained []*rollout
+	tokens, correct, revived := 0, 0, 0
+	refIdx := 0
+	for _, j := range jobs {
+		var ref *rollout
+		if refIdx < len(refine) && refine[refIdx] == j {
+			ref = rows[refIdx]
+			refIdx++
+		}
+		members := j.grp
+		if ref != nil {
+			members = append(append([]*rollout(nil), j.grp...), ref)
+			if ref.Correct {
+				correct++
+			}
+		}
+		rs := groupRewards(members)
+		keep := wasKept[j.grp[0]]
+		if !keep && ref != nil && !allEqual(rs) {
+			keep = true
+			revived++
+		}
+		if !keep {
+			continue
+		}
+		adv := mixedAdvantages(rs, c.cfg.AdvStd)
+		for i, r := range members {
+			r.adv = adv[i]
+		}
+		newKept = append(newKept, j.grp...)
+		if ref != nil && len(ref.ids) > 0 {
+			trained = append(trained, ref)
+			tokens += len(ref.ids)
+		}
+	}
+	tot, err := dist.SumFloats(g.comm, []float64{float64(len(trained)), float64(tokens), float64(correct), float64(revived), float64(len(rows))})
+	if err != nil {
+		return nil, nil, termRows{}, err
+	}
+	c.correct, c.revived = int(tot[2]), int(tot[3])
+	return newKept, trained, termRows{rows: int(tot[0]), tokens: int(tot[1]), joinPolicy: true}, nil
+}
+
+// pick is the group's attempt to critique: drawn uniformly, keyed by
+// (seed, step, prompt), without looking at outcomes — which attempt is
+// shown says nothing about whether it was right.
+func (c *critique) pick(step int, grp []*rollout) *rollout {
+	rng := rand.New(rand.NewPCG(c.g.cfg.Seed, rl.DrawKey(step, grp[0].Prompt.Index, "critique-attempt")))
+	return grp[rng.IntN(len(grp))]
+}
+
+// mixedAdvantages are a mixed group's advantages: r − mean, divided by the
+// std (population, + 1e-6) when std is set.
+func mixedAdvantages(rs []float64, std bool) []float64 {
+	var mean float64
+	for _, r := range rs {
+		mean += r
+	}
+	mean /= float64(len(rs))
+	var v float64
+	for _, r := range rs {
+		v += (r - mean) * (r - mean)
+	}
+	sd := math.Sqrt(v / float64(len(rs)))
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = r - mean
+		if std {
+			out[i] /= sd + 1e-6
+		}
+	}
+	return out
+}
+
+// critiqueJob is one group's attempt on its way to a refinement.
+type critiqueJob struct {
+	grp      []*rollout
+	attempt  *rollout
+	user     string // the problem's user message + the attempt
+	critique string
+}
+
+// generate samples one response to each prompt (the rollout's sampling
+// settings, at most maxNew tokens), keyed by (seed, step, purpose) and
+// each job's prompt index.
+func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, maxNew int, purpose string) ([]model.Sample, error) {
+	g := c.g
+	cfg := g.cfg
+	reqs := make([]model.Request, len(jobs))
+	streams := make([]int, len(jobs))
+	for i, j := range jobs {
+		reqs[i] = model.Request{PromptIDs: prompts[i], Samples: 1}
+		streams[i] = j.attempt.Prompt.Index
+		g.stepTokens.prefilled += len(prompts[i])
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
+		MaxNewTokens: maxNew, StopIDs: g.eos, Seed: rl.DrawKey(step, 0, purpose) ^ cfg.Seed}
+	opt := cfg.Rollout.GenerateOptions()
+	if g.hb != nil {
+		opt.Progress = g.hb.decoded
+	}
+	var res []model.Sample
+	err := csrc.NoGrad(func() (err error) {
+		res, err = g.m.GenerateAt(reqs, streams, sp, opt)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("Critique-GRPO %s: %w", purpose, err)
+	}
+	out := make([]model.Sample, len(jobs))
+	for _, r := range res {
+		out[r.Prompt] = r
+		g.stepTokens.generated += len(r.IDs)
+	}
+	return out, nil
+}
+
+func (c *critique) metrics(met *StepMetrics, tot termRows, loss float64, policyTokens int) {
+	met.CritiqueRefinements, met.CritiqueRefinedOK, met.CritiqueGroupsSaved = tot.rows, c.correct, c.revived
+	met.CritiqueLoss = loss
+	if tot.rows > 0 {
+		met.CritiqueTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
+	}
+}
+
+// microBatch runs one micro-batch of refinements under the bare problem:
+// loss −Σ w·A·p/(p + γ) over their tokens (w: the policy's token weights),
+// backward.
+func (c *critique) microBatch(mb []*rollout, first int, _ termRows) (r microResult, err error) {
+	g := c.g
+	var s tensor.Scope
+	defer s.Close()
+	b := buildBatch(&s, g.m.Device, mb)
+	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
+	where := func(err error) error {
+		return g.microBatchErr("refinement micro-batch at row", first, len(mb), b.t, err)
+	}
+	lp, _, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
+	if err != nil {
+		return r, where(err)
+	}
+	l, err := shapedLoss(&s, lp, b.adv, b.weight, c.cfg.Gamma)
+	if err != nil {
+		return r, where(err)
+	}
+	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
+		return r, where(err)
+	}
+	r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
+	return r, nil
+}
+
+// shapedLoss is −Σ weight·adv·f(exp(lp)), f(p) = p/(p + γ), over lp [B, T]
+// (adv [B, 1], weight [B, T], 0 off the response).
+func shapedLoss(s *tensor.Scope, lp, adv, weight *ts.Tensor, gamma float64) (l *ts.Tensor, err error) {
+	defer tensor.Recover("shaped loss", &err)
+	p := s.Keep(s.Keep(lp.MustTotype(weight.DType(), false)).MustExp(false))
+	f := s.Keep(p.MustDiv(s.Keep(p.MustAddScalar(s.Float(gamma), false)), false))
+	t := s.Keep(s.Keep(f.MustMul(adv, false)).MustMul(weight, false))
+	return s.Keep(s.Keep(t.MustSum(weight.DType(), false)).MustNeg(false)), nil
+}
