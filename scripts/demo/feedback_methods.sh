@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The language-feedback methods side by side (#48; design and predictions in
+# docs/demo.md, results in docs/benchmarks.md): SDPO and Critique-GRPO at
+# their defaults from the fair test's SFT models in the transfer world, and
+# with GRPO from #45's SFT models in the arithmetic world. Phases:
+#
+#   transfer   world seeds 1-3 × RL seeds 1-2 from OUT/confirm/sS (the fair
+#              test's confirmation: scripts/demo/fair_test.sh confirm)
+#   arithmetic world seeds 1-2 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
+#              from ARITH_SFT/arith-sS (default runs/lora: #45's runs)
+#
+# then lanpo demo paired prints the tables (docs/benchmarks.md). Usage:
+#   scripts/demo/feedback_methods.sh transfer [OUT]     (default OUT runs/fair)
+#   scripts/demo/feedback_methods.sh arithmetic [OUT]   (default OUT runs/fb)
+set -euo pipefail
+phase=${1:?transfer or arithmetic}
+lanpo=${LANPO:-bin/lanpo}
+case $phase in
+transfer)
+	out=${2:-runs/fair}
+	for s in 1 2 3; do
+		$lanpo demo --seed $s --rl-seeds 2 --arms sdpo,critique-grpo \
+			--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/confirm/fb-s$s
+	done
+	;;
+arithmetic)
+	out=${2:-runs/fb}
+	for s in 1 2; do
+		$lanpo demo --world arithmetic --seed $s --rl-seeds 2 --arms grpo,sdpo,critique-grpo \
+			--sft-from "${ARITH_SFT:-runs/lora}/arith-s$s/sft/checkpoints/step-001400" --run-dir $out/arith-s$s
+	done
+	;;
+*)
+	echo "feedback_methods.sh: want transfer or arithmetic, got $phase" >&2
+	exit 2
+	;;
+esac
