@@ -445,13 +445,13 @@ func TestDemoConfigsResolved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		arms := append(append([]string{}, Arms...), ArmGRPOBudget, ArmGRPOLoRA)
+		arms := append(append([]string{}, Arms...), ArmGRPOBudget, ArmGRPOLoRA, ArmSDPO, ArmCritique)
 		if world == WorldTransfer {
 			arms = append(arms, ArmOracle)
 		} else if _, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), []string{ArmOracle}, 0.75, "", nil); err == nil {
 			t.Fatalf("%s: the oracle arm was accepted outside the transfer world", world)
 		}
-		d, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), arms, 0.75, "", []string{"lanpo.lesson_order=outcome", "lora.alpha=8"})
+		d, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), arms, 0.75, "", []string{"lanpo.lesson_order=outcome", "lora.alpha=8", "sdpo.lambda=0.5"})
 		if err != nil {
 			t.Fatalf("%s: %v", world, err)
 		}
@@ -459,6 +459,16 @@ func TestDemoConfigsResolved(t *testing.T) {
 			l.TotalSteps != g.TotalSteps || g.LoRA.On() {
 			t.Fatalf("%s: grpo-lora r %d alpha %g lr %g steps %d; grpo lr %g steps %d, LoRA %v", world, l.LoRA.R, l.LoRA.Alpha, l.Optim.LR, l.TotalSteps,
 				g.Optim.LR, g.TotalSteps, g.LoRA.On())
+		}
+		// The feedback methods: GRPO's run with their algorithm, --set applied.
+		for _, arm := range []string{ArmSDPO, ArmCritique} {
+			c, g := d.arms[arm], d.arms[ArmGRPO]
+			if c.Algo.Name != arm || c.TotalSteps != g.TotalSteps || c.Optim.LR != g.Optim.LR || c.Rollout != g.Rollout || c.Data.Train != g.Data.Train {
+				t.Fatalf("%s: arm %s is not GRPO's run with algo.name %s: %+v", world, arm, arm, c.Algo)
+			}
+		}
+		if d.arms[ArmSDPO].SDPO.Lambda != 0.5 || d.arms[ArmGRPO].SDPO.Lambda == 0.5 {
+			t.Fatalf("%s: --set sdpo.lambda reached sdpo %g, grpo %g", world, d.arms[ArmSDPO].SDPO.Lambda, d.arms[ArmGRPO].SDPO.Lambda)
 		}
 		if d.arms[ArmLANPO].LANPO.LessonOrder != "outcome" || d.arms[ArmGRPOBudget].TotalSteps != 2*d.arms[ArmGRPO].TotalSteps {
 			t.Fatalf("%s: --set or the budget arm not applied: lesson_order %q, steps %d vs %d", world, d.arms[ArmLANPO].LANPO.LessonOrder,

@@ -50,6 +50,10 @@ type Options struct {
 	// policy with its adapters off), and no head weight gradient.
 	LoRARank    int64
 	LoRATargets []string
+	// SDPOTopK > 0 plans algo.name sdpo with sdpo.top_k = SDPOTopK: the EMA
+	// teacher is one more copy of the weights, and each update micro-batch
+	// first runs the teacher's forward (no grad) and keeps its top-K.
+	SDPOTopK int64
 }
 
 // Line is one component's bytes per GPU and when it is held: always,
@@ -142,6 +146,9 @@ func (b *planner) state() {
 	default:
 		b.add("reference model", p*o.DTypeBytes, "a frozen copy for the KL term")
 	}
+	if o.SDPOTopK > 0 {
+		b.add("SDPO EMA teacher", p*o.DTypeBytes, "a copy of the weights, moved toward the policy after each optimizer step")
+	}
 	if o.MasterForWeight {
 		m, note := b.shard(4*p, 1)
 		b.add("fp32 master weights", m, note)
@@ -214,6 +221,16 @@ func (b *planner) update() {
 		b.add("head weight gradient", 0, "none: the head is frozen (the fused op skips dW)")
 	case o.DTypeBytes < 4:
 		b.add("head weight gradient", v*h*4, fmt.Sprintf("fp32 [%d, %d] accumulation of dW before its cast", v, h))
+	}
+	if k := o.SDPOTopK; k > 0 {
+		// Held through the student's backward: the teacher's final hidden
+		// states of the micro-batch, its top-K ids (int64) and log-probs
+		// (fp32), and the student's log-probs at them (+ the sampled token)
+		// and the divergence's intermediates in fp64. The teacher's forward
+		// runs before the student's, without grad, one layer at a time; its
+		// logits chunk is freed before the student's exists.
+		b.add("SDPO teacher outputs", tok*(h*o.DTypeBytes+k*12+(k+2)*8*3),
+			fmt.Sprintf("%d tokens × (the teacher's hidden state, its top-%d, the divergence's terms)", tok, k))
 	}
 }
 

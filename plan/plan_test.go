@@ -242,3 +242,30 @@ func TestPlanLoRA(t *testing.T) {
 		t.Errorf("Qwen3-14B LoRA on one 139 GiB GPU does not fit (%v):\n%s", err, r)
 	}
 }
+
+// TestPlanSDPO: SDPO's EMA teacher is one more copy of the weights in
+// every phase, and each update micro-batch holds the teacher's hidden
+// states and top-K beside the student's activations; nothing else changes.
+func TestPlanSDPO(t *testing.T) {
+	q7 := loadPlanModel(t, "qwen2.5-7b")
+	o := Options{GPUs: 8, Zero: 2, DTypeBytes: 2, SeqLen: 4096, MicroTokens: 16384, Checkpointing: true, SDPA: true,
+		RolloutRows: 64, RolloutGroup: 8, RolloutTokens: 4096, LogProbChunk: 4096, GPUMem: 80 << 30, Headroom: 0.08, MasterForWeight: true}
+	grpo, err := Plan(q7, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.SDPOTopK = 100
+	sdpo, err := Plan(q7, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := planLines(sdpo)
+	h := q7.HiddenSize
+	outputs := o.MicroTokens * (h*2 + 100*12 + 102*8*3)
+	if l["SDPO EMA teacher"] != 2*sdpo.Params || l["SDPO teacher outputs"] != outputs {
+		t.Fatalf("teacher %d (want %d), outputs %d (want %d)", l["SDPO EMA teacher"], 2*sdpo.Params, l["SDPO teacher outputs"], outputs)
+	}
+	if sdpo.Rollout-grpo.Rollout != 2*sdpo.Params || sdpo.Update-grpo.Update != 2*sdpo.Params+outputs {
+		t.Fatalf("rollout peak +%d, update peak +%d: want the teacher, and the teacher and its outputs", sdpo.Rollout-grpo.Rollout, sdpo.Update-grpo.Update)
+	}
+}

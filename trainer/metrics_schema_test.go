@@ -101,7 +101,7 @@ func TestTensorBoardTags(t *testing.T) {
 		if col != "`"+tag+"`" {
 			t.Errorf("%s: docs/metrics.md says %s, the code tags it %s", key, col, tag)
 		}
-		if g, _, _ := strings.Cut(tag, "/"); !strings.Contains("train rollout lanpo perf eval", g) {
+		if g, _, _ := strings.Cut(tag, "/"); !strings.Contains("train rollout lanpo sdpo critique perf eval", g) {
 			t.Errorf("%s: tag %s is in no section", key, tag)
 		}
 	}

@@ -188,6 +188,7 @@ func (d *sdpo) microBatch(mb []*rollout, first int, tot termRows) (r microResult
 	}
 	b := buildBatch(&s, g.m.Device, mb)
 	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
+	g.countTrained(teach) // the teacher's forward: tokens_trained counts every trainer forward
 	where := func(err error) error { return g.microBatchErr("SDPO micro-batch at row", first, len(mb), b.t, err) }
 	opt := csrc.VocabOptions{Temperature: cfg.Rollout.Temperature}
 	var tIDs, tLogp *ts.Tensor

@@ -22,7 +22,7 @@ func planCommand() *cli.Command {
 		Description: "Adds up, per GPU: weights, the KL reference model (none at --kl-beta 0), gradients, fp32 master weights\n" +
 			"and Adam moments (sharded by --zero 1, gradients too by --zero 2), activations of one micro-batch of\n" +
 			"--micro-tokens tokens (each layer's input only with --activation-checkpointing), the fused log-prob's\n" +
-			"fp32 chunk buffer, a generation batch (KV cache and decode buffers; split into batches of whole groups\n" +
+			"fp32 chunk buffer, SDPO's EMA teacher and its outputs (--sdpo-top-k), a generation batch (KV cache and decode buffers; split into batches of whole groups\n" +
 			"when the step's rows do not fit beside the persistent state) and headroom, and says whether it fits --gpu-mem. The activation\n" +
 			"figures follow what lanpo's forward keeps for backward; `lanpo bench memory` measures them on CPU.\n" +
 			"Example: lanpo plan --model configs/models/qwen2.5-7b.json --gpus 8 --zero 1 --seq-len 4096 --micro-tokens 16384",
@@ -47,6 +47,7 @@ func planCommand() *cli.Command {
 			&cli.Int64Flag{Name: "logprob-chunk", Value: csrc.DefaultLogProbChunk(true), Usage: "rows of the fused log-prob's fp32 buffer"},
 			&cli.Int64Flag{Name: "lora-r", Usage: "plan a LoRA run of this rank (lora.r): frozen base, fp32 adapters, no reference copy"},
 			&cli.StringSliceFlag{Name: "lora-targets", Usage: "lora.target_modules (default: all seven projections)"},
+			&cli.Int64Flag{Name: "sdpo-top-k", Usage: "plan algo.name sdpo with this sdpo.top_k: the EMA teacher's copy of the weights and its outputs per micro-batch"},
 			&cli.BoolFlag{Name: "json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -70,9 +71,12 @@ func planCommand() *cli.Command {
 				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"), CUDAGraphs: c.Bool("cuda-graphs"),
 				KLBeta: c.Float64("kl-beta"), RefOffload: c.Bool("ref-offload"), RolloutRows: c.Int64("rollout-rows"), RolloutGroup: c.Int64("samples"), RolloutPrompt: c.Int64("prompt-len"), RolloutTokens: rt,
 				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4,
-				LoRARank: c.Int64("lora-r"), LoRATargets: c.StringSlice("lora-targets")}
+				LoRARank: c.Int64("lora-r"), LoRATargets: c.StringSlice("lora-targets"), SDPOTopK: c.Int64("sdpo-top-k")}
 			if o.LoRARank < 0 {
 				return usageError{fmt.Errorf("--lora-r must be ≥ 0")}
+			}
+			if o.SDPOTopK < 0 || (o.SDPOTopK > 0 && o.LoRARank > 0) {
+				return usageError{fmt.Errorf("--sdpo-top-k must be ≥ 0, and SDPO is not supported with LoRA (--lora-r)")}
 			}
 			if _, err := model.ResolveLoRATargets(o.LoRATargets); err != nil {
 				return usageError{fmt.Errorf("--lora-targets: %w", err)}
@@ -88,6 +92,9 @@ func planCommand() *cli.Command {
 			lora := "full fine-tuning"
 			if o.LoRARank > 0 {
 				lora = fmt.Sprintf("LoRA r %d", o.LoRARank)
+			}
+			if o.SDPOTopK > 0 {
+				lora += fmt.Sprintf(", SDPO (EMA teacher, top-%d)", o.SDPOTopK)
 			}
 			fmt.Fprintf(w, "%s: %.2f B parameters; %s; %d GPUs, ZeRO-%d, %s, micro-batch %d tokens, sequences up to %d, activation checkpointing %v, kl_beta %g\n",
 				path, float64(r.Params)/1e9, lora, o.GPUs, o.Zero, c.String("dtype"), o.MicroTokens, o.SeqLen, o.Checkpointing, o.KLBeta)

@@ -32,7 +32,7 @@ func runFlags() []cli.Flag {
 func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "train",
-		Usage: "GRPO or LANPO training from verified math rewards (config file + overrides)",
+		Usage: "GRPO, LANPO, SDPO or Critique-GRPO training from verified math rewards (config file + overrides)",
 		Description: "Runs GRPO as the config says: prompts from data.train ({\"id\",\"problem\",\"answer\"} JSONL) through the\n" +
 			"chat template, rollout.samples_per_prompt samples each, rewards from the math verifier, group-normalized\n" +
 			"advantages, clipped policy loss (clip_low/clip_high), optional KL to the initial policy, AdamW.\n" +
@@ -40,6 +40,9 @@ func trainCommand() *cli.Command {
 			"experience pool — the model's own earlier attempt to critique and redo (reflection) or a plan condensed\n" +
 			"from related problems' principles and pitfalls (abstraction); after each step the policy summarizes\n" +
 			"its rollouts into the pool, which every checkpoint holds (see lanpo pool, docs/lanpo.md).\n" +
+			"algo.name: sdpo distills each rollout, under the bare prompt, toward an EMA teacher that sees a verified\n" +
+			"sibling (sdpo.*; teacher.safetensors in every checkpoint); algo.name: critique-grpo critiques and refines\n" +
+			"one attempt per group and trains the refinement with policy shaping (critique.*; docs/feedback-methods.md).\n" +
 			"lora.r > 0 (or lora.init_from) trains LoRA adapters on the frozen model; a checkpoint then holds a PEFT\n" +
 			"adapter directory instead of the model, and the KL reference is the model with its adapters off\n" +
 			"(docs/lora.md; lanpo export --merge writes a full model).\n" +
