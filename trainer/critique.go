@@ -2,7 +2,6 @@ package trainer
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 
 	"github.com/sugarme/gotch/ts"
@@ -161,7 +160,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		if !keep {
 			continue
 		}
-		adv := mixedAdvantages(rs, c.cfg.AdvStd)
+		adv := Advantages([][]float64{rs}, !c.cfg.AdvStd, 1e-6)[0] // over the G + 1
 		for i, r := range members {
 			r.adv = adv[i]
 		}
@@ -185,29 +184,6 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 func (c *critique) pick(step int, grp []*rollout) *rollout {
 	rng := rand.New(rand.NewPCG(c.g.cfg.Seed, rl.DrawKey(step, grp[0].Prompt.Index, "critique-attempt")))
 	return grp[rng.IntN(len(grp))]
-}
-
-// mixedAdvantages are a mixed group's advantages: r − mean, divided by the
-// std (population, + 1e-6) when std is set.
-func mixedAdvantages(rs []float64, std bool) []float64 {
-	var mean float64
-	for _, r := range rs {
-		mean += r
-	}
-	mean /= float64(len(rs))
-	var v float64
-	for _, r := range rs {
-		v += (r - mean) * (r - mean)
-	}
-	sd := math.Sqrt(v / float64(len(rs)))
-	out := make([]float64, len(rs))
-	for i, r := range rs {
-		out[i] = r - mean
-		if std {
-			out[i] /= sd + 1e-6
-		}
-	}
-	return out
 }
 
 // critiqueJob is one group's attempt on its way to a refinement.

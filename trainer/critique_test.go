@@ -15,25 +15,6 @@ import (
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
-// TestMixedAdvantages: a mixed group's advantages are r − mean over its
-// G + 1 members, divided by the population std only with critique.adv_std.
-func TestMixedAdvantages(t *testing.T) {
-	rs := []float64{0, 0, 0, 1} // three failed first attempts, a refinement that worked
-	got := mixedAdvantages(rs, false)
-	want := []float64{-0.25, -0.25, -0.25, 0.75}
-	for i := range want {
-		if math.Abs(got[i]-want[i]) > 1e-15 {
-			t.Fatalf("advantages %v, want %v", got, want)
-		}
-	}
-	sd := math.Sqrt((3*0.0625 + 0.5625) / 4)
-	for i, a := range mixedAdvantages(rs, true) {
-		if math.Abs(a-want[i]/(sd+1e-6)) > 1e-12 {
-			t.Fatalf("with std: %v", mixedAdvantages(rs, true))
-		}
-	}
-}
-
 // TestCritiqueShapedLoss: the refinement loss −Σ w·A·p/(p + γ) and its
 // gradient in the log-probs, −w·A·γ·p/(p + γ)², against the written-out
 // formula, on hand-made rows (masked positions contribute nothing).
@@ -157,7 +138,7 @@ func TestCritiqueRows(t *testing.T) {
 				if inKept[k] == 0 {
 					continue
 				}
-				adv := mixedAdvantages(rs, false)
+				adv := Advantages([][]float64{rs}, true, 0)[0] // r − mean over the G + 1, no std
 				for i, r := range sampled[k*G : (k+1)*G] {
 					if r.adv != adv[i] {
 						t.Fatalf("problem %d attempt %d: advantage %v, want %v", k, i, r.adv, adv[i])
@@ -182,12 +163,7 @@ func TestCritiqueRows(t *testing.T) {
 // 2 give the same bytes and metrics, and refinements were trained.
 func TestCritiqueExactResume(t *testing.T) {
 	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile}, "algo.name=critique-grpo", "critique.max_critique_tokens=12")
-	n := 0.0
-	for _, m := range stableMetrics(t, straight.RunDir) {
-		r, _ := m["critique_refinements"].(float64)
-		n += r
-	}
-	if n == 0 {
+	if metricSum(t, straight.RunDir, "critique_refinements") == 0 {
 		t.Fatal("no refinement was trained: the test compares GRPO")
 	}
 }

@@ -158,21 +158,11 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	var gmax float64
-	for _, g := range one.grads {
-		for _, x := range g {
-			gmax = math.Max(gmax, math.Abs(x))
-		}
-	}
+	gmax := one.largestGrad()
 	if gmax < 1e-3 || one.met.Consolidated != len(distill) {
 		t.Fatalf("largest gradient %g, %d responses distilled: the test compares nothing", gmax, one.met.Consolidated)
 	}
-	for _, c := range []struct {
-		name  string
-		ranks int
-		sets  []string
-		gloo  bool
-	}{
+	for _, c := range []rankCase{
 		{"plain, 2 ranks", 2, nil, false},
 		{"plain, 3 ranks, uneven shares and micro-batches", 3, []string{"algo.micro_batch_size=2"}, false},
 		{"ZeRO-1, 2 ranks", 2, []string{"dist.zero_stage=1"}, false},
@@ -183,45 +173,82 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 		{"ZeRO-2 per layer, 3 ranks over Gloo", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			res := make([]dpUpdate, c.ranks)
-			update := func(mc dist.Comm) (err error) {
-				res[mc.Rank()], err = updateOnRank(t, mc, dir, rolls, distill, append(c.sets, consolidate)...)
-				return err
-			}
-			var errs []error
-			if c.gloo {
-				errs = onGlooRanks(t, c.ranks, update)
-			} else {
-				errs = onRanks(c.ranks, update)
-			}
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			tol := 2e-6 * gmax
-			for r, u := range res {
-				for name, g := range u.grads {
-					want := one.grads[name][u.lo[name] : u.lo[name]+int64(len(g))]
-					if d := maxAbsDiff(g, want); d > tol {
-						t.Fatalf("rank %d: gradient of %s differs by %g (tolerance %g)", r, name, d, tol)
-					}
-				}
-				if math.Abs(u.met.GradNorm-one.met.GradNorm) > 1e-5*one.met.GradNorm || math.Abs(u.met.Loss-one.met.Loss) > 1e-6*math.Max(1, math.Abs(one.met.Loss)) {
-					t.Fatalf("rank %d: grad norm %g loss %g; one rank %g %g", r, u.met.GradNorm, u.met.Loss, one.met.GradNorm, one.met.Loss)
-				}
-				// AdamW's first step is about lr·sign(g): a gradient near eps
-				// that differs in its last bits moves its weight by a visible
-				// fraction of lr, so weights are compared to 5% of one step.
-				if d := maxAbsDiff(u.w, one.w); d > 0.05*u.met.LR {
-					t.Fatalf("rank %d: weights differ from one rank's by %g (lr %g)", r, d, u.met.LR)
-				}
-				if d := maxAbsDiff(u.w, res[0].w); d != 0 {
-					t.Fatalf("rank %d: weights differ from rank 0's by %g", r, d)
-				}
-			}
+			matchesOneRank(t, c, one, func(mc dist.Comm, dir string) (dpUpdate, error) {
+				return updateOnRank(t, mc, dir, rolls, distill, append(c.sets, consolidate)...)
+			})
 		})
+	}
+}
+
+// largestGrad is the largest gradient entry of the update.
+func (u dpUpdate) largestGrad() (m float64) {
+	for _, g := range u.grads {
+		for _, x := range g {
+			m = math.Max(m, math.Abs(x))
+		}
+	}
+	return m
+}
+
+// rankCase is a data-parallel setting an update is compared in.
+type rankCase struct {
+	name  string
+	ranks int
+	sets  []string
+	gloo  bool
+}
+
+// matchesOneRank runs update on c.ranks ranks (one run directory) and
+// compares every rank's result with one rank's, one: the reduced gradients
+// within 2e-6 of the largest, the norm to 1e-5, the loss to 1e-6, the
+// weights (and SDPO's teacher) to 5% of one step, and every rank's weights
+// and teacher with rank 0's bit for bit.
+func matchesOneRank(t *testing.T, c rankCase, one dpUpdate, update func(mc dist.Comm, dir string) (dpUpdate, error)) {
+	t.Helper()
+	gmax := one.largestGrad()
+	dir := t.TempDir()
+	res := make([]dpUpdate, c.ranks)
+	run := func(mc dist.Comm) (err error) {
+		res[mc.Rank()], err = update(mc, dir)
+		return err
+	}
+	var errs []error
+	if c.gloo {
+		errs = onGlooRanks(t, c.ranks, run)
+	} else {
+		errs = onRanks(c.ranks, run)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tol := 2e-6 * gmax
+	for r, u := range res {
+		for name, g := range u.grads {
+			want := one.grads[name][u.lo[name] : u.lo[name]+int64(len(g))]
+			if d := maxAbsDiff(g, want); d > tol {
+				t.Fatalf("rank %d: gradient of %s differs by %g (tolerance %g)", r, name, d, tol)
+			}
+		}
+		if math.Abs(u.met.GradNorm-one.met.GradNorm) > 1e-5*one.met.GradNorm || math.Abs(u.met.Loss-one.met.Loss) > 1e-6*math.Max(1, math.Abs(one.met.Loss)) {
+			t.Fatalf("rank %d: grad norm %g loss %g; one rank %g %g", r, u.met.GradNorm, u.met.Loss, one.met.GradNorm, one.met.Loss)
+		}
+		// AdamW's first step is about lr·sign(g): a gradient near eps
+		// that differs in its last bits moves its weight by a visible
+		// fraction of lr, so weights are compared to 5% of one step.
+		if d := maxAbsDiff(u.w, one.w); d > 0.05*u.met.LR {
+			t.Fatalf("rank %d: weights differ from one rank's by %g (lr %g)", r, d, u.met.LR)
+		}
+		if d := maxAbsDiff(u.w, res[0].w); d != 0 {
+			t.Fatalf("rank %d: weights differ from rank 0's by %g", r, d)
+		}
+		if d := maxAbsDiff(u.teacher, res[0].teacher); d != 0 || len(u.teacher) != len(one.teacher) {
+			t.Fatalf("rank %d: teacher differs from rank 0's by %g", r, d)
+		}
+		if d := maxAbsDiff(u.teacher, one.teacher); d > 0.05*u.met.LR {
+			t.Fatalf("rank %d: teacher differs from one rank's by %g", r, d)
+		}
 	}
 }
 
@@ -299,24 +326,8 @@ func runRanks(t *testing.T, n int, cfg Config, resume string) {
 // its pool); and the checkpoint's shards reload into plain AdamW on one
 // rank and into ZeRO on three by parameter name.
 func TestDataParallelExactResumeAndReshard(t *testing.T) {
-	sets := []string{"algo.name=lanpo", "lanpo.feedback_ratio=1", "dist.zero_stage=1", "rollout.prompts_per_step=4"}
-	straight := tinyConfig(t, sets...)
-	runRanks(t, 2, straight, "")
-	split := tinyConfig(t, append(sets, "stop_after_steps=2")...)
-	runRanks(t, 2, split, "")
-	split.StopAfterSteps = 0
-	runRanks(t, 2, split, "auto")
+	straight := twoRanksStraightAndResumed(t, []string{"pool.jsonl"}, "algo.name=lanpo", "lanpo.feedback_ratio=1", "dist.zero_stage=1", "rollout.prompts_per_step=4")
 	last := filepath.Join(checkpointsDir, checkpointName(4))
-	for _, f := range []string{"model.safetensors", optim.ShardFile(0, 2), optim.ShardFile(1, 2), optim.MetaFile, "pool.jsonl", stateFile} {
-		a, errA := os.ReadFile(filepath.Join(straight.RunDir, last, f))
-		b, errB := os.ReadFile(filepath.Join(split.RunDir, last, f))
-		if errA != nil || errB != nil || !bytes.Equal(a, b) {
-			t.Errorf("%s differs after resume (%v, %v)", f, errA, errB)
-		}
-	}
-	if a, b := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir); !reflect.DeepEqual(a, b) {
-		t.Errorf("metrics differ after resume:\n%v\n%v", a, b)
-	}
 
 	// Reshard: the 2-rank ZeRO checkpoint into plain AdamW and ZeRO-2 on 3.
 	ckpt := filepath.Join(straight.RunDir, last)
@@ -353,6 +364,32 @@ func TestDataParallelExactResumeAndReshard(t *testing.T) {
 		}
 		z.Close()
 	}
+}
+
+// twoRanksStraightAndResumed runs tinyConfig with sets (ZeRO-1 among them)
+// on 2 ranks 4 steps straight, and 2 steps then --resume auto to 4, and
+// requires step 4's weights, optimizer shards, state, files and metrics to
+// be the same bytes in both; it returns the straight run's config.
+func twoRanksStraightAndResumed(t *testing.T, files []string, sets ...string) Config {
+	t.Helper()
+	straight := tinyConfig(t, sets...)
+	runRanks(t, 2, straight, "")
+	split := tinyConfig(t, append(sets, "stop_after_steps=2")...)
+	runRanks(t, 2, split, "")
+	split.StopAfterSteps = 0
+	runRanks(t, 2, split, "auto")
+	last := filepath.Join(checkpointsDir, checkpointName(4))
+	for _, f := range append([]string{"model.safetensors", optim.ShardFile(0, 2), optim.ShardFile(1, 2), optim.MetaFile, stateFile}, files...) {
+		a, errA := os.ReadFile(filepath.Join(straight.RunDir, last, f))
+		b, errB := os.ReadFile(filepath.Join(split.RunDir, last, f))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs after resume (%v, %v)", f, errA, errB)
+		}
+	}
+	if a, b := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir); !reflect.DeepEqual(a, b) {
+		t.Errorf("metrics differ after resume:\n%v\n%v", a, b)
+	}
+	return straight
 }
 
 // The embedding scorer's values depend on the set of texts scored together
@@ -469,67 +506,19 @@ func TestDataParallelTermsMatchOneRank(t *testing.T) {
 			if errs[0] != nil {
 				t.Fatal(errs[0])
 			}
-			gmax := 0.0
-			for _, g := range one.grads {
-				for _, x := range g {
-					gmax = math.Max(gmax, math.Abs(x))
-				}
-			}
+			gmax := one.largestGrad()
 			if gmax < 1e-3 || (term.kind == AlgoSDPO && one.met.SDPODivergence == 0) || (term.kind == AlgoCritique && one.met.CritiqueRefinements != len(term.rows)) {
 				t.Fatalf("largest gradient %g, metrics %+v: the test compares nothing", gmax, one.met)
 			}
-			for _, c := range []struct {
-				name  string
-				ranks int
-				sets  []string
-				gloo  bool
-			}{
+			for _, c := range []rankCase{
 				{"plain, 2 ranks", 2, nil, false},
 				{"ZeRO-2 per layer, 3 ranks", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, false},
 				{"plain, 2 ranks over Gloo", 2, nil, true},
 			} {
 				t.Run(c.name, func(t *testing.T) {
-					dir := t.TempDir()
-					res := make([]dpUpdate, c.ranks)
-					update := func(mc dist.Comm) (err error) {
-						res[mc.Rank()], err = termUpdateOnRank(t, mc, dir, term.kind, rolls, term.rows, append(c.sets, term.sets...)...)
-						return err
-					}
-					var errs []error
-					if c.gloo {
-						errs = onGlooRanks(t, c.ranks, update)
-					} else {
-						errs = onRanks(c.ranks, update)
-					}
-					for _, err := range errs {
-						if err != nil {
-							t.Fatal(err)
-						}
-					}
-					tol := 2e-6 * gmax
-					for r, u := range res {
-						for name, g := range u.grads {
-							want := one.grads[name][u.lo[name] : u.lo[name]+int64(len(g))]
-							if d := maxAbsDiff(g, want); d > tol {
-								t.Fatalf("rank %d: gradient of %s differs by %g (tolerance %g)", r, name, d, tol)
-							}
-						}
-						if math.Abs(u.met.GradNorm-one.met.GradNorm) > 1e-5*one.met.GradNorm || math.Abs(u.met.Loss-one.met.Loss) > 1e-6*math.Max(1, math.Abs(one.met.Loss)) {
-							t.Fatalf("rank %d: grad norm %g loss %g; one rank %g %g", r, u.met.GradNorm, u.met.Loss, one.met.GradNorm, one.met.Loss)
-						}
-						if d := maxAbsDiff(u.w, one.w); d > 0.05*u.met.LR {
-							t.Fatalf("rank %d: weights differ from one rank's by %g (lr %g)", r, d, u.met.LR)
-						}
-						if d := maxAbsDiff(u.w, res[0].w); d != 0 {
-							t.Fatalf("rank %d: weights differ from rank 0's by %g", r, d)
-						}
-						if d := maxAbsDiff(u.teacher, res[0].teacher); d != 0 || len(u.teacher) != len(one.teacher) {
-							t.Fatalf("rank %d: teacher differs from rank 0's by %g", r, d)
-						}
-						if d := maxAbsDiff(u.teacher, one.teacher); d > 0.05*u.met.LR {
-							t.Fatalf("rank %d: teacher differs from one rank's by %g", r, d)
-						}
-					}
+					matchesOneRank(t, c, one, func(mc dist.Comm, dir string) (dpUpdate, error) {
+						return termUpdateOnRank(t, mc, dir, term.kind, rolls, term.rows, append(c.sets, term.sets...)...)
+					})
 				})
 			}
 		})
@@ -552,24 +541,7 @@ func TestDataParallelTermsExactResume(t *testing.T) {
 			sets := []string{"algo.name=" + c.kind, "dist.zero_stage=1", "rollout.prompts_per_step=4", "critique.max_critique_tokens=12"}
 			one := tinyConfig(t, append(sets, "total_steps=1")...)
 			runRanks(t, 1, one, "")
-			straight := tinyConfig(t, sets...)
-			runRanks(t, 2, straight, "")
-			split := tinyConfig(t, append(sets, "stop_after_steps=2")...)
-			runRanks(t, 2, split, "")
-			split.StopAfterSteps = 0
-			runRanks(t, 2, split, "auto")
-			last := filepath.Join(checkpointsDir, checkpointName(4))
-			for _, f := range append([]string{"model.safetensors", optim.ShardFile(0, 2), optim.ShardFile(1, 2), optim.MetaFile, stateFile}, c.files...) {
-				a, errA := os.ReadFile(filepath.Join(straight.RunDir, last, f))
-				b, errB := os.ReadFile(filepath.Join(split.RunDir, last, f))
-				if errA != nil || errB != nil || !bytes.Equal(a, b) {
-					t.Errorf("%s differs after resume (%v, %v)", f, errA, errB)
-				}
-			}
-			ms := stableMetrics(t, straight.RunDir)
-			if a, b := ms, stableMetrics(t, split.RunDir); !reflect.DeepEqual(a, b) {
-				t.Errorf("metrics differ after resume:\n%v\n%v", a, b)
-			}
+			ms := stableMetrics(t, twoRanksStraightAndResumed(t, c.files, sets...).RunDir)
 			m1 := stableMetrics(t, one.RunDir)[0]
 			for _, k := range []string{c.key, "reward_mean", "tokens_generated", "groups_kept"} {
 				if m1[k] != ms[0][k] {

@@ -124,6 +124,16 @@ func stableMetrics(t *testing.T, runDir string) []map[string]any {
 	return out
 }
 
+// metricSum is a metrics.jsonl key summed over the run's steps.
+func metricSum(t *testing.T, runDir, key string) (sum float64) {
+	t.Helper()
+	for _, m := range stableMetrics(t, runDir) {
+		x, _ := m[key].(float64)
+		sum += x
+	}
+	return sum
+}
+
 func weights(t *testing.T, ckpt string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(ckpt, "model.safetensors"))
