@@ -8,12 +8,16 @@
 #              test's confirmation: scripts/demo/fair_test.sh confirm)
 #   arithmetic world seeds 1-2 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from ARITH_SFT/arith-sS (default runs/lora: #45's runs)
+#   control    world seeds 1-3 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
+#              from the transfer world's SFT models (the two worlds share
+#              one SFT), OUT/confirm/sS as for transfer
 #
 # then lanpo demo paired prints the tables (docs/benchmarks.md). Usage:
 #   scripts/demo/feedback_methods.sh transfer [OUT]     (default OUT runs/fair)
 #   scripts/demo/feedback_methods.sh arithmetic [OUT]   (default OUT runs/fb)
+#   scripts/demo/feedback_methods.sh control [OUT]      (default OUT runs/fair)
 set -euo pipefail
-phase=${1:?transfer or arithmetic}
+phase=${1:?transfer, arithmetic or control}
 lanpo=${LANPO:-bin/lanpo}
 case $phase in
 transfer)
@@ -30,8 +34,15 @@ arithmetic)
 			--sft-from "${ARITH_SFT:-runs/lora}/arith-s$s/sft/checkpoints/step-001400" --run-dir $out/arith-s$s
 	done
 	;;
+control)
+	out=${2:-runs/fair}
+	for s in 1 2 3; do
+		$lanpo demo --world control --seed $s --rl-seeds 2 --arms grpo,sdpo,critique-grpo \
+			--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/control-fb-s$s
+	done
+	;;
 *)
-	echo "feedback_methods.sh: want transfer or arithmetic, got $phase" >&2
+	echo "feedback_methods.sh: want transfer, arithmetic or control, got $phase" >&2
 	exit 2
 	;;
 esac
