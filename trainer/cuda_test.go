@@ -34,17 +34,17 @@ import (
 
 // TestCUDAExactResume: on CUDA, 4 steps straight and 2 steps then
 // --resume auto to 4 give bitwise-equal weights, optimizer and trainer
-// state (and LANPO's pool) and the same metrics, for GRPO and LANPO in
-// fp32 and bf16. The trainer runs a CUDA run with torch's deterministic
+// state (and LANPO's pool, SDPO's teacher) and the same metrics, for GRPO,
+// LANPO, SDPO and Critique-GRPO in fp32 and bf16. The trainer runs a CUDA run with torch's deterministic
 // algorithms on; top-p sampling and the KL term's reference model are on
 // here, so their CUDA paths (sort, cumsum, scatter; a second model) run
 // under them too. The sampler/trainer log-prob gap each step saw is logged.
 func TestCUDAExactResume(t *testing.T) {
 	dev := cudatest.Device(t)
-	for _, algo := range []string{AlgoGRPO, AlgoLANPO} {
+	for _, algo := range []string{AlgoGRPO, AlgoLANPO, AlgoSDPO, AlgoCritique} {
 		for _, dtype := range []string{"float32", "bfloat16"} {
 			t.Run(algo+"/"+dtype, func(t *testing.T) {
-				sets := []string{"device=" + devName(dev), "dtype=" + dtype, "rollout.top_p=0.95", "algo.kl_beta=0.02"}
+				sets := []string{"device=" + devName(dev), "dtype=" + dtype, "rollout.top_p=0.95", "algo.kl_beta=0.02", "algo.name=" + algo}
 				config := func(more ...string) Config {
 					if algo == AlgoLANPO {
 						return lanpoConfig(t, append(sets, more...)...)
@@ -59,8 +59,11 @@ func TestCUDAExactResume(t *testing.T) {
 				a := filepath.Join(straight.RunDir, checkpointsDir, checkpointName(4))
 				b := filepath.Join(split.RunDir, checkpointsDir, checkpointName(4))
 				files := []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile}
-				if algo == AlgoLANPO {
+				switch algo {
+				case AlgoLANPO:
 					files = append(files, pool.File)
+				case AlgoSDPO:
+					files = append(files, teacherFile)
 				}
 				for _, f := range files {
 					x, _ := os.ReadFile(filepath.Join(a, f))
