@@ -8,6 +8,8 @@
 #              test's confirmation: scripts/demo/fair_test.sh confirm)
 #   arithmetic world seeds 1-2 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from ARITH_SFT/arith-sS (default runs/lora: #45's runs)
+#   variants   the transfer world again with SDPO at λ 0.5 and Critique-GRPO
+#              with critique.source outcome (OUT/confirm/fbv-sS, fbo-sS)
 #   control    world seeds 1-3 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from the transfer world's SFT models (the two worlds share
 #              one SFT), OUT/confirm/sS as for transfer
@@ -16,8 +18,9 @@
 #   scripts/demo/feedback_methods.sh transfer [OUT]     (default OUT runs/fair)
 #   scripts/demo/feedback_methods.sh arithmetic [OUT]   (default OUT runs/fb)
 #   scripts/demo/feedback_methods.sh control [OUT]      (default OUT runs/fair)
+#   scripts/demo/feedback_methods.sh variants [OUT]     (default OUT runs/fair)
 set -euo pipefail
-phase=${1:?transfer, arithmetic or control}
+phase=${1:?transfer, arithmetic, control or variants}
 lanpo=${LANPO:-bin/lanpo}
 case $phase in
 transfer)
@@ -34,6 +37,14 @@ arithmetic)
 			--sft-from "${ARITH_SFT:-runs/lora}/arith-s$s/sft/checkpoints/step-001400" --run-dir $out/arith-s$s
 	done
 	;;
+variants)
+	out=${2:-runs/fair}
+	for s in 1 2 3; do
+		sft=$out/confirm/s$s/sft/checkpoints/step-001600
+		$lanpo demo --seed $s --rl-seeds 2 --arms sdpo --set sdpo.lambda=0.5 --sft-from $sft --run-dir $out/confirm/fbv-s$s
+		$lanpo demo --seed $s --rl-seeds 2 --arms critique-grpo --set critique.source=outcome --sft-from $sft --run-dir $out/confirm/fbo-s$s
+	done
+	;;
 control)
 	out=${2:-runs/fair}
 	for s in 1 2 3; do
@@ -42,7 +53,7 @@ control)
 	done
 	;;
 *)
-	echo "feedback_methods.sh: want transfer, arithmetic or control, got $phase" >&2
+	echo "feedback_methods.sh: want transfer, arithmetic, control or variants, got $phase" >&2
 	exit 2
 	;;
 esac
