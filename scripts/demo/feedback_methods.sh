@@ -8,8 +8,10 @@
 #              test's confirmation: scripts/demo/fair_test.sh confirm)
 #   arithmetic world seeds 1-2 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from ARITH_SFT/arith-sS (default runs/lora: #45's runs)
-#   variants   the transfer world again with SDPO at λ 0.5 and Critique-GRPO
-#              with critique.source outcome (OUT/confirm/fbv-sS, fbo-sS)
+#   variants   the transfer world again with SDPO at λ 0.5, Critique-GRPO
+#              with critique.source outcome, and Critique-GRPO with the std
+#              in its advantages as GRPO has it (OUT/confirm/fbv-sS, fbo-sS,
+#              fbs-sS)
 #   control    world seeds 1-3 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from the transfer world's SFT models (the two worlds share
 #              one SFT), OUT/confirm/sS as for transfer
@@ -43,6 +45,7 @@ variants)
 		sft=$out/confirm/s$s/sft/checkpoints/step-001600
 		$lanpo demo --seed $s --rl-seeds 2 --arms sdpo --set sdpo.lambda=0.5 --sft-from $sft --run-dir $out/confirm/fbv-s$s
 		$lanpo demo --seed $s --rl-seeds 2 --arms critique-grpo --set critique.source=outcome --sft-from $sft --run-dir $out/confirm/fbo-s$s
+		$lanpo demo --seed $s --rl-seeds 2 --arms critique-grpo --set critique.adv_std=true --sft-from $sft --run-dir $out/confirm/fbs-s$s
 	done
 	;;
 control)
