@@ -41,11 +41,13 @@ arithmetic)
 	;;
 variants)
 	out=${2:-runs/fair}
-	for s in 1 2 3; do
-		sft=$out/confirm/s$s/sft/checkpoints/step-001600
-		$lanpo demo --seed $s --rl-seeds 2 --arms sdpo --set sdpo.lambda=0.5 --sft-from $sft --run-dir $out/confirm/fbv-s$s
-		$lanpo demo --seed $s --rl-seeds 2 --arms critique-grpo --set critique.source=outcome --sft-from $sft --run-dir $out/confirm/fbo-s$s
-		$lanpo demo --seed $s --rl-seeds 2 --arms critique-grpo --set critique.adv_std=true --sft-from $sft --run-dir $out/confirm/fbs-s$s
+	# one variant over every seed, then the next
+	for v in "fbs:critique-grpo:critique.adv_std=true" "fbv:sdpo:sdpo.lambda=0.5" "fbo:critique-grpo:critique.source=outcome"; do
+		IFS=: read -r dir arm set <<<"$v"
+		for s in 1 2 3; do
+			$lanpo demo --seed $s --rl-seeds 2 --arms "$arm" --set "$set" \
+				--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/confirm/$dir-s$s
+		done
 	done
 	;;
 control)
