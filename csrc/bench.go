@@ -29,6 +29,11 @@ type LogProbBench struct {
 	Device  gotch.Device
 	Reps    int // timed repetitions after one warm-up; the median is reported
 	Seed    int64
+	// TopK > 0 measures SDPO's pair instead: a teacher's K most likely
+	// tokens (FusedTopKLogProb) and the log-probs at them
+	// (FusedGatherLogProb, with Grad differentiable) against full logits,
+	// log_softmax, topk and gather.
+	TopK int64
 }
 
 // LogProbBenchResult is what `lanpo bench logprob` prints.
@@ -40,6 +45,7 @@ type LogProbBenchResult struct {
 	Device      string  `json:"device"`
 	Grad        bool    `json:"grad"`
 	Chunk       int64   `json:"chunk"`
+	TopK        int64   `json:"topk,omitempty"`
 	FusedMS     float64 `json:"fused_ms"`
 	NaiveMS     float64 `json:"naive_ms"`
 	FusedPeakMB float64 `json:"fused_peak_mb"`
@@ -69,7 +75,7 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 		cfg.Chunk = DefaultLogProbChunk(cuda)
 	}
 	res := LogProbBenchResult{N: cfg.N, H: cfg.H, V: cfg.V, DType: DTypeName(cfg.DType), Device: deviceName(cfg.Device),
-		Grad: cfg.Grad, Chunk: cfg.Chunk}
+		Grad: cfg.Grad, Chunk: cfg.Chunk, TopK: cfg.TopK}
 	s := &tensor.Scope{}
 	defer s.Close()
 	if err := ManualSeed(cfg.Seed); err != nil {
@@ -88,19 +94,42 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 		step := &tensor.Scope{}
 		defer step.Close()
 		var logp *ts.Tensor
-		if fused {
+		switch {
+		case fused && cfg.TopK > 0:
+			var ids, tl *ts.Tensor
+			err := NoGrad(func() (err error) {
+				ids, tl, err = FusedTopKLogProb(hidden, weight, cfg.TopK, VocabOptions{Chunk: cfg.Chunk})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			step.Keep(ids)
+			step.Keep(tl)
+			lp, err := FusedGatherLogProb(hidden, weight, ids, VocabOptions{Chunk: cfg.Chunk})
+			if err != nil {
+				return err
+			}
+			logp = step.Keep(step.Keep(lp).MustReshape([]int64{-1}, false))
+		case fused:
 			lp, _, err := FusedLogProb(hidden, weight, targets, LogProbOptions{Chunk: cfg.Chunk})
 			if err != nil {
 				return err
 			}
 			logp = step.Keep(lp)
-		} else {
+		default:
 			h32 := step.Keep(hidden.MustTotype(gotch.Float, false))
 			w32 := step.Keep(weight.MustTotype(gotch.Float, false))
 			logits := step.Keep(h32.MustMatmul(step.Keep(w32.MustT(false)), false))
 			lsm := step.Keep(logits.MustLogSoftmax(-1, gotch.Float, false))
 			idx := step.Keep(targets.MustView([]int64{cfg.N, 1}, false))
-			logp = step.Keep(step.Keep(lsm.MustGather(1, idx, false, false)).MustView([]int64{cfg.N}, false))
+			if cfg.TopK > 0 {
+				vals, top := lsm.MustTopk(cfg.TopK, -1, true, true, false)
+				step.Keep(vals)
+				step.Keep(top)
+				idx = step.Keep(top.MustDetach(false))
+			}
+			logp = step.Keep(step.Keep(lsm.MustGather(1, idx, false, false)).MustReshape([]int64{-1}, false))
 		}
 		var dh []float64
 		if cfg.Grad {
@@ -166,6 +195,9 @@ func BenchLogProb(cfg LogProbBench) (LogProbBenchResult, error) {
 	fusedFlop, naiveFlop := flop, flop
 	if cfg.Grad {
 		fusedFlop, naiveFlop = 4*flop, 3*flop
+	}
+	if cfg.TopK > 0 { // the top-K pass is one more logits GEMM
+		fusedFlop += flop
 	}
 	res.FusedTFLOPS = fusedFlop / (res.FusedMS * 1e-3) / 1e12
 	res.NaiveTFLOPS = naiveFlop / (res.NaiveMS * 1e-3) / 1e12

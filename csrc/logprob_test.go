@@ -350,8 +350,12 @@ func TestFusedLogProbRejectsBadInput(t *testing.T) {
 
 func TestBenchLogProbReports(t *testing.T) {
 	lockThread(t)
-	for _, grad := range []bool{false, true} {
-		r, err := BenchLogProb(LogProbBench{N: 64, H: 16, V: 1000, Grad: grad, Chunk: 8, DType: gotch.Float, Device: gotch.CPU, Reps: 1})
+	for _, c := range []struct {
+		grad bool
+		topk int64
+	}{{false, 0}, {true, 0}, {true, 20}} {
+		grad := c.grad
+		r, err := BenchLogProb(LogProbBench{N: 64, H: 16, V: 1000, Grad: grad, Chunk: 8, DType: gotch.Float, Device: gotch.CPU, Reps: 1, TopK: c.topk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +365,7 @@ func TestBenchLogProbReports(t *testing.T) {
 		if r.MaxAbsErr > 1e-4 || (grad && r.MaxAbsGradErr > 1e-4) {
 			t.Errorf("fused and naive disagree: %+v", r)
 		}
-		if r.Chunk != 8 || r.Device != "cpu" || r.DType != "float32" {
+		if r.Chunk != 8 || r.Device != "cpu" || r.DType != "float32" || r.TopK != c.topk {
 			t.Errorf("config not echoed: %+v", r)
 		}
 	}

@@ -48,6 +48,7 @@ func benchLogprobCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
 			&cli.IntFlag{Name: "reps", Value: 3, Usage: "timed runs after one warm-up (the median is reported)"},
 			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed for the random data"},
+			&cli.Int64Flag{Name: "topk", Usage: "measure SDPO's pair instead: the K most likely tokens (fused top-K) and the log-probs at them (fused gather) against full logits, log_softmax, topk, gather"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
 		Action: func(c *cli.Context) error {
@@ -65,7 +66,7 @@ func benchLogprobCommand() *cli.Command {
 				}
 			}
 			r, err := csrc.BenchLogProb(csrc.LogProbBench{N: c.Int64("n"), H: c.Int64("hidden"), V: c.Int64("v"), Grad: c.Bool("grad"),
-				Chunk: c.Int64("chunk"), DType: dtype, Device: dev, Reps: c.Int("reps"), Seed: c.Int64("seed")})
+				Chunk: c.Int64("chunk"), DType: dtype, Device: dev, Reps: c.Int("reps"), Seed: c.Int64("seed"), TopK: c.Int64("topk")})
 			if err != nil {
 				return err
 			}
@@ -76,6 +77,9 @@ func benchLogprobCommand() *cli.Command {
 			mode := "forward"
 			if r.Grad {
 				mode = "forward+backward"
+			}
+			if r.TopK > 0 {
+				mode += fmt.Sprintf(", top-%d + gather", r.TopK)
 			}
 			fmt.Fprintf(w, "logprob %s  N=%d H=%d V=%d %s on %s, chunk %d\n", mode, r.N, r.H, r.V, r.DType, r.Device, r.Chunk)
 			fmt.Fprintf(w, "  fused  %9.1f ms  %8.1f MB peak  %6.2f TFLOP/s\n", r.FusedMS, r.FusedPeakMB, r.FusedTFLOPS)
