@@ -10,8 +10,8 @@
 #              from ARITH_SFT/arith-sS (default runs/lora: #45's runs)
 #   variants   the transfer world again with SDPO at λ 0.5, Critique-GRPO
 #              with critique.source outcome, and Critique-GRPO with the std
-#              in its advantages as GRPO has it (OUT/confirm/fbv-sS, fbo-sS,
-#              fbs-sS)
+#              in its advantages as GRPO has it (OUT/fb-variants/{lambda,
+#              outcome,std}/sS)
 #   control    world seeds 1-3 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from the transfer world's SFT models (the two worlds share
 #              one SFT), OUT/confirm/sS as for transfer
@@ -42,11 +42,11 @@ arithmetic)
 variants)
 	out=${2:-runs/fair}
 	# one variant over every seed, then the next
-	for v in "fbs:critique-grpo:critique.adv_std=true" "fbv:sdpo:sdpo.lambda=0.5" "fbo:critique-grpo:critique.source=outcome"; do
+	for v in "std:critique-grpo:critique.adv_std=true" "lambda:sdpo:sdpo.lambda=0.5" "outcome:critique-grpo:critique.source=outcome"; do
 		IFS=: read -r dir arm set <<<"$v"
 		for s in 1 2 3; do
 			$lanpo demo --seed $s --rl-seeds 2 --arms "$arm" --set "$set" \
-				--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/confirm/$dir-s$s
+				--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/fb-variants/$dir/s$s
 		done
 	done
 	;;
