@@ -14,7 +14,7 @@
 #              outcome,std}/sS)
 #   control    world seeds 1-3 × RL seeds 1-2: GRPO, SDPO, Critique-GRPO
 #              from the transfer world's SFT models (the two worlds share
-#              one SFT), OUT/confirm/sS as for transfer
+#              one SFT), OUT/confirm/sS as for transfer; into OUT/control-fb/sS
 #
 # then lanpo demo paired prints the tables (docs/benchmarks.md). Usage:
 #   scripts/demo/feedback_methods.sh transfer [OUT]     (default OUT runs/fair)
@@ -54,7 +54,7 @@ control)
 	out=${2:-runs/fair}
 	for s in 1 2 3; do
 		$lanpo demo --world control --seed $s --rl-seeds 2 --arms grpo,sdpo,critique-grpo \
-			--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/control-fb-s$s
+			--sft-from $out/confirm/s$s/sft/checkpoints/step-001600 --run-dir $out/control-fb/s$s
 	done
 	;;
 *)
