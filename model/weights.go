@@ -99,3 +99,46 @@ func (m *Model) Hidden(checkpointed bool, s *tensor.Scope, ids, positions, mask 
 	h, err = m.Forward(s, ids, positions, mask, nil)
 	return h, nil, err
 }
+
+// Clone returns a copy of the model in memory: parameters of its own with
+// m's values (not requiring grad), the same configuration, dtype, device
+// and attention, without reading the model's files again (SDPO's teacher
+// starts as the policy). A model with LoRA adapters is refused.
+func (m *Model) Clone() (c *Model, err error) {
+	if m.lora != nil {
+		return nil, fmt.Errorf("clone: a model with LoRA adapters is not supported")
+	}
+	c = &Model{Config: m.Config, Device: m.Device, DType: m.DType, rawConfig: m.rawConfig, companions: m.companions, sourceDir: m.sourceDir}
+	defer func() {
+		if err != nil {
+			c.Close()
+			c = nil
+		}
+	}()
+	defer tensor.Recover("clone", &err)
+	src := make(map[string]*ts.Tensor, len(m.params))
+	for _, p := range m.params {
+		src[p.Name] = p.Tensor
+	}
+	err = csrc.NoGrad(func() error {
+		for _, sp := range c.specs() {
+			p, ok := src[sp.name]
+			if !ok {
+				return fmt.Errorf("clone: the model has no parameter %s", sp.name)
+			}
+			t := p.MustDetachCopy(false)
+			t.MustRequiresGrad_(false)
+			c.params = append(c.params, NamedParam{Name: sp.name, Tensor: t})
+			sp.set(t)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.finish(AttentionReference); err != nil {
+		return nil, err
+	}
+	c.useSDPA = m.useSDPA
+	return c, nil
+}

@@ -19,7 +19,8 @@ func paramValues(m *Model) []float64 {
 
 // TestWeightsFileAndEMA: EMAFrom moves every parameter a rate of the way
 // to the source's (1: a copy); SaveWeights then LoadWeights restore the
-// values exactly into another model; a file of another architecture is
+// values exactly into another model; Clone copies them into storage of
+// its own; a file of another architecture is
 // refused with its path and the differing tensors named.
 func TestWeightsFileAndEMA(t *testing.T) {
 	lockThread(t)
@@ -51,6 +52,32 @@ func TestWeightsFileAndEMA(t *testing.T) {
 	for i := range want {
 		if want[i] != got[i] {
 			t.Fatalf("entry %d after the round trip: %v, want %v", i, got[i], want[i])
+		}
+	}
+	// Clone: the same values, storage of its own, no grad (the source's
+	// parameters require it, as a policy's do).
+	for _, p := range a.Params() {
+		p.Tensor.MustRequiresGrad_(true)
+	}
+	c, err := a.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i, x := range paramValues(c) {
+		if x != want[i] {
+			t.Fatalf("clone entry %d: %v, want %v", i, x, want[i])
+		}
+	}
+	for _, p := range c.Params() {
+		if p.Tensor.MustRequiresGrad() {
+			t.Fatalf("clone's %s requires grad", p.Name)
+		}
+		p.Tensor.MustMulScalar_(sc.Float(3))
+	}
+	for i, x := range paramValues(a) {
+		if x != want[i] {
+			t.Fatalf("scaling the clone changed the original's entry %d", i)
 		}
 	}
 	other := tinyModel(t, "qwen2-gqa2-tied")

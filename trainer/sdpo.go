@@ -49,23 +49,18 @@ type sdpo struct {
 	skipped int
 }
 
-// newSDPO loads the teacher: the policy's weights on a fresh run, the
-// checkpoint's teacher.safetensors on a resume; checkpoints keep it.
+// newSDPO makes the teacher: a copy of the policy in memory, which on a
+// resume takes the checkpoint's teacher.safetensors; checkpoints keep it.
 func newSDPO(g *grpoRun) (*sdpo, error) {
-	o := g.cfg.LoadOptions()
-	o.DType, o.Device = g.m.DType, g.m.Device
-	t, err := model.Load(g.modelDir, o)
+	t, err := g.m.Clone()
 	if err != nil {
 		return nil, fmt.Errorf("SDPO teacher: %w", err)
 	}
 	if g.resumedFrom != "" {
-		err = t.LoadWeights(filepath.Join(g.resumedFrom, teacherFile))
-	} else {
-		err = t.EMAFrom(g.m, 1) // a copy of the policy
-	}
-	if err != nil {
-		t.Close()
-		return nil, fmt.Errorf("SDPO teacher: %w", err)
+		if err := t.LoadWeights(filepath.Join(g.resumedFrom, teacherFile)); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("SDPO teacher: %w", err)
+		}
 	}
 	g.saveExtra = append(g.saveExtra, func(dir string) error { return t.SaveWeights(filepath.Join(dir, teacherFile)) })
 	return &sdpo{g: g, cfg: g.cfg.SDPO, teacher: t}, nil
