@@ -74,10 +74,13 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 		r.weight = w[i] * scale
 	}
 	// The policy's statistics (entropy, clip fraction, KL, ratio) are
-	// weighted sums: with a term's rows in the normalization or the policy
-	// loss scaled, rescale them to the policy's own tokens.
+	// weighted sums: with the policy loss scaled, or a term's rows in the
+	// normalization, rescale them to the policy's own tokens.
 	statScale := 1.0
-	if g.term != nil {
+	if scale > 0 {
+		statScale = 1 / scale
+	}
+	if tot.joinPolicy {
 		var wPol, wAll float64
 		for i := range norm {
 			tw := w[i] * float64(lengths[i])
@@ -158,22 +161,22 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 		}
 		// Every rank's contributions are weighted by the global batch: sums.
 		sums := []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded), termLoss}
-		tot7, err := dist.SumFloats(g.comm, sums)
+		summed, err := dist.SumFloats(g.comm, sums)
 		if err != nil {
 			return err
 		}
 		if g.term != nil && epoch == 0 {
-			g.term.metrics(met, tot, tot7[7], policyTokens)
+			g.term.metrics(met, tot, summed[7], policyTokens)
 		}
-		tot7[0] += tot7[7]
+		summed[0] += summed[7]
 		if epoch == 0 {
 			if met.LogpMismatch, err = dist.MaxFloat(g.comm, met.LogpMismatch); err != nil {
 				return err
 			}
 		}
-		met.Loss = tot7[0]
-		met.Entropy, met.ClipFrac, met.KL, met.Ratio = tot7[1]*statScale, tot7[2]*statScale, tot7[3]*statScale, tot7[4]*statScale
-		met.PaddingFrac = 1 - tot7[5]/math.Max(tot7[6], 1)
+		met.Loss = summed[0]
+		met.Entropy, met.ClipFrac, met.KL, met.Ratio = summed[1]*statScale, summed[2]*statScale, summed[3]*statScale, summed[4]*statScale
+		met.PaddingFrac = 1 - summed[5]/math.Max(summed[6], 1)
 		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
 			return err
 		}
