@@ -199,7 +199,9 @@ type critiqueJob struct {
 // each job's prompt index.
 func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, maxNew int, purpose string) ([]model.Sample, error) {
 	g := c.g
-	cfg := g.cfg
+	if len(jobs) == 0 {
+		return nil, nil
+	}
 	reqs := make([]model.Request, len(jobs))
 	streams := make([]int, len(jobs))
 	for i, j := range jobs {
@@ -207,27 +209,13 @@ func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, ma
 		streams[i] = j.attempt.Prompt.Index
 		g.stepTokens.prefilled += len(prompts[i])
 	}
-	if len(reqs) == 0 {
-		return nil, nil
-	}
-	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
-		MaxNewTokens: maxNew, StopIDs: g.eos, Seed: rl.DrawKey(step, 0, purpose) ^ cfg.Seed}
-	opt := cfg.Rollout.GenerateOptions()
-	if g.hb != nil {
-		opt.Progress = g.hb.decoded
-	}
-	var res []model.Sample
-	err := csrc.NoGrad(func() (err error) {
-		res, err = g.m.GenerateAt(reqs, streams, sp, opt)
-		return err
-	})
+	res, err := g.generate(reqs, streams, maxNew, rl.DrawKey(step, 0, purpose)^g.cfg.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("Critique-GRPO %s: %w", purpose, err)
 	}
 	out := make([]model.Sample, len(jobs))
 	for _, r := range res {
 		out[r.Prompt] = r
-		g.stepTokens.generated += len(r.IDs)
 	}
 	return out, nil
 }

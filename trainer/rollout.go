@@ -74,17 +74,7 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 		streams[i], problems[i] = p.Index, p.Problem
 		g.stepTokens.prefilled += len(p.IDs) // once per prompt: the engine shares the prefix across the group
 	}
-	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
-		MaxNewTokens: cfg.Rollout.MaxNewTokens, StopIDs: g.eos, Seed: rl.StepSeed(cfg.Seed, g.state.Step)}
-	var res []model.Sample
-	opt := cfg.Rollout.GenerateOptions()
-	if g.hb != nil {
-		opt.Progress = g.hb.decoded
-	}
-	err := csrc.NoGrad(func() (err error) {
-		res, err = g.m.GenerateAt(reqs, streams, sp, opt)
-		return err
-	})
+	res, err := g.generate(reqs, streams, cfg.Rollout.MaxNewTokens, rl.StepSeed(cfg.Seed, g.state.Step))
 	if err != nil {
 		return nil, fmt.Errorf("problems %s: %w", g.problemIDs(problems), err)
 	}
@@ -93,9 +83,30 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 		p := ps[r.Prompt]
 		batch[i] = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: r.Index, Tokens: len(r.IDs), Truncated: r.FinishReason == "length",
 			Text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}, promptIDs: p.IDs, ids: r.IDs, oldLogp: widen(r.Logprobs)}
-		g.stepTokens.generated += len(r.IDs)
 	}
 	return batch, nil
+}
+
+// generate samples reqs with the rollout's sampling settings, at most
+// maxNew tokens each, seeded by seed and keyed by streams (the rollout
+// engine, without grad), and counts the generated tokens in the step's.
+func (g *grpoRun) generate(reqs []model.Request, streams []int, maxNew int, seed uint64) ([]model.Sample, error) {
+	cfg := g.cfg
+	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
+		MaxNewTokens: maxNew, StopIDs: g.eos, Seed: seed}
+	opt := cfg.Rollout.GenerateOptions()
+	if g.hb != nil {
+		opt.Progress = g.hb.decoded
+	}
+	var res []model.Sample
+	err := csrc.NoGrad(func() (err error) {
+		res, err = g.m.GenerateAt(reqs, streams, sp, opt)
+		return err
+	})
+	for _, r := range res {
+		g.stepTokens.generated += len(r.IDs)
+	}
+	return res, err
 }
 
 // problemIDs lists the ids of some problems for an error message.
