@@ -63,8 +63,6 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 	g := c.g
 	G := g.cfg.Rollout.SamplesPerPrompt
 	format := g.cfg.PromptFormat()
-	maxPos := int(g.m.Config.MaxPositionEmbeddings)
-	fits := func(ids []int64, gen int) bool { return maxPos <= 0 || len(ids)+gen <= maxPos }
 	var jobs []*critiqueJob
 	for start := 0; start+G <= len(sampled); start += G {
 		grp := sampled[start : start+G]
@@ -89,7 +87,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 			if err != nil {
 				return nil, nil, termRows{}, err
 			}
-			if fits(ids, c.cfg.MaxCritiqueTokens) {
+			if g.fitsContext(len(ids) + c.cfg.MaxCritiqueTokens) {
 				asks, prompts = append(asks, j), append(prompts, ids)
 			}
 		}
@@ -113,7 +111,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		if err != nil {
 			return nil, nil, termRows{}, err
 		}
-		if fits(ids, g.cfg.Rollout.MaxNewTokens) {
+		if g.fitsContext(len(ids) + g.cfg.Rollout.MaxNewTokens) {
 			refine, prompts = append(refine, j), append(prompts, ids)
 		}
 	}

@@ -95,7 +95,6 @@ func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout
 	g := d.g
 	G := g.cfg.Rollout.SamplesPerPrompt
 	format := g.cfg.PromptFormat()
-	maxPos := int(g.m.Config.MaxPositionEmbeddings)
 	header, ask := sdpoSiblingHeader, sdpoSiblingAsk
 	if d.cfg.TeacherContext == TeacherBlind {
 		header, ask = sdpoBlindHeader, sdpoBlindAsk
@@ -105,6 +104,7 @@ func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout
 	d.skipped = 0
 	for start := 0; start+G <= len(sampled); start += G {
 		grp := sampled[start : start+G]
+		teacherIDs := map[*rollout][]int64{} // by sibling: rollouts that draw the same one share its prompt
 		for i, r := range grp {
 			if len(r.ids) == 0 {
 				continue
@@ -113,13 +113,17 @@ func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout
 			if o == nil {
 				continue
 			}
-			sib, _ := g.tk.StripAddedTokens(o.Text)
-			user := format.User(g.problems[r.Prompt.Problem].Problem) + header + sib + ask
-			tids, err := format.UserIDs(g.tk, user)
-			if err != nil {
-				return nil, nil, termRows{}, fmt.Errorf("SDPO teacher prompt of problem %s: %w", g.problems[r.Prompt.Problem].ID, err)
+			tids, ok := teacherIDs[o]
+			if !ok {
+				sib, _ := g.tk.StripAddedTokens(o.Text)
+				user := format.User(g.problems[r.Prompt.Problem].Problem) + header + sib + ask
+				var err error
+				if tids, err = format.UserIDs(g.tk, user); err != nil {
+					return nil, nil, termRows{}, fmt.Errorf("SDPO teacher prompt of problem %s: %w", g.problems[r.Prompt.Problem].ID, err)
+				}
+				teacherIDs[o] = tids
 			}
-			if maxPos > 0 && len(tids)+len(r.ids) > maxPos {
+			if !g.fitsContext(len(tids) + len(r.ids)) {
 				d.skipped++
 				continue
 			}

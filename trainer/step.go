@@ -138,13 +138,20 @@ func (g *grpoRun) renderPrompts() error {
 		if err != nil {
 			return fmt.Errorf("%s: problem %s: %w", p.Where, p.ID, err)
 		}
-		if maxPos > 0 && int64(len(ids)+g.cfg.Rollout.MaxNewTokens) > maxPos {
+		if !g.fitsContext(len(ids) + g.cfg.Rollout.MaxNewTokens) {
 			return fmt.Errorf("%s: problem %s: its prompt of %d tokens + rollout.max_new_tokens %d exceed the model's max_position_embeddings %d",
 				p.Where, p.ID, len(ids), g.cfg.Rollout.MaxNewTokens, maxPos)
 		}
 		g.prompts[i] = ids
 	}
 	return nil
+}
+
+// fitsContext reports whether a sequence of n tokens fits the model's
+// context (max_position_embeddings; none given: any does).
+func (g *grpoRun) fitsContext(n int) bool {
+	maxPos := g.m.Config.MaxPositionEmbeddings
+	return maxPos <= 0 || int64(n) <= maxPos
 }
 
 // step runs one GRPO or LANPO step and returns its metrics (timings
