@@ -223,14 +223,14 @@ func (b *planner) update() {
 		b.add("head weight gradient", v*h*4, fmt.Sprintf("fp32 [%d, %d] accumulation of dW before its cast", v, h))
 	}
 	if k := o.SDPOTopK; k > 0 {
-		// Held through the student's backward: the teacher's final hidden
-		// states of the micro-batch, its top-K ids (int64) and log-probs
-		// (fp32), and the student's log-probs at them (+ the sampled token)
-		// and the divergence's intermediates in fp64. The teacher's forward
-		// runs before the student's, without grad, one layer at a time; its
-		// logits chunk is freed before the student's exists.
-		b.add("SDPO teacher outputs", tok*(h*o.DTypeBytes+k*12+(k+2)*8*3),
-			fmt.Sprintf("%d tokens × (the teacher's hidden state, its top-%d, the divergence's terms)", tok, k))
+		// Held through the student's backward: the teacher's top-K ids
+		// (int64) and log-probs (fp32), and the student's log-probs at them
+		// (+ the sampled token) and the divergence's intermediates in fp64.
+		// The teacher's forward runs before the student's, without grad, in
+		// a scope of its own: its layers' outputs and logits chunk are freed
+		// before the student's forward exists.
+		b.add("SDPO teacher outputs", tok*(k*12+(k+2)*8*3),
+			fmt.Sprintf("%d tokens × (the teacher's top-%d, the divergence's terms)", tok, k))
 	}
 }
 

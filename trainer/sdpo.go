@@ -162,9 +162,8 @@ func (d *sdpo) sibling(step int, grp []*rollout, i int) *rollout {
 func (d *sdpo) metrics(met *StepMetrics, tot termRows, loss float64, policyTokens int) {
 	met.SDPORows, met.SDPOSkipped = tot.rows, d.skipped
 	if tot.rows > 0 {
-		met.SDPODivergence = loss / (1 - d.cfg.Lambda)
-		if d.cfg.Lambda == 1 {
-			met.SDPODivergence = 0
+		if d.cfg.Lambda < 1 { // the loss is (1 − λ)·the divergence
+			met.SDPODivergence = loss / (1 - d.cfg.Lambda)
 		}
 		met.SDPOTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
 	}
@@ -190,18 +189,24 @@ func (d *sdpo) microBatch(mb []*rollout, first int, tot termRows) (r microResult
 	g.countTrained(teach) // the teacher's forward: tokens_trained counts every trainer forward
 	where := func(err error) error { return g.microBatchErr("SDPO micro-batch at row", first, len(mb), b.t, err) }
 	opt := csrc.VocabOptions{Temperature: cfg.Rollout.Temperature}
+	// The teacher's forward in a scope of its own: only its top-K outlives
+	// it, not its layers' outputs, during the student's forward and backward.
 	var tIDs, tLogp *ts.Tensor
 	err = csrc.NoGrad(func() (err error) {
+		var own tensor.Scope
+		defer own.Close()
 		defer tensor.Recover("SDPO teacher", &err)
-		tb := buildBatch(&s, g.m.Device, teach)
-		h, err := d.teacher.Forward(&s, tb.ids, tb.pos, nil, nil)
+		tb := buildBatch(&own, g.m.Device, teach)
+		h, err := d.teacher.Forward(&own, tb.ids, tb.pos, nil, nil)
 		if err != nil {
 			return err
 		}
-		tIDs, tLogp, err = csrc.FusedTopKLogProb(responseRows(&s, h, tb.tmask), d.teacher.LMHead, int64(d.cfg.TopK), opt)
+		if tIDs, tLogp, err = csrc.FusedTopKLogProb(responseRows(&own, h, tb.tmask), d.teacher.LMHead, int64(d.cfg.TopK), opt); err != nil {
+			return err
+		}
 		s.Keep(tIDs)
 		s.Keep(tLogp)
-		return err
+		return nil
 	})
 	if err != nil {
 		return r, where(err)
