@@ -105,7 +105,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 	var prompts [][]int64
 	for _, j := range jobs {
 		if j.critique == "" {
-			continue // its critique prompt did not fit the context
+			continue // no critique: its prompt did not fit the context, or the policy wrote none
 		}
 		ids, err := format.UserIDs(g.tk, j.user+critiqueHeader+j.critique+critiqueRefineAsk)
 		if err != nil {
@@ -119,14 +119,15 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 	if err != nil {
 		return nil, nil, termRows{}, err
 	}
-	var rows []*rollout
+	refs := make([]*rollout, len(refine))
 	for i, j := range refine {
 		o, p := out[i], j.attempt.Prompt
-		rows = append(rows, &rollout{Rollout: rl.Rollout{Prompt: p, Sample: G, Tokens: len(o.IDs), Truncated: o.FinishReason == "length",
-			Text: g.tk.Decode(tokenizer.Ints(o.IDs), true)}, promptIDs: g.prompts[p.Problem], ids: o.IDs, oldLogp: make([]float64, len(o.IDs))})
+		j.ref = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: G, Tokens: len(o.IDs), Truncated: o.FinishReason == "length",
+			Text: g.tk.Decode(tokenizer.Ints(o.IDs), true)}, promptIDs: g.prompts[p.Problem], ids: o.IDs, oldLogp: make([]float64, len(o.IDs))}
+		refs[i] = j.ref
 	}
 	ph.Enter("reward")
-	g.score(rows)
+	g.score(refs)
 	// 3. the mixed groups' advantages; a group is trained if it was kept,
 	// or if its refinement scored otherwise than its first attempts.
 	wasKept := map[*rollout]bool{}
@@ -135,13 +136,8 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 	}
 	var newKept, trained []*rollout
 	tokens, correct, revived := 0, 0, 0
-	refIdx := 0
 	for _, j := range jobs {
-		var ref *rollout
-		if refIdx < len(refine) && refine[refIdx] == j {
-			ref = rows[refIdx]
-			refIdx++
-		}
+		ref := j.ref
 		members := j.grp
 		if ref != nil {
 			members = append(append([]*rollout(nil), j.grp...), ref)
@@ -168,7 +164,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 			tokens += len(ref.ids)
 		}
 	}
-	tot, err := dist.SumFloats(g.comm, []float64{float64(len(trained)), float64(tokens), float64(correct), float64(revived), float64(len(rows))})
+	tot, err := dist.SumFloats(g.comm, []float64{float64(len(trained)), float64(tokens), float64(correct), float64(revived)})
 	if err != nil {
 		return nil, nil, termRows{}, err
 	}
@@ -190,6 +186,7 @@ type critiqueJob struct {
 	attempt  *rollout
 	user     string // the problem's user message + the attempt
 	critique string
+	ref      *rollout // the refinement, verified (nil: none made)
 }
 
 // generate samples one response to each prompt (the rollout's sampling
