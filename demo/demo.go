@@ -225,7 +225,7 @@ func Run(ctx context.Context, o Options) error {
 	for _, arm := range o.Arms {
 		cfg := d.arms[arm]
 		fmt.Fprintf(o.Log, "demo: stage 2: %s, %d steps\n", arm, cfg.TotalSteps)
-		opts := trainer.RunOptions{Progress: o.Progress}
+		opts := trainer.RunOptions{Progress: o.Progress, Span: d.span}
 		if opts.Evaluate, err = trainer.TrainingEvaluator(cfg, true); err != nil {
 			return err
 		}
@@ -314,6 +314,7 @@ func (d demoRun) evaluate(runDir, stage, dir string, bench []eval.Benchmark, cfg
 	out := filepath.Join(runDir, "eval-"+stage)
 	os.RemoveAll(out)
 	if _, err := eval.Run(m, tk, eval.Options{Benchmarks: bench, Modes: modes, K: 1, Feedback: cfg.FeedbackSettings(), Pool: p, Out: out, Batch: 128,
+		ReferenceNLL: true, ReferenceSpan: d.span,
 		Sampling: model.SamplingParams{Temperature: 0, MaxNewTokens: d.maxNew, Seed: 1}}); err != nil {
 		return StageResult{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/rl"
 	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
@@ -25,6 +26,7 @@ type demoRun struct {
 	benchTold   []eval.Benchmark // rule worlds: the same problems with the rule told as a plan
 	maxNew      int
 	sftExamples int
+	span        rl.Span // the rule worlds' diagnostic span: the rule an answer names (nil elsewhere)
 }
 
 // prepare writes the demo's data under runDir and returns the SFT and RL
@@ -36,6 +38,9 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 	}
 	d := demoRun{split: w.split(runSeed, p), arms: map[string]trainer.Config{}, maxNew: p.maxNew}
 	d.groups = w.groups(d.split)
+	if isRules(worldName) {
+		d.span = ruleNamed
+	}
 	promptsPath := filepath.Join(dataDir, "prompts.yaml")
 	if err := os.WriteFile(promptsPath, []byte(demoPrompts), 0o644); err != nil {
 		return d, err
@@ -123,7 +128,13 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 		// first.
 		rl.LANPO.LessonOrder = "outcome"
 		rl.Log.Rollouts = true
+		// What the update does with a found rule, measured (docs/metrics.md):
+		// consolidation's rows before and after each optimizer step and the
+		// gradients apart, and at every evaluation the bare prompt's NLL of
+		// the held-out problems' canonical answers.
+		rl.Log.UpdateDiagnostics = true
 	}
+	rl.Eval.ReferenceNLL = true
 	if pt > 0 {
 		rl.LANPO.FeedbackRatio = pt
 	}

@@ -60,6 +60,13 @@ type LevelAccuracy struct {
 	Correct  int     `json:"correct"`
 	Accuracy float64 `json:"accuracy"`
 	Worked   int     `json:"worked"` // answers that show column steps (ShowsSteps)
+	// Zero-shot: the canonical answers' log-likelihood under the bare
+	// prompt, teacher-forced (eval's reference solutions), summed over each
+	// answer's tokens and averaged over the group's problems; RefSpanLogp
+	// the same over the rule it names (rule worlds). A continuous endpoint
+	// beside accuracy.
+	RefLogp     float64 `json:"reference_logprob,omitempty"`
+	RefSpanLogp float64 `json:"reference_span_logprob,omitempty"`
 }
 
 // FeedbackUsage totals a LANPO arm's prompts by what they got.
@@ -96,6 +103,8 @@ func stageResult(stage string, modes []string, groups []string, lines []eval.Sam
 			if l.Correct {
 				la.Correct++
 			}
+			la.RefLogp += l.RefLogp
+			la.RefSpanLogp += l.RefSpanLogp
 			if ShowsSteps(l.Response) {
 				la.Worked++
 			}
@@ -104,6 +113,8 @@ func stageResult(stage string, modes []string, groups []string, lines []eval.Sam
 		for lv := 1; lv <= len(groups); lv++ {
 			if la := byLevel[lv]; la != nil {
 				la.Accuracy = float64(la.Correct) / float64(la.N)
+				la.RefLogp /= float64(la.N)
+				la.RefSpanLogp /= float64(la.N)
 				mr.Levels = append(mr.Levels, *la)
 				total += la.N
 				correct += la.Correct

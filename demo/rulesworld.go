@@ -300,3 +300,22 @@ func statesRule(text, word, pattern string) bool {
 		}
 	}
 }
+
+// ruleNamed finds the rule an answer names ("zorp is aab: …" — "aab"): the
+// first run of pattern letters after " is ", as byte offsets. It is the
+// rule worlds' diagnostic span (rl.Span): given it, the rest of an answer
+// is copied from the problem, so its log-likelihood is the bare prompt's
+// choice among the K rules.
+func ruleNamed(_ string, text string) (lo, hi int, ok bool) {
+	const is = " is "
+	i := strings.Index(text, is)
+	if i < 0 {
+		return 0, 0, false
+	}
+	lo = i + len(is)
+	hi = lo
+	for hi < len(text) && (text[hi] == 'a' || text[hi] == 'b') {
+		hi++
+	}
+	return lo, hi, hi > lo
+}

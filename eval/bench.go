@@ -41,6 +41,11 @@ type Problem struct {
 	ID      string `json:"id"`
 	Problem string `json:"problem"`
 	Answer  string `json:"answer"`
+	// Solution is an optional reference response (a worked solution that
+	// ends in the answer): zero-shot evaluation then also reports its
+	// teacher-forced log-likelihood under the bare prompt (reference_nll),
+	// a continuous measure of how close the model is to writing it.
+	Solution string `json:"solution,omitempty"`
 }
 
 // Benchmark is a loaded benchmark (possibly a subset).

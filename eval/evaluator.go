@@ -3,12 +3,14 @@ package eval
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	"github.com/lanpo-rl/lanpo/csrc"
 	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // evaluator runs batches.
@@ -71,6 +73,11 @@ func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, e
 				l.Stage = "first"
 			}
 			lines = append(lines, l)
+		}
+	}
+	if mode == ModeZeroShot && e.o.ReferenceNLL {
+		if err := e.reference(probs, prompts, lines); err != nil {
+			return nil, err
 		}
 	}
 	if mode != ModeSelfCorrect {
@@ -140,4 +147,60 @@ func (e *evaluator) line(b Benchmark, mode string, lo int, p Problem, j int, pro
 	v := reward.VerifyResponse(text, p.Answer, truncated, reward.Options{})
 	return SampleLine{Bench: b.Name, Mode: mode, Batch: lo, ProblemID: p.ID, Sample: j, Prompt: e.tk.Decode(tokenizer.Ints(prompt), false),
 		Response: text, Extracted: v.Extracted, Correct: v.Correct, Tokens: len(s.IDs), Truncated: truncated}
+}
+
+// reference scores the problems' reference solutions (Problem.Solution)
+// teacher-forced after their prompts, in one forward pass without grad,
+// onto each problem's first sample line (lines: the batch's, K per problem
+// in order).
+func (e *evaluator) reference(probs []Problem, prompts [][]int64, lines []SampleLine) error {
+	var seqs [][]int64
+	var which []int
+	var sols [][]int
+	for i, p := range probs {
+		if p.Solution == "" {
+			continue
+		}
+		ids, err := e.tk.Encode(p.Solution, false)
+		if err != nil || len(ids) == 0 {
+			return fmt.Errorf("problem %s: reference solution: %v", p.ID, err)
+		}
+		if mp := int(e.m.Config.MaxPositionEmbeddings); mp > 0 && len(prompts[i])+len(ids) > mp {
+			ids = ids[:max(mp-len(prompts[i]), 1)] // what fits the context is scored
+		}
+		seqs = append(seqs, append(append([]int64(nil), prompts[i]...), tokenizer.Int64s(ids)...))
+		which, sols = append(which, i), append(sols, ids)
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	var lp [][]float32
+	err := csrc.NoGrad(func() (err error) {
+		lp, err = e.m.Score(seqs)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("reference solutions: %w", err)
+	}
+	for r, i := range which {
+		p, sol := probs[i], sols[r]
+		vals := lp[r][len(prompts[i])-1:] // the solution's tokens
+		var span []bool
+		if e.o.ReferenceSpan != nil {
+			pieces := e.tk.Pieces(sol, true)
+			if lo, hi, ok := e.o.ReferenceSpan(p.ID, strings.Join(pieces, "")); ok {
+				span = rl.InSpan(pieces, lo, hi)
+			}
+		}
+		l := &lines[i*e.o.K]
+		l.RefTokens = len(sol)
+		for k, v := range vals {
+			l.RefLogp += float64(v)
+			if span != nil && span[k] {
+				l.RefSpanLogp += float64(v)
+				l.RefSpanTokens++
+			}
+		}
+	}
+	return nil
 }

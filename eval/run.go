@@ -19,6 +19,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // Evaluation modes (LANPO's three inference modes).
@@ -60,6 +61,14 @@ type Options struct {
 	// generation budget exceed the model's context (counted in the
 	// summary) instead of refusing before the first forward pass.
 	SkipLongPrompts bool
+	// ReferenceNLL: zero-shot, also score each problem's reference
+	// solution (Problem.Solution, where it has one) teacher-forced after
+	// its prompt (SampleLine.RefLogp; Summary.ReferenceNLL).
+	ReferenceNLL bool
+	// ReferenceSpan marks the part of a problem's reference solution that
+	// carries its decision (rl.Span, a diagnostic; the demo's rule name):
+	// reference_nll is then also reported inside it. nil: none.
+	ReferenceSpan rl.Span
 }
 
 // Files of an evaluation directory.
@@ -228,4 +237,12 @@ type SampleLine struct {
 	Context   bool    `json:"context,omitempty"` // retrieval: the prompt carried a plan
 	Nearest   string  `json:"nearest_pool_problem,omitempty"`
 	NearSim   float64 `json:"nearest_similarity,omitempty"`
+	// Zero-shot, a problem with a reference solution (its first sample's
+	// line): the solution's log-likelihood under the prompt, summed over its
+	// tokens, and its tokens; inside ReferenceSpan the same (RefSpanTokens 0:
+	// no span).
+	RefLogp       float64 `json:"reference_logprob,omitempty"`
+	RefTokens     int     `json:"reference_tokens,omitempty"`
+	RefSpanLogp   float64 `json:"reference_span_logprob,omitempty"`
+	RefSpanTokens int     `json:"reference_span_tokens,omitempty"`
 }

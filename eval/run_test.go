@@ -2,6 +2,7 @@ package eval
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,4 +180,95 @@ func TestLongPromptsCheckedFirst(t *testing.T) {
 	if !strings.Contains(table.String(), "1 skipped: prompt longer than the context allows") {
 		t.Errorf("the table does not say so:\n%s", table.String())
 	}
+}
+
+// TestReferenceNLL: with Options.ReferenceNLL, a zero-shot problem that has
+// a reference solution gets its log-likelihood after the prompt, equal to
+// lanpo score's of prompt + solution (and inside a span, the span's
+// tokens'), on its first sample's line only; the summary's reference_nll
+// is the token mean over the problems that have one; off, nothing is
+// scored.
+func TestReferenceNLL(t *testing.T) {
+	m, tk := tinyModel(t)
+	o := evalOptions(t, "", nil)
+	o.Modes = []string{ModeZeroShot}
+	b := &o.Benchmarks[0]
+	sols := []string{"She sells 16 - 3 - 4 = 9 eggs, so \\boxed{18}.", "", "It takes 2 + 1 = \\boxed{3} bolts."}
+	for i, s := range sols {
+		b.Problems[i].Solution = s
+	}
+	o.ReferenceNLL = true
+	// The span: the text from the first digit to the first space after it.
+	o.ReferenceSpan = func(_ string, text string) (int, int, bool) {
+		lo := strings.IndexAny(text, "0123456789")
+		if lo < 0 {
+			return 0, 0, false
+		}
+		return lo, lo + strings.IndexByte(text[lo:], ' '), true
+	}
+	sums, err := Run(m, tk, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := runLines(t, m, tk, o)
+	var nll, n float64
+	for _, p := range b.Problems {
+		for _, l := range lines {
+			if l.ProblemID != p.ID {
+				continue
+			}
+			if p.Solution == "" || l.Sample > 0 {
+				if l.RefTokens != 0 || l.RefLogp != 0 {
+					t.Errorf("%s sample %d: reference scored (%d tokens) where none is wanted", p.ID, l.Sample, l.RefTokens)
+				}
+				continue
+			}
+			prompt, err := o.Feedback.Format.SolveIDs(tk, p.Problem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sol, _ := tk.Encode(p.Solution, false)
+			lp, err := m.Score([][]int64{append(append([]int64(nil), prompt...), tokenizer.Int64s(sol)...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0.0
+			for _, v := range lp[0][len(prompt)-1:] {
+				want += float64(v)
+			}
+			if l.RefTokens != len(sol) || math.Abs(l.RefLogp-want) > 1e-4 {
+				t.Errorf("%s: reference %v over %d tokens, want %v over %d", p.ID, l.RefLogp, l.RefTokens, want, len(sol))
+			}
+			if l.RefSpanTokens == 0 || l.RefSpanTokens >= l.RefTokens || l.RefSpanLogp < l.RefLogp {
+				t.Errorf("%s: span %v over %d tokens of %d", p.ID, l.RefSpanLogp, l.RefSpanTokens, l.RefTokens)
+			}
+			nll, n = nll-l.RefLogp, n+float64(l.RefTokens)
+		}
+	}
+	if n == 0 || math.Abs(sums[0].ReferenceNLL-nll/n) > 1e-9 || sums[0].ReferenceNLLSpan == 0 {
+		t.Errorf("summary reference_nll %v (span %v), want %v", sums[0].ReferenceNLL, sums[0].ReferenceNLLSpan, nll/n)
+	}
+	if got := Flatten(sums)["gsm8k/zero-shot/reference_nll"]; got != sums[0].ReferenceNLL {
+		t.Errorf("flattened reference_nll %v", got)
+	}
+	o.ReferenceNLL = false
+	for _, l := range runLines(t, m, tk, o) {
+		if l.RefTokens != 0 {
+			t.Fatalf("ReferenceNLL off: %s scored", l.ProblemID)
+		}
+	}
+}
+
+// runLines runs an evaluation into a fresh directory and reads its lines.
+func runLines(t *testing.T, m *model.Model, tk *tokenizer.Tokenizer, o Options) []SampleLine {
+	t.Helper()
+	o.Out = filepath.Join(t.TempDir(), "eval")
+	if _, err := Run(m, tk, o); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := jsonl.Read[SampleLine](filepath.Join(o.Out, SamplesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
 }

@@ -39,6 +39,11 @@ type Summary struct {
 	// model's context with the generation budget (--skip-long-prompts;
 	// not counted in N).
 	SkippedLong int `json:"skipped_long_prompts,omitempty"`
+	// Zero-shot, problems with a reference solution: its token-mean
+	// negative log-likelihood under the bare prompt over them, and inside
+	// the reference span where one is marked (Options.ReferenceSpan).
+	ReferenceNLL     float64 `json:"reference_nll,omitempty"`
+	ReferenceNLLSpan float64 `json:"reference_nll_span,omitempty"`
 }
 
 // KValue is one pass@k.
@@ -75,6 +80,7 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 			}
 			pass := make([]float64, len(powersOfTwo(k)))
 			var tokens, trunc, count float64
+			var refNLL, refTokens, spanNLL, spanTokens float64
 			for _, p := range b.Problems {
 				ls := byProblem[key{b.Name, mode, p.ID}]
 				if len(ls) == 0 {
@@ -108,6 +114,8 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 					votes = append(votes, vote{l.Extracted, l.Correct})
 				}
 				for _, l := range ls {
+					refNLL, refTokens = refNLL-l.RefLogp, refTokens+float64(l.RefTokens)
+					spanNLL, spanTokens = spanNLL-l.RefSpanLogp, spanTokens+float64(l.RefSpanTokens)
 					tokens += float64(l.Tokens)
 					if l.Truncated {
 						trunc++
@@ -149,6 +157,12 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 			}
 			if mode == ModeRetrieval {
 				s.NearestMean /= n
+			}
+			if refTokens > 0 {
+				s.ReferenceNLL = refNLL / refTokens
+			}
+			if spanTokens > 0 {
+				s.ReferenceNLLSpan = spanNLL / spanTokens
 			}
 			out = append(out, s)
 		}
@@ -231,6 +245,12 @@ func Flatten(sums []Summary) map[string]float64 {
 		}
 		if s.Mode == ModeSelfCorrect {
 			out[pre+"first_attempt"] = s.FirstAttempt
+		}
+		if s.ReferenceNLL > 0 {
+			out[pre+"reference_nll"] = s.ReferenceNLL
+		}
+		if s.ReferenceNLLSpan > 0 {
+			out[pre+"reference_nll_span"] = s.ReferenceNLLSpan
 		}
 	}
 	return out

@@ -74,3 +74,25 @@ type Rollout struct {
 type Phases interface {
 	Enter(phase string)
 }
+
+// Span marks, for diagnostics, the part of a response to a problem that
+// carries its decision: byte offsets [lo, hi) in the text, ok false where
+// the text has none. The demo's rule worlds mark the rule an answer names
+// ("zorp is aab: 7 7 3." — "aab"; given it, the rest is copied), so a
+// log-likelihood can be read inside and outside it. Never a training
+// signal: only metrics read it.
+type Span func(problemID, text string) (lo, hi int, ok bool)
+
+// InSpan reports, for each token of a response whose decoded pieces are
+// pieces (their concatenation is the text Span saw), whether any of its
+// bytes fall in [lo, hi).
+func InSpan(pieces []string, lo, hi int) []bool {
+	out := make([]bool, len(pieces))
+	at := 0
+	for i, p := range pieces {
+		end := at + len(p)
+		out[i] = end > lo && at < hi && len(p) > 0
+		at = end
+	}
+	return out
+}

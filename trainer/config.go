@@ -131,6 +131,11 @@ type EvalConfig struct {
 	// problem stops the run before its first step (lanpo eval:
 	// --skip-long-prompts).
 	SkipLongPrompts bool `yaml:"skip_long_prompts"`
+	// ReferenceNLL: zero-shot, also score each problem's reference
+	// solution (its "solution" field, where it has one) teacher-forced
+	// after the prompt — eval/BENCH/zero-shot/reference_nll, a continuous
+	// measure beside accuracy (lanpo eval: --reference-nll).
+	ReferenceNLL bool `yaml:"reference_nll"`
 }
 
 // TrainConfig are memory switches of the update (SFT and RL).
@@ -280,6 +285,11 @@ type LogConfig struct {
 	// a line this often while a step runs says its phase and progress
 	// (trainer/heartbeat.go); "0" turns it off. A duration such as 30s.
 	PhaseEvery string `yaml:"phase_every"`
+	// UpdateDiagnostics adds what it costs to measure (docs/metrics.md):
+	// an update term's rows measured again after the optimizer step (one
+	// more forward over them), and on one process the policy's and the
+	// term's gradients apart (one more copy of the gradients).
+	UpdateDiagnostics bool `yaml:"update_diagnostics"`
 }
 
 // PhaseInterval is log.phase_every parsed (validated at load).

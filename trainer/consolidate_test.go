@@ -10,12 +10,21 @@ import (
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
+// consolidated is one consolidationUpdate's outcome.
+type consolidated struct {
+	met StepMetrics
+	w   []float64 // the weights after the update
+	// nll and after are the distill rows' token-mean NLL before and after
+	// the update as lanpo score computes it (an independent path: a
+	// left-padded forward, float32 log-probs); span and rest the same
+	// before, inside and outside the rows' span masks.
+	nll, after, span, rest float64
+}
+
 // consolidationUpdate runs one update of the tiny model (float64) over the
 // policy rollouts rolls and the consolidation rows distill with the config
-// overrides sets; it returns the metrics, the weights after, and the NLL of
-// the distill rows before the update as lanpo score computes it (an
-// independent path: a left-padded forward, float32 log-probs).
-func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string) (StepMetrics, []float64, float64) {
+// overrides sets.
+func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string) consolidated {
 	t.Helper()
 	cfg := tinyConfig(t, append([]string{"dtype=float64", "rollout.temperature=1"}, sets...)...)
 	s, err := openSession(cfg, "", "grpo", RunOptions{})
@@ -33,35 +42,50 @@ func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string)
 		}
 		return out
 	}
-	var seqs [][]int64
-	var c termRows
+	c := termRows{extra: consExtra}
 	for _, r := range distill {
-		seqs = append(seqs, append(append([]int64(nil), r.promptIDs...), r.ids...))
 		c.rows++
 		c.tokens += len(r.ids)
 	}
-	var nll float64
-	if len(seqs) > 0 {
+	// score is the rows' NLL sums over all tokens, the span's and the rest.
+	score := func() (all, span, rest, nSpan float64) {
+		var seqs [][]int64
+		for _, r := range distill {
+			seqs = append(seqs, append(append([]int64(nil), r.promptIDs...), r.ids...))
+		}
+		if len(seqs) == 0 {
+			return
+		}
 		lp, err := s.m.Score(seqs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, r := range distill {
-			for _, v := range lp[i][len(r.promptIDs)-1:] {
-				nll -= float64(v)
+			for k, v := range lp[i][len(r.promptIDs)-1:] {
+				all -= float64(v)
+				if r.span != nil && r.span[k] {
+					span -= float64(v)
+					nSpan++
+				} else {
+					rest -= float64(v)
+				}
 			}
 		}
-		nll /= float64(c.tokens)
+		return
 	}
-	var met StepMetrics
-	if err := g.update(ptrs(rolls), ptrs(distill), c, &met); err != nil {
+	var out consolidated
+	all, span, rest, nSpan := score()
+	n := float64(max(c.tokens, 1))
+	out.nll, out.span, out.rest = all/n, span/max(nSpan, 1), rest/max(n-nSpan, 1)
+	if err := g.update(ptrs(rolls), ptrs(distill), c, &out.met); err != nil {
 		t.Fatal(err)
 	}
-	var w []float64
+	all, _, _, _ = score()
+	out.after = all / n
 	for _, p := range s.m.Params() {
-		w = append(w, tensor.Float64s(p.Tensor)...)
+		out.w = append(out.w, tensor.Float64s(p.Tensor)...)
 	}
-	return met, w, nll
+	return out
 }
 
 // TestConsolidationLoss: the consolidation term is λ times the token-mean
@@ -73,7 +97,8 @@ func TestConsolidationLoss(t *testing.T) {
 	const lambda = 0.5
 	lam := "lanpo.consolidate=0.5"
 
-	met, _, nll := consolidationUpdate(t, nil, distill, lam, "algo.micro_batch_size=2")
+	alone := consolidationUpdate(t, nil, distill, lam, "algo.micro_batch_size=2")
+	met, nll := alone.met, alone.nll
 	if met.Consolidated != 5 || met.ConsolidatedTokenFrac != 1 || met.GradNorm == 0 {
 		t.Fatalf("consolidation alone: %+v", met)
 	}
@@ -81,10 +106,11 @@ func TestConsolidationLoss(t *testing.T) {
 		t.Errorf("NLL %v and loss %v, want %v (lanpo score's) and λ· that", met.ConsolidateNLL, met.Loss, nll)
 	}
 
-	policy, wPolicy, _ := consolidationUpdate(t, rolls, nil, lam)
-	both, wBoth, _ := consolidationUpdate(t, rolls, distill, lam, "algo.micro_batch_size=1")
-	if math.Abs(both.Loss-(policy.Loss+lambda*nll)) > 1e-6 {
-		t.Errorf("loss with both %v, want policy %v + λ·NLL %v", both.Loss, policy.Loss, lambda*nll)
+	policy := consolidationUpdate(t, rolls, nil, lam)
+	both := consolidationUpdate(t, rolls, distill, lam, "algo.micro_batch_size=1")
+	wPolicy, wBoth := policy.w, both.w
+	if math.Abs(both.met.Loss-(policy.met.Loss+lambda*nll)) > 1e-6 {
+		t.Errorf("loss with both %v, want policy %v + λ·NLL %v", both.met.Loss, policy.met.Loss, lambda*nll)
 	}
 	tokens := 0
 	for _, r := range rolls {
@@ -94,14 +120,14 @@ func TestConsolidationLoss(t *testing.T) {
 	for _, r := range distill {
 		dtok += len(r.ids)
 	}
-	if want := float64(dtok) / float64(dtok+tokens); math.Abs(both.ConsolidatedTokenFrac-want) > 1e-12 {
-		t.Errorf("consolidated_token_frac %v, want %v", both.ConsolidatedTokenFrac, want)
+	if want := float64(dtok) / float64(dtok+tokens); math.Abs(both.met.ConsolidatedTokenFrac-want) > 1e-12 {
+		t.Errorf("consolidated_token_frac %v, want %v", both.met.ConsolidatedTokenFrac, want)
 	}
 	if d := maxAbsDiff(wBoth, wPolicy); d < 1e-8 {
 		t.Fatalf("the consolidation rows moved nothing (%g)", d)
 	}
-	_, wPacked, _ := consolidationUpdate(t, rolls, distill, lam, "algo.max_tokens_per_micro_batch=24")
-	if d := maxAbsDiff(wBoth, wPacked); d > 1e-12 {
+	packed := consolidationUpdate(t, rolls, distill, lam, "algo.max_tokens_per_micro_batch=24")
+	if d := maxAbsDiff(wBoth, packed.w); d > 1e-12 {
 		t.Errorf("micro-batches of 1 vs packed by tokens: weights differ by %g", d)
 	}
 }

@@ -215,7 +215,7 @@ func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, ma
 	return out, nil
 }
 
-func (c *critique) metrics(met *StepMetrics, tot termRows, loss float64, policyTokens int) {
+func (c *critique) metrics(met *StepMetrics, tot termRows, loss float64, _ []float64, policyTokens int) {
 	met.CritiqueRefinements, met.CritiqueRefinedOK, met.CritiqueGroupsSaved = tot.rows, c.correct, c.revived
 	met.CritiqueLoss = loss
 	if tot.rows > 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // TrainingEvaluator returns the evaluator lanpo train runs (RunOptions.Evaluate) every
@@ -37,7 +38,7 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 		benches = append(benches, b)
 	}
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
-		SkipLongPrompts: ec.SkipLongPrompts, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: ec.MaxNewTokens, Seed: ec.Seed}}
+		SkipLongPrompts: ec.SkipLongPrompts, ReferenceNLL: ec.ReferenceNLL, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: ec.MaxNewTokens, Seed: ec.Seed}}
 	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record}, nil
 }
 
@@ -67,4 +68,15 @@ func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Toke
 		return nil, err
 	}
 	return eval.Flatten(sums), nil
+}
+
+// withSpan gives lanpo train's evaluator the run's diagnostic span
+// (RunOptions.Span) for its reference solutions; any other evaluator is
+// returned as it is.
+func withSpan(e Evaluator, span rl.Span) Evaluator {
+	if te, ok := e.(trainingEvaluator); ok && span != nil {
+		te.o.ReferenceSpan = span
+		return te
+	}
+	return e
 }

@@ -83,6 +83,28 @@ type StepMetrics struct {
 	Consolidated          int     `json:"consolidated,omitempty"`
 	ConsolidatedTokenFrac float64 `json:"consolidated_token_frac,omitempty"`
 	ConsolidateNLL        float64 `json:"consolidate_nll,omitempty"`
+	// The same tokens under the context the sampler saw (its recorded
+	// log-probs) and the bare-minus-context gap: what the bare prompt has
+	// yet to learn of what the context gave. With a diagnostic span
+	// (RunOptions.Span; the demo's rule name): the NLL inside it and
+	// outside it, the gap inside it and its tokens. With
+	// log.update_diagnostics: the NLL after the step's optimizer step.
+	ConsolidateNLLContext     float64 `json:"consolidate_nll_context,omitempty"`
+	ConsolidateContextGap     float64 `json:"consolidate_context_gap,omitempty"`
+	ConsolidateSpanTokens     int     `json:"consolidate_span_tokens,omitempty"`
+	ConsolidateNLLSpan        float64 `json:"consolidate_nll_span,omitempty"`
+	ConsolidateNLLRest        float64 `json:"consolidate_nll_rest,omitempty"`
+	ConsolidateContextGapSpan float64 `json:"consolidate_context_gap_span,omitempty"`
+	ConsolidateNLLAfter       float64 `json:"consolidate_nll_after,omitempty"`
+	ConsolidateNLLSpanAfter   float64 `json:"consolidate_nll_span_after,omitempty"`
+	ConsolidateNLLRestAfter   float64 `json:"consolidate_nll_rest_after,omitempty"`
+
+	// log.update_diagnostics with an update term, one process: the norms
+	// of the policy loss's and the term's gradients (before clipping) and
+	// their cosine.
+	GradNormPolicy       float64 `json:"grad_norm_policy,omitempty"`
+	GradNormTerm         float64 `json:"grad_norm_term,omitempty"`
+	GradCosineTermPolicy float64 `json:"grad_cosine_term_policy,omitempty"`
 
 	// SDPO (algo.name sdpo): the rollouts distilled toward the teacher, those
 	// left out because the teacher's sequence exceeds the context, the
@@ -186,7 +208,7 @@ func scalars(line map[string]any) map[string]float64 {
 // original-prompt and consolidation keys) and goes to lanpo/.
 // docs/metrics.md gives each key's tag; TestTensorBoardTags compares.
 var tensorBoardGroups = map[string]string{
-	"loss": "train", "lr": "train", "grad_norm": "train", "kl": "train", "clip_frac": "train",
+	"loss": "train", "lr": "train", "grad_norm": "train", "grad_norm_policy": "train", "grad_norm_term": "train", "grad_cosine_term_policy": "train", "kl": "train", "clip_frac": "train",
 	"entropy": "train", "ratio_mean": "train", "padding_frac": "train", "update_skipped": "train",
 
 	"reward_mean": "rollout", "reward_std": "rollout", "accuracy": "rollout", "zero_variance_group_frac": "rollout",

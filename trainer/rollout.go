@@ -30,6 +30,7 @@ type rollout struct {
 	tis          []float32 // truncated importance weight of each token (nil: 1)
 	weight       float64   // loss weight of each of its tokens (TokenWeights)
 	teacherIDs   []int64   // SDPO: the teacher's prompt (sdpo.go)
+	span         []bool    // consolidation: its tokens in the run's diagnostic span (nil: none)
 }
 
 // rolloutStat is what every rank learns of every rollout of the step: what

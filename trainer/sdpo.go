@@ -159,7 +159,7 @@ func (d *sdpo) sibling(step int, grp []*rollout, i int) *rollout {
 	return cands[rng.IntN(len(cands))]
 }
 
-func (d *sdpo) metrics(met *StepMetrics, tot termRows, loss float64, policyTokens int) {
+func (d *sdpo) metrics(met *StepMetrics, tot termRows, loss float64, _ []float64, policyTokens int) {
 	met.SDPORows, met.SDPOSkipped = tot.rows, d.skipped
 	if tot.rows > 0 {
 		if d.cfg.Lambda < 1 { // the loss is (1 − λ)·the divergence

@@ -20,6 +20,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/rl"
 )
 
 // ErrInterrupted is returned when a run stopped on a signal after saving a
@@ -52,6 +53,11 @@ type RunOptions struct {
 	// Oracle writes LANPO's abstraction plans in place of retrieval and the
 	// condenser (feedback.Oracle; lanpo demo's oracle arm); nil: LANPO's own.
 	Oracle feedback.Oracle
+	// Span marks the part of a response that carries its decision, for
+	// diagnostics only (rl.Span; the demo's rule name): consolidation's
+	// NLL and the evaluations' reference NLL are then also reported inside
+	// and outside it. nil: none.
+	Span rl.Span
 }
 
 // Evaluator evaluates the policy after a step and returns named results;
@@ -75,6 +81,7 @@ type session struct {
 	opt         optim.Optimizer
 	noFinalSave bool            // RunOptions.NoFinalCheckpoint
 	oracle      feedback.Oracle // RunOptions.Oracle
+	span        rl.Span         // RunOptions.Span
 	comm        dist.Comm
 	state       TrainerState
 	metrics     *metricsLog
@@ -112,7 +119,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: opts.Evaluate, comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint, oracle: opts.Oracle, configYAML: cfg.YAML()}
+	sess := &session{cfg: cfg, kind: kind, lastSave: -1, evaluate: withSpan(opts.Evaluate, opts.Span), comm: opts.Comm, noFinalSave: opts.NoFinalCheckpoint, oracle: opts.Oracle, span: opts.Span, configYAML: cfg.YAML()}
 	if sess.comm == nil {
 		sess.comm = dist.Single()
 	}

@@ -34,9 +34,10 @@ type updateTerm interface {
 	// stepped runs after each optimizer step that updated the policy.
 	stepped() error
 	// metrics puts the term's figures into the step's: tot as rows
-	// returned it, loss the term's loss (first epoch, summed over ranks),
-	// policyTokens the policy loss's tokens over every rank.
-	metrics(met *StepMetrics, tot termRows, loss float64, policyTokens int)
+	// returned it, loss the term's loss and extra its micro-batches' extra
+	// sums (first epoch, summed over ranks), policyTokens the policy loss's
+	// tokens over every rank.
+	metrics(met *StepMetrics, tot termRows, loss float64, extra []float64, policyTokens int)
 }
 
 // termRows are a term's rows over every rank.
@@ -47,6 +48,11 @@ type termRows struct {
 	// over both): update sets their weight as for the policy's rows, and
 	// their loss adds to the policy's.
 	joinPolicy bool
+	// extra is how many sums beside the loss each of the term's
+	// micro-batches returns (microResult.extra): the update adds them up
+	// over micro-batches and ranks for metrics, so a term needs no
+	// collective of its own for its figures.
+	extra int
 }
 
 // newTerm is the run's update term (nil: none).

@@ -147,7 +147,12 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 			padded += r.padded
 			done += len(mb)
 		}
+		var grads *gradSplit
+		if epoch == 0 && g.cfg.Log.UpdateDiagnostics && g.term != nil && g.comm.Size() == 1 {
+			grads = g.snapshotGrads() // the policy's gradient alone, before the term's adds to it
+		}
 		done = 0
+		extra := make([]float64, tot.extra)
 		for i, mb := range tmbs {
 			g.hb.microBatches(len(mbs)+i, len(mbs)+len(tmbs))
 			r, err := g.term.microBatch(mb, done, tot)
@@ -158,15 +163,23 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 			real += r.real
 			padded += r.padded
 			done += len(mb)
+			for k, v := range r.extra {
+				extra[k] += v
+			}
+		}
+		if grads != nil {
+			if err := grads.measure(g, met); err != nil {
+				return err
+			}
 		}
 		// Every rank's contributions are weighted by the global batch: sums.
-		sums := []float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded), termLoss}
+		sums := append([]float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded), termLoss}, extra...)
 		summed, err := dist.SumFloats(g.comm, sums)
 		if err != nil {
 			return err
 		}
 		if g.term != nil && epoch == 0 {
-			g.term.metrics(met, tot, summed[7], policyTokens)
+			g.term.metrics(met, tot, summed[7], summed[8:], policyTokens)
 		}
 		summed[0] += summed[7]
 		if epoch == 0 {
@@ -186,6 +199,29 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 			}
 		}
 	}
+	return g.measureTermAfter(rows, tot, met)
+}
+
+// measureTermAfter is log.update_diagnostics' look at a term's rows after
+// the step's last optimizer step, for a term that has one (consolidation:
+// its rows' NLL under the bare prompt, then and before).
+func (g *grpoRun) measureTermAfter(rows []*rollout, tot termRows, met *StepMetrics) error {
+	t, ok := g.term.(interface {
+		measureAfter([]*rollout) ([]float64, error)
+		metricsAfter(*StepMetrics, termRows, []float64)
+	})
+	if !ok || !g.cfg.Log.UpdateDiagnostics || tot.rows == 0 {
+		return nil
+	}
+	mine, err := t.measureAfter(rows)
+	if err != nil {
+		return fmt.Errorf("log.update_diagnostics: %w", err)
+	}
+	after, err := dist.SumFloats(g.comm, mine)
+	if err != nil {
+		return err
+	}
+	t.metricsAfter(met, tot, after)
 	return nil
 }
 
@@ -193,8 +229,9 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 type microResult struct {
 	loss, ent    float64 // weighted by the global batch
 	stats        PolicyLossStats
-	gap          float64 // max |log π − log π_old| over its tokens (withGap)
-	real, padded int     // its tokens, and its token slots with padding
+	gap          float64   // max |log π − log π_old| over its tokens (withGap)
+	real, padded int       // its tokens, and its token slots with padding
+	extra        []float64 // an update term's sums for its metrics (termRows.extra of them)
 }
 
 // microBatch runs one micro-batch's forward, loss and backward (gradients

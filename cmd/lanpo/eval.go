@@ -69,6 +69,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Usage: "results directory"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the evaluation in --out"},
 			&cli.BoolFlag{Name: "skip-long-prompts", Usage: "leave out (and count in the summary) the problems whose prompt and --max-new-tokens exceed the model's context, instead of refusing before the first one runs"},
+			&cli.BoolFlag{Name: "reference-nll", Usage: "zero-shot: also score each problem's reference solution (its \"solution\" field) teacher-forced after the prompt, and report its token-mean NLL (reference_nll; eval.reference_nll)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON instead of a table"},
 			&cli.BoolFlag{Name: "tensorboard", Value: true, Usage: "also write the results as TensorBoard scalars eval/BENCH/MODE/METRIC: for a checkpoint RUN/checkpoints/step-N into RUN/tensorboard at step N (beside the training curves), else into OUT/tensorboard at step 0"},
 		}...),
@@ -135,7 +136,7 @@ func runEval(c *cli.Context) error {
 		}
 	}
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
-		SkipLongPrompts: ec.SkipLongPrompts, NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training,
+		SkipLongPrompts: ec.SkipLongPrompts, NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training, ReferenceNLL: ec.ReferenceNLL,
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: ec.MaxNewTokens, Seed: c.Uint64("seed")}}
 	// With --adapter the adapter is what is evaluated: a LoRA run's
 	// checkpoint gets its results beside it, as a full one does.
@@ -227,6 +228,9 @@ func evalConfig(c *cli.Context) (trainer.Config, error) {
 	}
 	if c.Bool("skip-long-prompts") {
 		ec.SkipLongPrompts = true
+	}
+	if c.Bool("reference-nll") {
+		ec.ReferenceNLL = true
 	}
 	if n := c.Int("max-new-tokens"); n > 0 {
 		ec.MaxNewTokens = n

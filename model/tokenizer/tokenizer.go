@@ -414,3 +414,19 @@ func (t *Tokenizer) StripAddedTokens(text string) (string, int) {
 	}
 	return text, removed
 }
+
+// Pieces decodes ids one token at a time: piece i is the text token i
+// completes (Stream's), the last one with what was held back; their
+// concatenation is Decode(ids, skipSpecial). A byte offset in the decoded
+// text then names its token.
+func (t *Tokenizer) Pieces(ids []int, skipSpecial bool) []string {
+	s := t.NewStream(skipSpecial)
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = s.Add(id)
+	}
+	if n := len(out); n > 0 {
+		out[n-1] += s.Flush()
+	}
+	return out
+}
