@@ -60,6 +60,16 @@ type Config struct {
 	// truncated (train_prompt: original). 0 (default): off, the update is
 	// the plain LANPO one.
 	Consolidate float64 `yaml:"consolidate"`
+	// ConsolidateLR > 0 gives consolidation an optimizer step of its own,
+	// after the policy's, at this learning rate (following optim's
+	// schedule), with AdamW moments of its own (a moment group: the policy's
+	// moments never see its gradient) — the dose of a found lesson set
+	// apart from GRPO's. Under Adam a step's size does not follow its
+	// loss's scale, so there λ weighs nothing but the NLL's gradient
+	// against optim.grad_clip; what sets the dose is this rate. 0
+	// (default): λ·NLL joins the policy's step, as its share of one
+	// gradient. docs/lanpo.md, "Consolidation".
+	ConsolidateLR float64 `yaml:"consolidate_lr"`
 	// Similarity is the relevance filter's scorer: embedding (cosine of
 	// centred mean-pooled hidden states of the policy; default), policy (the
 	// policy rates relevance 0-9, read from its digit probabilities) or bm25
@@ -258,6 +268,10 @@ func (l *Config) Validate(maxNewTokens int) error {
 		return bad("tis_cap", "must be ≥ 1, got %g", l.TISCap)
 	case !(l.Consolidate >= 0) || math.IsInf(l.Consolidate, 0):
 		return bad("consolidate", "must be a finite λ ≥ 0 (0: off), got %g", l.Consolidate)
+	case !(l.ConsolidateLR >= 0) || math.IsInf(l.ConsolidateLR, 0):
+		return bad("consolidate_lr", "must be a finite learning rate ≥ 0 (0: consolidation joins the policy's step), got %g", l.ConsolidateLR)
+	case l.ConsolidateLR > 0 && l.Consolidate == 0:
+		return bad("consolidate_lr", "%g needs lanpo.consolidate > 0 (consolidation is off)", l.ConsolidateLR)
 	case l.Similarity != simPolicy && l.Similarity != simBM25 && l.Similarity != simEmbedding:
 		return bad("similarity", "%q: want %s, %s or %s", l.Similarity, simPolicy, simBM25, simEmbedding)
 	case l.SimilarityThreshold < 0 || l.SimilarityThreshold > 1:

@@ -20,10 +20,14 @@ type dpAdamW struct {
 }
 
 func (o *dpAdamW) Apply(lr, maxNorm, loss float64) (float64, error) {
+	return o.ApplyGroup(0, lr, maxNorm, loss)
+}
+
+func (o *dpAdamW) ApplyGroup(g int, lr, maxNorm, loss float64) (float64, error) {
 	if err := allReduceGrads(o.c, o.params, o.bucketBytes); err != nil {
 		return 0, err
 	}
-	return o.AdamW.Apply(lr, maxNorm, loss)
+	return o.AdamW.ApplyGroup(g, lr, maxNorm, loss)
 }
 
 func (o *dpAdamW) Save(dir string) error {

@@ -26,15 +26,30 @@ type AdamW struct {
 	Hyper
 	Step int64 // updates done
 
-	params []model.NamedParam
-	master []*ts.Tensor // fp32 copy for 16-bit params, else the param itself
-	m, v   []*ts.Tensor // first and second moments (fp32 or fp64 as the master)
+	params     []model.NamedParam
+	master     []*ts.Tensor // fp32 copy for 16-bit params, else the param itself
+	m, v       []*ts.Tensor // first and second moments (fp32 or fp64 as the master)
+	groups     []moments    // the moment groups (ApplyGroup 1, 2, …)
+	groupNames []string
 }
 
-// NewAdamW sets every parameter to require grad and allocates the state.
-func NewAdamW(params []model.NamedParam, beta1, beta2, eps, weightDecay float64) (o *AdamW, err error) {
+// moments are a moment group's state: AdamW's m and v of every parameter
+// (of this rank's chunks under ZeRO) and its own update count, which its
+// bias correction uses.
+type moments struct {
+	name string
+	m, v []*ts.Tensor
+	step int64
+}
+
+// NewAdamW sets every parameter to require grad and allocates the state
+// (groups: the moment groups' names, Hyper).
+func NewAdamW(params []model.NamedParam, beta1, beta2, eps, weightDecay float64, groups ...string) (o *AdamW, err error) {
 	defer tensor.Recover("optimizer init", &err)
-	o = &AdamW{Hyper: Hyper{beta1, beta2, eps, weightDecay}, params: params}
+	o = &AdamW{Hyper: Hyper{beta1, beta2, eps, weightDecay}, params: params, groupNames: groups}
+	for _, name := range groups {
+		o.groups = append(o.groups, moments{name: name})
+	}
 	for _, p := range params {
 		p.Tensor.MustSetRequiresGrad(true, false).MustDrop()
 		master := p.Tensor
@@ -44,8 +59,29 @@ func NewAdamW(params []model.NamedParam, beta1, beta2, eps, weightDecay float64)
 		o.master = append(o.master, master)
 		o.m = append(o.m, master.MustZerosLike(false))
 		o.v = append(o.v, master.MustZerosLike(false))
+		for g := range o.groups {
+			o.groups[g].m = append(o.groups[g].m, master.MustZerosLike(false))
+			o.groups[g].v = append(o.groups[g].v, master.MustZerosLike(false))
+		}
 	}
 	return o, nil
+}
+
+// moments returns moment group g's state (0: the default one).
+func (o *AdamW) moments(g int) (m, v []*ts.Tensor, step *int64) {
+	if g == 0 {
+		return o.m, o.v, &o.Step
+	}
+	gr := &o.groups[g-1]
+	return gr.m, gr.v, &gr.step
+}
+
+// checkGroup names a group that does not exist.
+func checkGroup(g int, groups []string) error {
+	if g < 0 || g > len(groups) {
+		return fmt.Errorf("optimizer moment group %d: this optimizer has %d besides the default (%v)", g, len(groups), groups)
+	}
+	return nil
 }
 
 // Close frees the optimizer state.
@@ -56,8 +92,12 @@ func (o *AdamW) Close() {
 		}
 		o.m[i].MustDrop()
 		o.v[i].MustDrop()
+		for _, gr := range o.groups {
+			gr.m[i].MustDrop()
+			gr.v[i].MustDrop()
+		}
 	}
-	o.master, o.m, o.v = nil, nil, nil
+	o.master, o.m, o.v, o.groups = nil, nil, nil, nil
 }
 
 // ZeroGrad zeroes the accumulated gradients (keeping their storage).
@@ -115,6 +155,14 @@ func sumSquares(s *tensor.Scope, g *ts.Tensor) *ts.Tensor {
 }
 
 // Hyper are AdamW's hyper-parameters.
+//
+// Moment groups: an optimizer made with group names (NewOptimizer's
+// groups) keeps, beside its default m and v, one more moment set per
+// name; ApplyGroup(g) (g ≥ 1: groups[g−1]) steps the same parameters —
+// the same fp32 masters — with that set's own m, v and update count, at
+// its own learning rate. A loss trained in steps of its own (LANPO's
+// consolidation with lanpo.consolidate_lr) then neither enters nor reads
+// the policy's moments. Each group costs the moments' memory again.
 type Hyper struct {
 	Beta1, Beta2, Eps, WeightDecay float64
 }
@@ -159,8 +207,12 @@ func (h Hyper) step(s *tensor.Scope, w, m, v, g *ts.Tensor, lr float64, t int64)
 
 // Update applies one AdamW step with learning rate lr to every parameter
 // that has a gradient.
-func (o *AdamW) Update(lr float64) error {
-	o.Step++
+func (o *AdamW) Update(lr float64) error { return o.update(0, lr) }
+
+// update is Update with moment group g.
+func (o *AdamW) update(group int, lr float64) error {
+	m, v, step := o.moments(group)
+	*step++
 	return csrc.NoGrad(func() (err error) {
 		defer tensor.Recover("optimizer step", &err)
 		for i, p := range o.params {
@@ -171,7 +223,7 @@ func (o *AdamW) Update(lr float64) error {
 				continue
 			}
 			w := o.master[i]
-			o.step(&s, w, o.m[i], o.v[i], g, lr, o.Step)
+			o.step(&s, w, m[i], v[i], g, lr, *step)
 			if w != p.Tensor {
 				p.Tensor.Copy_(w)
 			}
@@ -191,6 +243,19 @@ type adamMeta struct {
 	ZeroStage int      `json:",omitempty"`
 	World     int      `json:",omitempty"`
 	Files     []string `json:",omitempty"`
+	// Moment groups (Hyper) and their update counts; their
+	// tensors are GROUP.exp_avg.NAME and GROUP.exp_avg_sq.NAME.
+	Groups     []string `json:",omitempty"`
+	GroupSteps []int64  `json:",omitempty"`
+}
+
+// groupKind is the tensor-name prefix of a moment kind in group name
+// ("": the default group's).
+func groupKind(name, kind string) string {
+	if name == "" {
+		return kind
+	}
+	return name + "." + kind
 }
 
 const (
@@ -249,11 +314,22 @@ func (o *AdamW) Save(dir string) error {
 		if err := add("exp_avg_sq", o.v[i]); err != nil {
 			return err
 		}
+		for _, gr := range o.groups {
+			if err := add(groupKind(gr.name, "exp_avg"), gr.m[i]); err != nil {
+				return err
+			}
+			if err := add(groupKind(gr.name, "exp_avg_sq"), gr.v[i]); err != nil {
+				return err
+			}
+		}
 		if o.master[i] != p.Tensor {
 			if err := add("master", o.master[i]); err != nil {
 				return err
 			}
 		}
+	}
+	for _, gr := range o.groups {
+		meta.Groups, meta.GroupSteps = append(meta.Groups, gr.name), append(meta.GroupSteps, gr.step)
 	}
 	if err := model.WriteSafetensors(filepath.Join(dir, TensorsFile), srcs, nil); err != nil {
 		return err
@@ -287,6 +363,17 @@ func (o *AdamW) Load(dir string) (err error) {
 		if err := st.restore("exp_avg_sq", p.Name, n, 0, n, o.v[i]); err != nil {
 			return err
 		}
+		for _, gr := range o.groups {
+			if !st.hasGroup(gr.name) {
+				continue
+			}
+			if err := st.restore(groupKind(gr.name, "exp_avg"), p.Name, n, 0, n, gr.m[i]); err != nil {
+				return err
+			}
+			if err := st.restore(groupKind(gr.name, "exp_avg_sq"), p.Name, n, 0, n, gr.v[i]); err != nil {
+				return err
+			}
+		}
 		if o.master[i] != p.Tensor {
 			if err := st.restore("master", p.Name, n, 0, n, o.master[i]); err != nil {
 				return err
@@ -295,6 +382,9 @@ func (o *AdamW) Load(dir string) (err error) {
 	}
 	m := st.meta
 	o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.Step = m.Beta1, m.Beta2, m.Eps, m.WeightDecay, m.Step
+	for g := range o.groups {
+		o.groups[g].step = st.groupStep(o.groups[g].name)
+	}
 	return nil
 }
 
@@ -305,13 +395,21 @@ func (o *AdamW) Load(dir string) (err error) {
 // returns the norm before clipping. GRPO and SFT call only this, so a
 // sharded optimizer changes one place.
 func (o *AdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
+	return o.ApplyGroup(0, lr, maxNorm, loss)
+}
+
+// ApplyGroup is Apply with moment group g (0: the default; Hyper.Groups).
+func (o *AdamW) ApplyGroup(g int, lr, maxNorm, loss float64) (norm float64, err error) {
+	if err := checkGroup(g, o.groupNames); err != nil {
+		return 0, err
+	}
 	if norm, err = o.ClipGradNorm(maxNorm); err != nil {
 		return norm, err
 	}
 	if !finite(loss, norm) {
 		return norm, ErrBadLoss
 	}
-	return norm, o.Update(lr)
+	return norm, o.update(g, lr)
 }
 
 var ErrBadLoss = errors.New("loss or gradient is NaN/Inf")

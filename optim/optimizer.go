@@ -20,6 +20,9 @@ type Optimizer interface {
 	// at learning rate lr and leaves every rank with the same weights. It
 	// returns the global norm before clipping.
 	Apply(lr, maxNorm, loss float64) (norm float64, err error)
+	// ApplyGroup is Apply with moment group g: g = 0 is Apply, g ≥ 1 steps
+	// the same parameters with the moments of NewOptimizer's groups[g−1].
+	ApplyGroup(g int, lr, maxNorm, loss float64) (norm float64, err error)
 	// LayerDone is called by the checkpointed backward when decoder layer
 	// layer's gradients are complete for this micro-batch (ZeRO-2
 	// reduce-scatters and frees them there).
@@ -45,12 +48,13 @@ type Optimizer interface {
 // (every rank the whole state; gradients all-reduced in buckets), or ZeRO
 // stage 1 or 2 (state sharded by rank; stage 2 shards the gradients too,
 // layer by layer when layerwise, i.e. with activation checkpointing).
-func NewOptimizer(params []model.NamedParam, h Hyper, c dist.Comm, zeroStage int, bucketBytes int64, layerwise bool) (Optimizer, error) {
+// groups name moment groups beside the default one (Hyper).
+func NewOptimizer(params []model.NamedParam, h Hyper, c dist.Comm, zeroStage int, bucketBytes int64, layerwise bool, groups ...string) (Optimizer, error) {
 	if c == nil {
 		c = dist.Single()
 	}
 	if zeroStage == 0 {
-		o, err := NewAdamW(params, h.Beta1, h.Beta2, h.Eps, h.WeightDecay)
+		o, err := NewAdamW(params, h.Beta1, h.Beta2, h.Eps, h.WeightDecay, groups...)
 		if err != nil {
 			return nil, err
 		}
@@ -59,7 +63,7 @@ func NewOptimizer(params []model.NamedParam, h Hyper, c dist.Comm, zeroStage int
 		}
 		return &dpAdamW{AdamW: o, c: c, bucketBytes: bucketBytes}, nil
 	}
-	return newZeroAdamW(params, h, c, zeroStage, bucketBytes, layerwise)
+	return newZeroAdamW(params, h, c, zeroStage, bucketBytes, layerwise, groups...)
 }
 
 // AdamW in a world of one.
@@ -76,6 +80,9 @@ func (o *AdamW) StateBytes() int64 {
 	var n int64
 	for i, p := range o.params {
 		n += tensorBytes(o.m[i]) + tensorBytes(o.v[i])
+		for _, gr := range o.groups {
+			n += tensorBytes(gr.m[i]) + tensorBytes(gr.v[i])
+		}
 		if o.master[i] != p.Tensor {
 			n += tensorBytes(o.master[i])
 		}

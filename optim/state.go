@@ -50,6 +50,14 @@ func (o *zeroAdamW) Save(dir string) error {
 		if err := add("exp_avg_sq", z.v); err != nil {
 			return err
 		}
+		for g, name := range o.groups {
+			if err := add(groupKind(name, "exp_avg"), z.gm[g]); err != nil {
+				return err
+			}
+			if err := add(groupKind(name, "exp_avg_sq"), z.gv[g]); err != nil {
+				return err
+			}
+		}
 		if z.ownMaster {
 			if err := add("master", z.master); err != nil {
 				return err
@@ -69,6 +77,7 @@ func (o *zeroAdamW) Save(dir string) error {
 	for r := 0; r < W; r++ {
 		meta.Files = append(meta.Files, ShardFile(r, W))
 	}
+	meta.Groups, meta.GroupSteps = o.groups, o.gsteps
 	return writeOptimMeta(dir, meta)
 }
 
@@ -91,6 +100,17 @@ func (o *zeroAdamW) Load(dir string) (err error) {
 		if err := st.restore("exp_avg_sq", name, z.n, z.lo, z.hi, z.v); err != nil {
 			return err
 		}
+		for g, gname := range o.groups {
+			if !st.hasGroup(gname) {
+				continue
+			}
+			if err := st.restore(groupKind(gname, "exp_avg"), name, z.n, z.lo, z.hi, z.gm[g]); err != nil {
+				return err
+			}
+			if err := st.restore(groupKind(gname, "exp_avg_sq"), name, z.n, z.lo, z.hi, z.gv[g]); err != nil {
+				return err
+			}
+		}
 		if z.ownMaster {
 			if err := st.restore("master", name, z.n, z.lo, z.hi, z.master); err != nil {
 				return err
@@ -99,6 +119,9 @@ func (o *zeroAdamW) Load(dir string) (err error) {
 	}
 	m := st.meta
 	o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.step = m.Beta1, m.Beta2, m.Eps, m.WeightDecay, m.Step
+	for g, name := range o.groups {
+		o.gsteps[g] = st.groupStep(name)
+	}
 	return nil
 }
 
@@ -202,4 +225,27 @@ func (st *optimState) restore(kind, name string, n, lo, hi int64, into *ts.Tenso
 	}
 	defer t.MustDrop()
 	return csrc.NoGrad(func() error { into.Copy_(t); return nil })
+}
+
+// hasGroup reports whether the checkpoint holds moment group name's
+// tensors. A group it lacks (a run that turned lanpo.consolidate_lr on at
+// a resume) starts from zero moments, as a fresh optimizer does.
+func (st *optimState) hasGroup(name string) bool {
+	for _, g := range st.meta.Groups {
+		if g == name {
+			return true
+		}
+	}
+	return false
+}
+
+// groupStep is moment group name's update count in the checkpoint (0
+// where it has none).
+func (st *optimState) groupStep(name string) int64 {
+	for i, g := range st.meta.Groups {
+		if g == name && i < len(st.meta.GroupSteps) {
+			return st.meta.GroupSteps[i]
+		}
+	}
+	return 0
 }

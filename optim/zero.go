@@ -31,6 +31,8 @@ import (
 type zeroAdamW struct {
 	Hyper
 	step        int64
+	groups      []string // the moment groups' names (Hyper)
+	gsteps      []int64  // and their update counts
 	stage       int
 	c           dist.Comm
 	params      []model.NamedParam
@@ -52,8 +54,9 @@ func (o *zeroAdamW) ShardedGrad(i int) (grad *ts.Tensor, lo int64, ok bool) {
 }
 
 type zshard struct {
-	n, chunk, lo, hi int64      // numel, chunk size, this rank's range [lo, hi)
-	master, m, v     *ts.Tensor // length hi−lo; master is a view of the parameter for fp32/fp64 parameters
+	n, chunk, lo, hi int64        // numel, chunk size, this rank's range [lo, hi)
+	master, m, v     *ts.Tensor   // length hi−lo; master is a view of the parameter for fp32/fp64 parameters
+	gm, gv           []*ts.Tensor // the moment groups' m and v, length hi−lo
 	ownMaster        bool
 	grad             *ts.Tensor // stage 2: the reduced gradient chunk (master dtype), length hi−lo
 }
@@ -63,12 +66,13 @@ type zbucket struct {
 	layer  int // decoder layer, or -1
 }
 
-func newZeroAdamW(params []model.NamedParam, h Hyper, c dist.Comm, stage int, bucketBytes int64, layerwise bool) (o *zeroAdamW, err error) {
+func newZeroAdamW(params []model.NamedParam, h Hyper, c dist.Comm, stage int, bucketBytes int64, layerwise bool, groups ...string) (o *zeroAdamW, err error) {
 	defer tensor.Recover("ZeRO optimizer init", &err)
 	if stage != 1 && stage != 2 {
 		return nil, fmt.Errorf("dist.zero_stage %d: want 0, 1 or 2", stage)
 	}
-	o = &zeroAdamW{Hyper: h, stage: stage, c: c, params: params, layerBucket: map[int]int{}, layerwise: layerwise && stage == 2, bucketBytes: bucketBytes}
+	o = &zeroAdamW{Hyper: h, stage: stage, c: c, params: params, layerBucket: map[int]int{}, layerwise: layerwise && stage == 2, bucketBytes: bucketBytes,
+		groups: groups, gsteps: make([]int64, len(groups))}
 	W, r := int64(c.Size()), int64(c.Rank())
 	err = csrc.NoGrad(func() error {
 		for _, p := range params {
@@ -87,6 +91,9 @@ func newZeroAdamW(params []model.NamedParam, h Hyper, c dist.Comm, stage int, bu
 				own.MustDrop()
 			}
 			z.m, z.v = z.master.MustZerosLike(false), z.master.MustZerosLike(false)
+			for range groups {
+				z.gm, z.gv = append(z.gm, z.master.MustZerosLike(false)), append(z.gv, z.master.MustZerosLike(false))
+			}
 			if stage == 2 {
 				z.grad = z.master.MustZerosLike(false)
 			}
@@ -133,7 +140,7 @@ func newZeroAdamW(params []model.NamedParam, h Hyper, c dist.Comm, stage int, bu
 
 func (o *zeroAdamW) Close() {
 	for _, z := range o.sh {
-		for _, t := range []*ts.Tensor{z.master, z.m, z.v, z.grad} {
+		for _, t := range append([]*ts.Tensor{z.master, z.m, z.v, z.grad}, append(z.gm, z.gv...)...) {
 			if t != nil {
 				t.MustDrop()
 			}
@@ -221,6 +228,13 @@ func (o *zeroAdamW) gradChunk(s *tensor.Scope, i int) *ts.Tensor {
 }
 
 func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
+	return o.ApplyGroup(0, lr, maxNorm, loss)
+}
+
+func (o *zeroAdamW) ApplyGroup(group int, lr, maxNorm, loss float64) (norm float64, err error) {
+	if err := checkGroup(group, o.groups); err != nil {
+		return 0, err
+	}
 	// Reduce: stage 1 all of it; stage 2 the buckets the backward did not.
 	if o.stage == 1 {
 		if err := allReduceGrads(o.c, o.params, o.bucketBytes); err != nil {
@@ -267,7 +281,11 @@ func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 	if !finite(loss, norm) {
 		return norm, ErrBadLoss
 	}
-	o.step++
+	step := &o.step
+	if group > 0 {
+		step = &o.gsteps[group-1]
+	}
+	*step++
 	err = csrc.NoGrad(func() (err error) {
 		defer tensor.Recover("optimizer step", &err)
 		scale := 1.0
@@ -283,7 +301,11 @@ func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 			if scale != 1 {
 				g = s.Keep(g.MustMulScalar(s.Float(scale), false))
 			}
-			o.step_(&s, z, g, lr)
+			m, v := z.m, z.v
+			if group > 0 {
+				m, v = z.gm[group-1], z.gv[group-1]
+			}
+			o.Hyper.step(&s, z.master, m, v, g, lr, *step)
 			s.Close()
 		}
 		return nil
@@ -292,10 +314,6 @@ func (o *zeroAdamW) Apply(lr, maxNorm, loss float64) (norm float64, err error) {
 		return norm, err
 	}
 	return norm, o.gatherParams()
-}
-
-func (o *zeroAdamW) step_(s *tensor.Scope, z zshard, g *ts.Tensor, lr float64) {
-	o.Hyper.step(s, z.master, z.m, z.v, g, lr, o.step)
 }
 
 // gatherParams all-gathers every bucket's updated chunks into the
@@ -347,6 +365,9 @@ func (o *zeroAdamW) StateBytes() int64 {
 	var n int64
 	for _, z := range o.sh {
 		n += tensorBytes(z.m) + tensorBytes(z.v)
+		for g := range z.gm {
+			n += tensorBytes(z.gm[g]) + tensorBytes(z.gv[g])
+		}
 		if z.ownMaster {
 			n += tensorBytes(z.master)
 		}

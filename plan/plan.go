@@ -54,6 +54,10 @@ type Options struct {
 	// teacher is one more copy of the weights, and each update micro-batch
 	// first runs the teacher's forward (no grad) and keeps its top-K.
 	SDPOTopK int64
+	// ConsolidateOwnStep plans LANPO's consolidation in optimizer steps of
+	// its own (lanpo.consolidate_lr > 0): its Adam moments are a second set
+	// beside the policy's.
+	ConsolidateOwnStep bool
 }
 
 // Line is one component's bytes per GPU and when it is held: always,
@@ -155,6 +159,15 @@ func (b *planner) state() {
 	}
 	mom, note := b.shard(8*p, 1)
 	b.add("Adam moments (fp32 m, v)", mom, note)
+	b.consolidationMoments(mom, note)
+}
+
+// consolidationMoments is consolidation's own moment set (lanpo.consolidate_lr):
+// as large as the policy's.
+func (b *planner) consolidationMoments(mom int64, note string) {
+	if b.o.ConsolidateOwnStep {
+		b.add("consolidation's Adam moments (fp32 m, v)", mom, note+"; lanpo.consolidate_lr: a moment group of its own")
+	}
 }
 
 // loraState is state under LoRA: the frozen base, the fp32 adapters and
@@ -171,6 +184,7 @@ func (b *planner) loraState() {
 	b.add("reference model", 0, "none: the policy with its adapters off")
 	mom, note := b.shard(8*pl, 1)
 	b.add("Adam moments (fp32 m, v)", mom, note+", adapters only")
+	b.consolidationMoments(mom, note+", adapters only")
 }
 
 // update is what the update adds: gradients, a micro-batch's activations

@@ -268,3 +268,35 @@ func TestPlanSDPO(t *testing.T) {
 		t.Fatalf("rollout peak +%d, update peak +%d: want the teacher, and the teacher and its outputs", sdpo.Rollout-grpo.Rollout, sdpo.Update-grpo.Update)
 	}
 }
+
+// TestPlanConsolidationOwnStep: consolidation's own moment group
+// (lanpo.consolidate_lr) is a second set of Adam moments, sharded as the
+// policy's: 8 bytes a parameter over the GPUs under ZeRO, the adapters'
+// only under LoRA.
+func TestPlanConsolidationOwnStep(t *testing.T) {
+	q7 := loadPlanModel(t, "qwen2.5-7b")
+	o := Options{GPUs: 8, Zero: 1, DTypeBytes: 2, SeqLen: 4096, MicroTokens: 16384, Checkpointing: true, SDPA: true,
+		RolloutRows: 64, RolloutGroup: 8, RolloutTokens: 4096, LogProbChunk: 4096, GPUMem: 80 << 30, Headroom: 0.08, MasterForWeight: true}
+	for _, lora := range []int64{0, 16} {
+		o.LoRARank, o.ConsolidateOwnStep = lora, false
+		base, err := Plan(q7, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.ConsolidateOwnStep = true
+		own, err := Plan(q7, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := planLines(own)
+		mom := l["Adam moments (fp32 m, v)"]
+		want := 8 * own.Params / 8
+		if lora > 0 {
+			want = 8 * q7.LoRAParamCount(lora, nil) / 8
+		}
+		if mom != want || l["consolidation's Adam moments (fp32 m, v)"] != mom || own.Update-base.Update != mom || own.Rollout-base.Rollout != mom {
+			t.Fatalf("LoRA r %d: moments %d (want %d), consolidation's %d; update peak +%d, rollout peak +%d", lora, mom, want,
+				l["consolidation's Adam moments (fp32 m, v)"], own.Update-base.Update, own.Rollout-base.Rollout)
+		}
+	}
+}

@@ -84,6 +84,31 @@ func (g *grpoRun) spanOf(k int, ids []int64) []bool {
 
 func (c *consolidation) policyScale() float64 { return 1 }
 
+// consolidateGroup is the optimizer's moment group of consolidation's own
+// steps (lanpo.consolidate_lr > 0).
+const consolidateGroup = "consolidate"
+
+// momentGroups are the optimizer's moment groups beside the default one
+// for a run of kind: consolidation's, when it takes steps of its own.
+func (c Config) momentGroups(kind string) []string {
+	if kind != "sft" && c.Algo.Name == AlgoLANPO && c.LANPO.Consolidate > 0 && c.LANPO.ConsolidateLR > 0 {
+		return []string{consolidateGroup}
+	}
+	return nil
+}
+
+// ownStep is the moment group and learning rate of consolidation's own
+// optimizer step at the policy's learning rate lr (group 0: none — the
+// term joins the policy's step): lanpo.consolidate_lr, scaled as optim's
+// schedule scales optim.lr.
+func (c *consolidation) ownStep(lr float64) (group int, termLR float64) {
+	cfg := c.g.cfg
+	if cfg.LANPO.ConsolidateLR <= 0 {
+		return 0, 0
+	}
+	return 1, cfg.LANPO.ConsolidateLR * lr / cfg.Optim.LR
+}
+
 func (c *consolidation) stepped() error { return nil }
 
 func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, extra []float64, policyTokens int) {

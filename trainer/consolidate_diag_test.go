@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/optim"
 )
 
 // withSpans marks every other response token of each row as in the
@@ -90,28 +91,13 @@ func TestConsolidationStepIsAnSFTStep(t *testing.T) {
 	sets := []string{"lanpo.consolidate=1", "optim.lr=0.003", "optim.grad_clip=0", "optim.weight_decay=0.1"}
 	cons := consolidationUpdate(t, nil, distill, append(sets, "algo.micro_batch_size=3")...)
 
-	var exs []example
-	for _, r := range distill {
-		ex := example{ids: append(append([]int64(nil), r.promptIDs...), r.ids...)}
-		for range r.promptIDs {
-			ex.loss = append(ex.loss, false)
-		}
-		for range r.ids {
-			ex.loss = append(ex.loss, true)
-		}
-		exs = append(exs, ex)
-	}
-	cfg := tinyConfig(t, append([]string{"dtype=float64", "sft.micro_batch_size=7", "sft.grad_accum=1", "sft.max_tokens_per_micro_batch=20"}, sets...)...)
+	cfg := tinyConfig(t, append([]string{"dtype=float64"}, sets...)...)
 	s, err := openSession(cfg, "", "sft", RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r := &sftRun{session: s, train: exs}
-	met, err := r.step(newPhaseTimer())
-	if err != nil {
-		t.Fatal(err)
-	}
+	met := sftStep(t, s, distill, 0.003)
 	var w []float64
 	for _, p := range s.m.Params() {
 		w = append(w, tensor.Float64s(p.Tensor)...)
@@ -121,5 +107,102 @@ func TestConsolidationStepIsAnSFTStep(t *testing.T) {
 	}
 	if d := maxAbsDiff(w, cons.w); d > 1e-12 {
 		t.Errorf("weights after an SFT step and a consolidation step differ by %g", d)
+	}
+}
+
+// sftStep runs one lanpo sft step of s's model on the rows as SFT
+// examples (prompt as context, response as the assistant's tokens) with a
+// fresh optimizer at learning rate lr, and returns its metrics.
+func sftStep(t *testing.T, s *session, rows []rollout, lr float64) StepMetrics {
+	t.Helper()
+	var exs []example
+	for _, r := range rows {
+		ex := example{ids: append(append([]int64(nil), r.promptIDs...), r.ids...)}
+		for range r.promptIDs {
+			ex.loss = append(ex.loss, false)
+		}
+		for range r.ids {
+			ex.loss = append(ex.loss, true)
+		}
+		exs = append(exs, ex)
+	}
+	o := s.cfg.Optim
+	opt, err := optim.NewOptimizer(s.m.TrainableParams(), optim.Hyper{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}, nil, 0, 1<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.opt.Close()
+	s.opt = opt
+	s.cfg.Optim.LR = lr
+	s.cfg.SFT = SFTConfig{MicroBatchSize: len(exs), GradAccum: 1}
+	s.state.Step = 0
+	met, err := (&sftRun{session: s, train: exs}).step(newPhaseTimer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return met
+}
+
+// TestConsolidationOwnStep: with lanpo.consolidate_lr, an update is the
+// policy's optimizer step, then consolidation's own at that learning rate
+// with moments of its own — the weights a policy-only update followed by a
+// lanpo sft step on the consolidation rows with a fresh optimizer give. Its
+// rate and norm are reported; with no rows it takes no step (Adam would
+// move the weights on its momentum alone).
+func TestConsolidationOwnStep(t *testing.T) {
+	rolls, distill := madeUpRollouts(6, 3), withSpans(madeUpRollouts(5, 4))
+	sets := []string{"algo.name=lanpo", "lanpo.consolidate=1", "lanpo.consolidate_lr=0.01", "optim.weight_decay=0.1", "log.update_diagnostics=true"}
+	own := consolidationUpdate(t, rolls, distill, sets...)
+	if own.met.TermLR == 0 || own.met.TermGradNorm == 0 || own.met.ConsolidateNLL == 0 || own.met.GradNormTerm == 0 {
+		t.Fatalf("own step: term_lr %v, term_grad_norm %v, consolidate_nll %v, grad_norm_term %v",
+			own.met.TermLR, own.met.TermGradNorm, own.met.ConsolidateNLL, own.met.GradNormTerm)
+	}
+	if math.Abs(own.met.GradNormTerm-own.met.TermGradNorm) > 1e-9 {
+		t.Errorf("grad_norm_term %v, the own step's norm %v", own.met.GradNormTerm, own.met.TermGradNorm)
+	}
+
+	// The reference: the policy's step alone, then an SFT step.
+	cfg := tinyConfig(t, "dtype=float64", "rollout.temperature=1", "lanpo.consolidate=1", "optim.weight_decay=0.1")
+	s, err := openSession(cfg, "", "grpo", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := &grpoRun{session: s}
+	ptrs := make([]*rollout, len(rolls))
+	for i := range rolls {
+		r := rolls[i]
+		ptrs[i] = &r
+	}
+	var met StepMetrics
+	if err := g.update(ptrs, nil, termRows{}, &met); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(met.GradNorm-own.met.GradNorm) > 1e-12 {
+		t.Errorf("the policy's step: grad norm %v, alone %v", own.met.GradNorm, met.GradNorm)
+	}
+	lr, _ := optim.LR(0, cfg.TotalSteps, cfg.Optim.WarmupSteps, 0.01, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
+	if math.Abs(own.met.TermLR-lr) > 1e-15 {
+		t.Errorf("term_lr %v, want lanpo.consolidate_lr on optim's schedule, %v", own.met.TermLR, lr)
+	}
+	sft := sftStep(t, s, distill, 0.01)
+	var w []float64
+	for _, p := range s.m.Params() {
+		w = append(w, tensor.Float64s(p.Tensor)...)
+	}
+	if math.Abs(sft.GradNorm-own.met.TermGradNorm) > 1e-12 {
+		t.Errorf("the own step's norm %v, the SFT step's %v", own.met.TermGradNorm, sft.GradNorm)
+	}
+	if d := maxAbsDiff(w, own.w); d > 1e-12 {
+		t.Errorf("policy step + own consolidation step vs policy step + SFT step: weights differ by %g", d)
+	}
+	joint := consolidationUpdate(t, rolls, distill, "lanpo.consolidate=1", "optim.weight_decay=0.1")
+	if d := maxAbsDiff(joint.w, own.w); d < 1e-6 {
+		t.Errorf("the own step trained what the joint step does (%g)", d)
+	}
+
+	none := consolidationUpdate(t, rolls, nil, sets...)
+	if d := maxAbsDiff(none.w, w); d == 0 || none.met.TermGradNorm != 0 {
+		t.Errorf("no consolidation rows: an own step ran (norm %v)", none.met.TermGradNorm)
 	}
 }

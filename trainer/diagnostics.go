@@ -45,11 +45,12 @@ func (g *grpoRun) snapshotGrads() *gradSplit {
 	return gs
 }
 
-// measure compares the snapshot with the gradients now accumulated (the
-// policy's and the term's): the term's gradient is their difference. It
-// fills grad_norm_policy, grad_norm_term and grad_cosine_term_policy and
-// frees the snapshot.
-func (gs *gradSplit) measure(g *grpoRun, met *StepMetrics) error {
+// measure compares the snapshot with the gradients now accumulated: the
+// policy's and the term's, the term's gradient their difference — or,
+// with separate (the term's own optimizer step, its gradients
+// accumulated from zero), the term's alone. It fills grad_norm_policy,
+// grad_norm_term and grad_cosine_term_policy and frees the snapshot.
+func (gs *gradSplit) measure(g *grpoRun, met *StepMetrics, separate bool) error {
 	defer gs.scope.Close()
 	var s tensor.Scope
 	defer s.Close()
@@ -69,7 +70,7 @@ func (gs *gradSplit) measure(g *grpoRun, met *StepMetrics) error {
 		}
 		pol := gs.policy[i]
 		term := total
-		if total != nil && pol != nil {
+		if total != nil && pol != nil && !separate {
 			term = ps.Keep(total.MustSub(pol, false))
 		}
 		add(0, pol, pol)

@@ -87,7 +87,7 @@ func termUpdateOnRank(t *testing.T, c dist.Comm, runDir, kind string, rolls, row
 	defer s.Close()
 	g := &grpoRun{session: s}
 	g.term = &consolidation{g: g}
-	if kind != AlgoGRPO {
+	if kind != AlgoGRPO && kind != AlgoLANPO { // lanpo: consolidation, with no explorer
 		if g.term, err = g.newTerm(); err != nil {
 			return dpUpdate{}, err
 		}
@@ -105,6 +105,9 @@ func termUpdateOnRank(t *testing.T, c dist.Comm, runDir, kind string, rolls, row
 		return out
 	}
 	cons := termRows{joinPolicy: kind == AlgoCritique} // over every rank, as the term's rows sums it
+	if _, ok := g.term.(*consolidation); ok {
+		cons.extra = consExtra
+	}
 	for _, r := range rows {
 		cons.rows++
 		cons.tokens += len(r.ids)
@@ -175,6 +178,45 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			matchesOneRank(t, c, one, func(mc dist.Comm, dir string) (dpUpdate, error) {
 				return updateOnRank(t, mc, dir, rolls, distill, append(c.sets, consolidate)...)
+			})
+		})
+	}
+}
+
+// TestDataParallelOwnConsolidationStep: consolidation's optimizer step of
+// its own (lanpo.consolidate_lr) on 2 and 3 ranks, plain and ZeRO, gives
+// what one rank does: the policy's step, then the term's with its own
+// moments (its gradients are what the ranks compare).
+func TestDataParallelOwnConsolidationStep(t *testing.T) {
+	rolls, distill := madeUpRollouts(10, 5), madeUpRollouts(7, 6)
+	sets := []string{"lanpo.consolidate=0.5", "lanpo.consolidate_lr=0.003"}
+	update := func(c dist.Comm, dir string, more ...string) (dpUpdate, error) {
+		return termUpdateOnRank(t, c, dir, AlgoLANPO, rolls, distill, append(more, sets...)...)
+	}
+	var one dpUpdate
+	errs := onRanks(1, func(c dist.Comm) (err error) {
+		one, err = update(c, t.TempDir())
+		return err
+	})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if one.met.TermGradNorm == 0 || one.met.GradNorm == 0 || one.largestGrad() < 1e-3 {
+		t.Fatalf("one rank: policy norm %g, own step's %g: the test compares nothing", one.met.GradNorm, one.met.TermGradNorm)
+	}
+	for _, c := range []rankCase{
+		{"plain, 3 ranks, uneven shares and micro-batches", 3, []string{"algo.micro_batch_size=2"}, false},
+		{"ZeRO-1, 2 ranks", 2, []string{"dist.zero_stage=1"}, false},
+		{"ZeRO-2 per layer, 3 ranks", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, false},
+		{"ZeRO-2, 2 ranks over Gloo", 2, []string{"dist.zero_stage=2"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			matchesOneRank(t, c, one, func(mc dist.Comm, dir string) (dpUpdate, error) {
+				u, err := update(mc, dir, c.sets...)
+				if err == nil && math.Abs(u.met.TermGradNorm-one.met.TermGradNorm) > 1e-5*one.met.TermGradNorm {
+					err = fmt.Errorf("rank %d: own step's norm %g, one rank's %g", mc.Rank(), u.met.TermGradNorm, one.met.TermGradNorm)
+				}
+				return u, err
 			})
 		})
 	}

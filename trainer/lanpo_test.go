@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -122,7 +123,10 @@ func TestLANPOExactResume(t *testing.T) {
 		name    string
 		sets    []string
 		weights string // the trained tensors' file
-	}{{"full", nil, "model.safetensors"}, {"LoRA", []string{"lora.r=4", "optim.lr=1e-2"}, model.AdapterWeightsFile}} {
+	}{{"full", nil, "model.safetensors"}, {"LoRA", []string{"lora.r=4", "optim.lr=1e-2"}, model.AdapterWeightsFile},
+		// Consolidation in steps of its own: its moment group is in the
+		// optimizer's state, and resumes with it.
+		{"own consolidation step", []string{"lanpo.consolidate=1", "lanpo.consolidate_lr=3e-3", "rollout.samples_per_prompt=8"}, "model.safetensors"}} {
 		t.Run(c.name, func(t *testing.T) {
 			straight := lanpoConfig(t, c.sets...)
 			runGRPO(t, straight, "")
@@ -141,6 +145,16 @@ func TestLANPOExactResume(t *testing.T) {
 			ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
 			if fmt.Sprint(ma) != fmt.Sprint(mb) {
 				t.Fatalf("metrics differ:\n%v\n%v", ma, mb)
+			}
+			if straight.LANPO.ConsolidateLR > 0 {
+				raw, _ := os.ReadFile(filepath.Join(b, optim.MetaFile))
+				var meta struct {
+					Groups     []string
+					GroupSteps []int64
+				}
+				if err := json.Unmarshal(raw, &meta); err != nil || len(meta.GroupSteps) != 1 || meta.GroupSteps[0] == 0 {
+					t.Fatalf("%s: consolidation's moment group %v, its steps %v (%v): the test compares no own step", optim.MetaFile, meta.Groups, meta.GroupSteps, err)
+				}
 			}
 			used := 0.0
 			for _, m := range ma {

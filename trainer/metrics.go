@@ -105,6 +105,10 @@ type StepMetrics struct {
 	GradNormPolicy       float64 `json:"grad_norm_policy,omitempty"`
 	GradNormTerm         float64 `json:"grad_norm_term,omitempty"`
 	GradCosineTermPolicy float64 `json:"grad_cosine_term_policy,omitempty"`
+	// An update term's optimizer step of its own (lanpo.consolidate_lr):
+	// its learning rate and its gradient's norm before clipping.
+	TermLR       float64 `json:"term_lr,omitempty"`
+	TermGradNorm float64 `json:"term_grad_norm,omitempty"`
 
 	// SDPO (algo.name sdpo): the rollouts distilled toward the teacher, those
 	// left out because the teacher's sequence exceeds the context, the
@@ -208,7 +212,7 @@ func scalars(line map[string]any) map[string]float64 {
 // original-prompt and consolidation keys) and goes to lanpo/.
 // docs/metrics.md gives each key's tag; TestTensorBoardTags compares.
 var tensorBoardGroups = map[string]string{
-	"loss": "train", "lr": "train", "grad_norm": "train", "grad_norm_policy": "train", "grad_norm_term": "train", "grad_cosine_term_policy": "train", "kl": "train", "clip_frac": "train",
+	"loss": "train", "lr": "train", "grad_norm": "train", "grad_norm_policy": "train", "grad_norm_term": "train", "grad_cosine_term_policy": "train", "term_lr": "train", "term_grad_norm": "train", "kl": "train", "clip_frac": "train",
 	"entropy": "train", "ratio_mean": "train", "padding_frac": "train", "update_skipped": "train",
 
 	"reward_mean": "rollout", "reward_std": "rollout", "accuracy": "rollout", "zero_variance_group_frac": "rollout",

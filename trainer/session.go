@@ -207,7 +207,7 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	o := cfg.Optim
 	if s.opt, err = optim.NewOptimizer(s.m.TrainableParams(), optim.Hyper{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}, s.comm, cfg.Dist.ZeroStage,
-		int64(cfg.Dist.BucketMB)<<20, cfg.Train.ActivationCheckpointing); err != nil {
+		int64(cfg.Dist.BucketMB)<<20, cfg.Train.ActivationCheckpointing, cfg.momentGroups(kind)...); err != nil {
 		return nil, err
 	}
 	s.state = TrainerState{Kind: kind, Seed: cfg.Seed, Cursor: Cursor{Seed: cfg.Seed}}

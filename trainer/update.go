@@ -97,9 +97,10 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 			statScale = ws[1] / (ws[0] * scale)
 		}
 	}
-	policyTokens := int(ntot[0])
+	policyTokens, policySeqs := int(ntot[0]), int(ntot[1])
 	if tot.joinPolicy {
 		policyTokens -= tot.tokens
+		policySeqs -= tot.rows
 	}
 	lr, err := optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
 	if err != nil {
@@ -107,91 +108,76 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 	}
 	met.LR = lr
 	lossCfg := PolicyLossConfig{ClipLow: cfg.Algo.ClipLow, ClipHigh: cfg.Algo.ClipHigh, Beta: cfg.Algo.KLBeta, KL: cfg.Algo.KLEstimator}
+	// The term joins the policy's optimizer step (group 0), or takes one
+	// of its own after it with its own moments and learning rate
+	// (consolidation with lanpo.consolidate_lr).
+	group, termLR := 0, 0.0
+	if t, ok := g.term.(interface{ ownStep(float64) (int, float64) }); ok {
+		group, termLR = t.ownStep(lr)
+	}
 	for epoch := 0; epoch < cfg.Algo.Epochs; epoch++ {
 		g.opt.ZeroGrad()
-		var loss, ent, termLoss float64
-		var st PolicyLossStats
-		done := 0 // rollouts of earlier micro-batches, for messages
-		padded, real := 0, 0
 		mbs := g.microBatches(rolls)
 		if scale == 0 {
 			mbs = nil // the policy loss has no weight: nothing to run
 		}
 		tmbs := g.microBatches(rows)
-		n, err := g.microBatchCount(len(mbs) + len(tmbs))
-		if err != nil {
+		joint := tmbs // the term's micro-batches in the policy's step
+		if group > 0 {
+			joint = nil
+		}
+		if err := g.padBackwards(len(mbs) + len(joint)); err != nil {
 			return err
 		}
-		for i := len(mbs) + len(tmbs); i < n; i++ {
-			// Fewer micro-batches here than on another rank: take part in
-			// the collectives those backward passes issue.
-			if err := g.opt.SkipBackward(); err != nil {
-				return err
-			}
-		}
-		for i, mb := range mbs {
-			g.hb.microBatches(i, len(mbs)+len(tmbs))
-			r, err := g.microBatch(mb, done, lossCfg, epoch == 0)
-			if err != nil {
-				return err
-			}
-			loss += r.loss
-			ent += r.ent
-			if epoch == 0 {
-				met.LogpMismatch = math.Max(met.LogpMismatch, r.gap)
-			}
-			st.ClipFrac += r.stats.ClipFrac
-			st.KL += r.stats.KL
-			st.Ratio += r.stats.Ratio
-			real += r.real
-			padded += r.padded
-			done += len(mb)
+		pol, err := g.policyPass(mbs, len(mbs)+len(tmbs), lossCfg, epoch == 0)
+		if err != nil {
+			return err
 		}
 		var grads *gradSplit
-		if epoch == 0 && g.cfg.Log.UpdateDiagnostics && g.term != nil && g.comm.Size() == 1 {
+		if epoch == 0 && cfg.Log.UpdateDiagnostics && g.term != nil && g.comm.Size() == 1 {
 			grads = g.snapshotGrads() // the policy's gradient alone, before the term's adds to it
 		}
-		done = 0
-		extra := make([]float64, tot.extra)
-		for i, mb := range tmbs {
-			g.hb.microBatches(len(mbs)+i, len(mbs)+len(tmbs))
-			r, err := g.term.microBatch(mb, done, tot)
-			if err != nil {
-				return err
-			}
-			termLoss += r.loss
-			real += r.real
-			padded += r.padded
-			done += len(mb)
-			for k, v := range r.extra {
-				extra[k] += v
-			}
-		}
-		if grads != nil {
-			if err := grads.measure(g, met); err != nil {
-				return err
-			}
-		}
-		// Every rank's contributions are weighted by the global batch: sums.
-		sums := append([]float64{loss, ent, st.ClipFrac, st.KL, st.Ratio, float64(real), float64(padded), termLoss}, extra...)
-		summed, err := dist.SumFloats(g.comm, sums)
+		term, err := g.termPass(joint, len(mbs), len(mbs)+len(tmbs), tot)
 		if err != nil {
 			return err
+		}
+		// Every rank's contributions are weighted by the global batch: sums.
+		sums := []float64{pol.loss, pol.ent, pol.stats.ClipFrac, pol.stats.KL, pol.stats.Ratio, float64(pol.real + term.real), float64(pol.padded + term.padded), term.loss}
+		summed, err := dist.SumFloats(g.comm, append(sums, term.extra...))
+		if err != nil {
+			return err
+		}
+		if epoch == 0 {
+			if met.LogpMismatch, err = dist.MaxFloat(g.comm, pol.gap); err != nil {
+				return err
+			}
+		}
+		met.Loss = summed[0] + summed[7]
+		met.Entropy, met.ClipFrac, met.KL, met.Ratio = summed[1]*statScale, summed[2]*statScale, summed[3]*statScale, summed[4]*statScale
+		met.PaddingFrac = 1 - summed[5]/math.Max(summed[6], 1)
+		if group == 0 && grads != nil {
+			if err := grads.measure(g, met, false); err != nil {
+				return err
+			}
+		}
+		// With a step of its own for the term and no policy row on any rank
+		// (dynamic sampling dropped every group), there is nothing for the
+		// policy's step to apply: Adam would move the weights on its
+		// momentum alone.
+		if group == 0 || policySeqs > 0 {
+			if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
+				return err
+			}
+		}
+		if group > 0 && tot.rows > 0 {
+			// The term's own step, over the weights the policy's just moved.
+			if summed, err = g.ownTermStep(tmbs, len(mbs), tot, group, termLR, grads, met); err != nil {
+				return err
+			}
+			met.Loss += summed[7]
 		}
 		if g.term != nil && epoch == 0 {
 			g.term.metrics(met, tot, summed[7], summed[8:], policyTokens)
-		}
-		summed[0] += summed[7]
-		if epoch == 0 {
-			if met.LogpMismatch, err = dist.MaxFloat(g.comm, met.LogpMismatch); err != nil {
-				return err
-			}
-		}
-		met.Loss = summed[0]
-		met.Entropy, met.ClipFrac, met.KL, met.Ratio = summed[1]*statScale, summed[2]*statScale, summed[3]*statScale, summed[4]*statScale
-		met.PaddingFrac = 1 - summed[5]/math.Max(summed[6], 1)
-		if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
-			return err
 		}
 		if g.term != nil {
 			if err := g.term.stepped(); err != nil {
@@ -200,6 +186,101 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 		}
 	}
 	return g.measureTermAfter(rows, tot, met)
+}
+
+// padBackwards issues, when this rank has fewer than the most micro-batches
+// any rank has in one optimizer step (mine), the collectives the missing
+// backward passes would have (Optimizer.SkipBackward), so every rank
+// issues the same ones.
+func (g *grpoRun) padBackwards(mine int) error {
+	n, err := g.microBatchCount(mine)
+	if err != nil {
+		return err
+	}
+	for i := mine; i < n; i++ {
+		if err := g.opt.SkipBackward(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyPass runs the policy loss's micro-batches (forward, loss,
+// backward) and sums their results; of is the epoch's micro-batches, for
+// the heartbeat; withGap asks for the sampler/trainer log-prob gap.
+func (g *grpoRun) policyPass(mbs [][]*rollout, of int, lossCfg PolicyLossConfig, withGap bool) (sum microResult, err error) {
+	done := 0 // rollouts of earlier micro-batches, for messages
+	for i, mb := range mbs {
+		g.hb.microBatches(i, of)
+		r, err := g.microBatch(mb, done, lossCfg, withGap)
+		if err != nil {
+			return sum, err
+		}
+		sum.loss += r.loss
+		sum.ent += r.ent
+		sum.gap = math.Max(sum.gap, r.gap)
+		sum.stats.ClipFrac += r.stats.ClipFrac
+		sum.stats.KL += r.stats.KL
+		sum.stats.Ratio += r.stats.Ratio
+		sum.real += r.real
+		sum.padded += r.padded
+		done += len(mb)
+	}
+	return sum, nil
+}
+
+// termPass runs the update term's micro-batches (after from others of the
+// epoch's of) and sums their results, extra sums included (tot.extra of
+// them).
+func (g *grpoRun) termPass(tmbs [][]*rollout, from, of int, tot termRows) (sum microResult, err error) {
+	sum.extra = make([]float64, tot.extra)
+	done := 0
+	for i, mb := range tmbs {
+		g.hb.microBatches(from+i, of)
+		r, err := g.term.microBatch(mb, done, tot)
+		if err != nil {
+			return sum, err
+		}
+		sum.loss += r.loss
+		sum.real += r.real
+		sum.padded += r.padded
+		done += len(mb)
+		for k, v := range r.extra {
+			sum.extra[k] += v
+		}
+	}
+	return sum, nil
+}
+
+// ownTermStep is the term's optimizer step of its own: its micro-batches'
+// gradients alone, applied with moment group group at learning rate lr.
+// It returns its sums over every rank as update's are laid out (the loss
+// at 7, the extra sums from 8) and puts the step's norm into
+// term_grad_norm (and, with grads, the gradient diagnostics).
+func (g *grpoRun) ownTermStep(tmbs [][]*rollout, from int, tot termRows, group int, lr float64, grads *gradSplit, met *StepMetrics) ([]float64, error) {
+	g.opt.ZeroGrad()
+	if err := g.padBackwards(len(tmbs)); err != nil {
+		return nil, err
+	}
+	term, err := g.termPass(tmbs, from, from+len(tmbs), tot)
+	if err != nil {
+		return nil, err
+	}
+	sums := append([]float64{0, 0, 0, 0, 0, float64(term.real), float64(term.padded), term.loss}, term.extra...)
+	summed, err := dist.SumFloats(g.comm, sums)
+	if err != nil {
+		return nil, err
+	}
+	if grads != nil {
+		if err := grads.measure(g, met, true); err != nil {
+			return nil, err
+		}
+	}
+	met.TermLR = lr
+	if met.TermGradNorm, err = g.opt.ApplyGroup(group, lr, g.cfg.Optim.GradClip, summed[7]); err != nil {
+		return nil, fmt.Errorf("%s's own optimizer step: %w", consolidateGroup, err)
+	}
+	return summed, nil
 }
 
 // measureTermAfter is log.update_diagnostics' look at a term's rows after

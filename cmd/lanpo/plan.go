@@ -48,6 +48,7 @@ func planCommand() *cli.Command {
 			&cli.Int64Flag{Name: "lora-r", Usage: "plan a LoRA run of this rank (lora.r): frozen base, fp32 adapters, no reference copy"},
 			&cli.StringSliceFlag{Name: "lora-targets", Usage: "lora.target_modules (default: all seven projections)"},
 			&cli.Int64Flag{Name: "sdpo-top-k", Usage: "plan algo.name sdpo with this sdpo.top_k: the EMA teacher's copy of the weights and its outputs per micro-batch"},
+			&cli.BoolFlag{Name: "consolidate-own-step", Usage: "plan LANPO's consolidation in optimizer steps of its own (lanpo.consolidate_lr > 0): a second set of Adam moments"},
 			&cli.BoolFlag{Name: "json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -71,7 +72,7 @@ func planCommand() *cli.Command {
 				MicroTokens: c.Int64("micro-tokens"), Checkpointing: c.Bool("activation-checkpointing"), SDPA: !c.Bool("reference-attention"), CUDAGraphs: c.Bool("cuda-graphs"),
 				KLBeta: c.Float64("kl-beta"), RefOffload: c.Bool("ref-offload"), RolloutRows: c.Int64("rollout-rows"), RolloutGroup: c.Int64("samples"), RolloutPrompt: c.Int64("prompt-len"), RolloutTokens: rt,
 				LogProbChunk: c.Int64("logprob-chunk"), GPUMem: mem, Headroom: c.Float64("headroom"), MasterForWeight: dt.Size() < 4,
-				LoRARank: c.Int64("lora-r"), LoRATargets: c.StringSlice("lora-targets"), SDPOTopK: c.Int64("sdpo-top-k")}
+				LoRARank: c.Int64("lora-r"), LoRATargets: c.StringSlice("lora-targets"), SDPOTopK: c.Int64("sdpo-top-k"), ConsolidateOwnStep: c.Bool("consolidate-own-step")}
 			if o.LoRARank < 0 {
 				return usageError{fmt.Errorf("--lora-r must be ≥ 0")}
 			}
