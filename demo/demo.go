@@ -2,6 +2,8 @@ package demo
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -208,6 +210,11 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		sftModel = o.SFT
 	}
+	digest, err := weightsDigest(sftModel)
+	if err != nil {
+		return fmt.Errorf("demo: the SFT checkpoint: %w", err)
+	}
+	res.Pairing = &Pairing{SFTDigest: digest, ModelSize: o.ModelSize, Fast: o.Fast}
 	after, err := d.evaluate(o.RunDir, "sft", sftModel, d.bench, trainer.DefaultConfig(), nil)
 	if err != nil {
 		return err
@@ -323,4 +330,20 @@ func (d demoRun) evaluate(runDir, stage, dir string, bench []eval.Benchmark, cfg
 		return StageResult{}, err
 	}
 	return stageResult(stage, modes, d.groups, lines), nil
+}
+
+// weightsDigest is the first 16 hex digits of the SHA-256 of a checkpoint's
+// weights (model.safetensors): what identifies the SFT model the arms of a
+// run started from (Pairing).
+func weightsDigest(dir string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

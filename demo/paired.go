@@ -16,12 +16,20 @@ import (
 )
 
 // Paired comparison of demo arms over seeds (lanpo demo paired): runs are
-// paired by (world, world seed, RL seed), so every difference is between
-// two arms that started from the same SFT model and drew the same RL
-// problems. Per outcome it reports each pair's difference, their mean with
-// a 95% t-interval, an exact two-sided sign-flip test, and — for held-out
-// accuracy — a crossed bootstrap that resamples pairs and families
-// independently (the families are a sample of possible rules too).
+// paired by what makes two arms comparable — the world, its seed, the SFT
+// checkpoint the arms started from (its digest), the model size, --fast and
+// the RL seed — so every difference is between two arms that started from
+// the same SFT model and drew the same RL problems. A results file without
+// that key, or a partner that differs in it, is an error naming the file.
+//
+// The design is clustered: a world seed makes one SFT model (and its own
+// family words and rules), and RL seeds share it. So the primary interval
+// and the sign-flip test are over SFT-level means — each SFT model's mean
+// difference over its RL seeds — not over pairs, which are not
+// independent. A hierarchical bootstrap (SFT models, then RL seeds and
+// families within each) gives a second interval for the outcomes measured
+// per family. With k SFT models the smallest two-sided sign-flip p is
+// 2/2^k.
 
 // ArmRef names an arm in the demo runs under a directory: ARM@DIR (DIR and
 // every directory below it holding a demo_results.json).
@@ -48,20 +56,35 @@ func ParseArmRef(s string) (ArmRef, error) {
 
 // pairKey identifies an SFT model and RL seed.
 type pairKey struct {
-	World  string
-	Seed   int64
-	RLSeed int
+	World     string
+	Seed      int64
+	SFT       string // the SFT checkpoint's digest (Pairing.SFTDigest)
+	ModelSize string
+	Fast      bool
+	RLSeed    int
 }
 
 func (k pairKey) String() string {
-	return fmt.Sprintf("%s seed %d, RL seed %d", k.World, k.Seed, k.RLSeed)
+	s := fmt.Sprintf("%s seed %d, RL seed %d", k.World, k.Seed, k.RLSeed)
+	if k.ModelSize != "" && k.ModelSize != "small" {
+		s += ", " + k.ModelSize
+	}
+	if k.Fast {
+		s += ", fast"
+	}
+	return s
 }
+
+// sftModel is the key less the RL seed: one SFT model, a cluster.
+func (k pairKey) sftModel() pairKey { k.RLSeed = 0; return k }
 
 // armRun is one arm's outcomes in one run.
 type armRun struct {
 	file     string
 	zeroShot float64
 	families []float64    // final zero-shot accuracy per held-out group
+	refLogp  []float64    // per held-out group: the canonical answers' mean bare-prompt log-likelihood (nil: not measured)
+	spanLogp []float64    // the same over the rule they name
 	curve    [][2]float64 // mean held-out accuracy per training evaluation (rule worlds)
 }
 
@@ -89,7 +112,10 @@ func collectArm(ref ArmRef) (map[pairKey]armRun, error) {
 			return nil
 		}
 		r.file = path
-		k := pairKey{res.World, res.Seed, max(res.RLSeed, 1)}
+		if res.Pairing == nil || res.Pairing.SFTDigest == "" {
+			return fmt.Errorf("%s: no \"pairing\" (the SFT checkpoint's digest, model size and --fast): written by a lanpo demo before they were recorded; runs cannot be paired without them — run it again", path)
+		}
+		k := pairKey{World: res.World, Seed: res.Seed, SFT: res.Pairing.SFTDigest, ModelSize: res.Pairing.ModelSize, Fast: res.Pairing.Fast, RLSeed: max(res.RLSeed, 1)}
 		if prev, dup := out[k]; dup {
 			return fmt.Errorf("%s and %s both hold %s for %s: give each its own ARM@DIR", prev.file, path, ref.Arm, k)
 		}
@@ -112,8 +138,14 @@ func armOutcomes(res Results, arm string) (armRun, bool) {
 			continue
 		}
 		r := armRun{zeroShot: zs.Overall}
+		measured := false
 		for _, l := range zs.Levels {
 			r.families = append(r.families, l.Accuracy)
+			r.refLogp, r.spanLogp = append(r.refLogp, l.RefLogp), append(r.spanLogp, l.RefSpanLogp)
+			measured = measured || l.RefLogp != 0
+		}
+		if !measured {
+			r.refLogp, r.spanLogp = nil, nil
 		}
 		if res.Rules != nil {
 			if a, ok := res.Rules.Arms[arm]; ok {
@@ -163,20 +195,28 @@ func areaUpTo(c [][2]float64, T float64) float64 {
 	return a / T
 }
 
-// PairedStat is one outcome's paired comparison.
+// PairedStat is one outcome's paired comparison, clustered by SFT model.
 type PairedStat struct {
-	Outcome    string
-	Diffs      []float64 // treatment − baseline, per pair (in key order)
-	Mean       float64
-	Lo, Hi     float64 // 95% t-interval of the mean (NaN with one pair)
-	SignFlipP  float64 // exact two-sided sign-flip (randomization) p
-	BootLo     float64 // crossed bootstrap 95% interval (zero-shot only; NaN otherwise)
-	BootHi     float64
-	Treatment  []float64
-	Baseline   []float64
-	Positive   int // pairs with a difference > 0
-	Negative   int
-	BootRounds int
+	Outcome   string
+	Treatment []float64 // per pair (in key order)
+	Baseline  []float64
+	Diffs     []float64 // treatment − baseline, per pair
+	// Clusters are the SFT models' mean differences (over their RL seeds),
+	// in key order: the units of the interval and the test.
+	Clusters  []float64
+	Mean      float64 // mean of Clusters: each SFT model weighs the same
+	Lo, Hi    float64 // 95% t-interval of Mean over Clusters (NaN with one)
+	SignFlipP float64 // exact two-sided sign-flip p over Clusters
+	Positive  int     // SFT models whose mean difference is > 0
+	Negative  int
+	// DZ is Mean over the Clusters' standard deviation (Cohen's d_z): how
+	// large the difference is against its spread between SFT models.
+	DZ float64
+	// BootLo, BootHi: the hierarchical bootstrap's 95% percentile interval
+	// (SFT models, then RL seeds and families within each), for outcomes
+	// measured per family; NaN otherwise.
+	BootLo, BootHi float64
+	BootRounds     int
 }
 
 // PairedResult compares one arm with the baseline over their common pairs.
@@ -186,7 +226,10 @@ type PairedResult struct {
 	Stats               []PairedStat
 }
 
-// Paired compares each arm with the baseline.
+// Paired compares each arm with the baseline. Pairs are matched on the
+// whole key; a treatment run whose SFT model the baseline also ran under
+// another key (another checkpoint, size or --fast for the same world and
+// seeds) is an error naming both files.
 func Paired(baseline ArmRef, arms []ArmRef, bootRounds int, seed int64) ([]PairedResult, error) {
 	base, err := collectArm(baseline)
 	if err != nil {
@@ -199,27 +242,25 @@ func Paired(baseline ArmRef, arms []ArmRef, bootRounds int, seed int64) ([]Paire
 			return nil, err
 		}
 		var keys []pairKey
-		for k := range tr {
+		for k, t := range tr {
 			if _, ok := base[k]; ok {
 				keys = append(keys, k)
+				continue
+			}
+			for bk, b := range base {
+				if bk.World == k.World && bk.Seed == k.Seed && bk.RLSeed == k.RLSeed {
+					return nil, fmt.Errorf("%s and %s: the same world, seed and RL seed from different SFT models or settings (%s: SFT %s, %s, fast %v; %s: SFT %s, %s, fast %v): not a pair",
+						t.file, b.file, t.file, k.SFT, k.ModelSize, k.Fast, b.file, bk.SFT, bk.ModelSize, bk.Fast)
+				}
 			}
 		}
 		if len(keys) == 0 {
-			return nil, fmt.Errorf("%s and %s share no (world, seed, RL seed): nothing to pair", baseline.Label, ref.Label)
+			return nil, fmt.Errorf("%s and %s share no (world, seed, SFT model, RL seed): nothing to pair", baseline.Label, ref.Label)
 		}
-		sort.Slice(keys, func(i, j int) bool {
-			a, b := keys[i], keys[j]
-			if a.World != b.World {
-				return a.World < b.World
-			}
-			if a.Seed != b.Seed {
-				return a.Seed < b.Seed
-			}
-			return a.RLSeed < b.RLSeed
-		})
+		sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
 		pr := PairedResult{Baseline: baseline.Label, Treatment: ref.Label, Pairs: keys}
-		var zb, zt, lb, lt, ab, at []float64
-		var fb, ft [][]float64
+		var zb, zt, lb, lt, ab, at, rb, rt, sb, st []float64
+		var fb, ft, cb, ct, pb, pt [][]float64
 		for _, k := range keys {
 			b, t := base[k], tr[k]
 			zb, zt = append(zb, b.zeroShot), append(zt, t.zeroShot)
@@ -230,17 +271,74 @@ func Paired(baseline ArmRef, arms []ArmRef, bootRounds int, seed int64) ([]Paire
 			}
 			ab, at = append(ab, areaUpTo(b.curve, T)), append(at, areaUpTo(t.curve, T))
 			fb, ft = append(fb, b.families), append(ft, t.families)
+			cb, ct = append(cb, b.refLogp), append(ct, t.refLogp)
+			pb, pt = append(pb, b.spanLogp), append(pt, t.spanLogp)
+			rb, rt = append(rb, mean(b.refLogp)), append(rt, mean(t.refLogp))
+			sb, st = append(sb, mean(b.spanLogp)), append(st, mean(t.spanLogp))
 		}
-		z := pairedStat("held-out zero-shot", zt, zb)
-		z.BootLo, z.BootHi = crossedBootstrap(ft, fb, bootRounds, seed)
+		clusters := clusterOf(keys)
+		rng := rand.New(rand.NewSource(seed))
+		z := clusteredStat("held-out zero-shot", zt, zb, clusters)
+		z.BootLo, z.BootHi = bootInterval(ft, fb, clusters, bootRounds, rng)
 		z.BootRounds = bootRounds
-		pr.Stats = append(pr.Stats, z, pairedStat("families learned (≥ 0.75 held out)", lt, lb))
+		pr.Stats = append(pr.Stats, z, clusteredStat("families learned (≥ 0.75 held out)", lt, lb, clusters))
 		if !hasNegative(ab) && !hasNegative(at) {
-			pr.Stats = append(pr.Stats, pairedStat("area under the held-out curve (mean accuracy over the baseline's steps)", at, ab))
+			pr.Stats = append(pr.Stats, clusteredStat("area under the held-out curve (mean accuracy over the baseline's steps)", at, ab, clusters))
+		}
+		if allMeasured(cb) && allMeasured(ct) {
+			c := clusteredStat("canonical answer's bare-prompt log-likelihood (nats, per answer)", rt, rb, clusters)
+			c.BootLo, c.BootHi = bootInterval(ct, cb, clusters, bootRounds, rng)
+			c.BootRounds = bootRounds
+			r := clusteredStat("the same over the rule it names", st, sb, clusters)
+			r.BootLo, r.BootHi = bootInterval(pt, pb, clusters, bootRounds, rng)
+			r.BootRounds = bootRounds
+			pr.Stats = append(pr.Stats, c, r)
 		}
 		out = append(out, pr)
 	}
 	return out, nil
+}
+
+func keyLess(a, b pairKey) bool {
+	if a.World != b.World {
+		return a.World < b.World
+	}
+	if a.Seed != b.Seed {
+		return a.Seed < b.Seed
+	}
+	if a.SFT != b.SFT {
+		return a.SFT < b.SFT
+	}
+	if a.ModelSize != b.ModelSize {
+		return a.ModelSize < b.ModelSize
+	}
+	if a.Fast != b.Fast {
+		return !a.Fast
+	}
+	return a.RLSeed < b.RLSeed
+}
+
+// clusterOf numbers each pair's SFT model (0, 1, … in key order; keys
+// sorted, so a cluster's pairs are adjacent).
+func clusterOf(keys []pairKey) []int {
+	out := make([]int, len(keys))
+	c := -1
+	for i, k := range keys {
+		if i == 0 || k.sftModel() != keys[i-1].sftModel() {
+			c++
+		}
+		out[i] = c
+	}
+	return out
+}
+
+func allMeasured(xs [][]float64) bool {
+	for _, x := range xs {
+		if len(x) == 0 {
+			return false
+		}
+	}
+	return len(xs) > 0
 }
 
 func hasNegative(xs []float64) bool {
@@ -266,11 +364,15 @@ func learnedCount(fam []float64) float64 {
 	return float64(n)
 }
 
-func pairedStat(outcome string, treatment, baseline []float64) PairedStat {
+// clusteredStat compares treatment with baseline per pair, then over the
+// SFT models' mean differences (cluster[i]: pair i's SFT model).
+func clusteredStat(outcome string, treatment, baseline []float64, cluster []int) PairedStat {
 	s := PairedStat{Outcome: outcome, Treatment: treatment, Baseline: baseline, BootLo: math.NaN(), BootHi: math.NaN()}
 	for i := range treatment {
-		d := treatment[i] - baseline[i]
-		s.Diffs = append(s.Diffs, d)
+		s.Diffs = append(s.Diffs, treatment[i]-baseline[i])
+	}
+	s.Clusters = clusterMeans(s.Diffs, cluster)
+	for _, d := range s.Clusters {
 		switch {
 		case d > 0:
 			s.Positive++
@@ -278,9 +380,42 @@ func pairedStat(outcome string, treatment, baseline []float64) PairedStat {
 			s.Negative++
 		}
 	}
-	s.Mean, s.Lo, s.Hi = tInterval(s.Diffs)
-	s.SignFlipP = signFlipP(s.Diffs)
+	s.Mean, s.Lo, s.Hi = tInterval(s.Clusters)
+	s.SignFlipP = signFlipP(s.Clusters)
+	s.DZ = math.NaN()
+	if sd := stdDev(s.Clusters); sd > 0 {
+		s.DZ = s.Mean / sd
+	}
 	return s
+}
+
+// clusterMeans averages xs within each cluster (cluster numbers 0…k−1).
+func clusterMeans(xs []float64, cluster []int) []float64 {
+	k := 0
+	for _, c := range cluster {
+		k = max(k, c+1)
+	}
+	sum, n := make([]float64, k), make([]float64, k)
+	for i, x := range xs {
+		sum[cluster[i]] += x
+		n[cluster[i]]++
+	}
+	for c := range sum {
+		sum[c] /= n[c]
+	}
+	return sum
+}
+
+func stdDev(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	m := mean(xs)
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return math.Sqrt(ss / float64(len(xs)-1))
 }
 
 // tInterval is the mean of xs with its 95% Student-t interval.
@@ -292,12 +427,7 @@ func tInterval(xs []float64) (mean, lo, hi float64) {
 	if len(xs) < 2 {
 		return mean, math.NaN(), math.NaN()
 	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	se := math.Sqrt(ss/(n-1)) / math.Sqrt(n)
-	h := tQuantile975(len(xs)-1) * se
+	h := tQuantile975(len(xs)-1) * stdDev(xs) / math.Sqrt(n)
 	return mean, mean - h, mean + h
 }
 
@@ -314,7 +444,7 @@ func tQuantile975(df int) float64 {
 }
 
 // signFlipP is the exact two-sided randomization p of the mean difference
-// under the null that each pair's sign is a coin flip: the share of the
+// under the null that each unit's sign is a coin flip: the share of the
 // 2^n sign assignments whose |mean| reaches the observed one (n ≤ 24;
 // beyond, 2^20 random assignments).
 func signFlipP(d []float64) float64 {
@@ -355,31 +485,47 @@ func signFlipP(d []float64) float64 {
 	return float64(count) / float64(total)
 }
 
-// crossedBootstrap is the 95% percentile interval of the mean per-family
-// difference (treatment − baseline) when pairs and families are resampled
-// independently, each with replacement.
-func crossedBootstrap(t, b [][]float64, rounds int, seed int64) (lo, hi float64) {
-	if rounds <= 0 || len(t) == 0 || len(t[0]) == 0 {
+// bootInterval is the hierarchical bootstrap's 95% percentile interval of
+// the mean difference (treatment − baseline) of values measured per family
+// (t[i][f]: pair i, family f), pairs clustered by SFT model: each round
+// draws SFT models with replacement, then within each drawn model its RL
+// seeds (pairs) and its families, each with replacement, and averages the
+// drawn models' means. The families are a world seed's own (each draws its
+// words and rules), so they are drawn within a model, never across. NaN
+// when rounds ≤ 0 or the pairs' families differ in number.
+func bootInterval(t, b [][]float64, cluster []int, rounds int, rng *rand.Rand) (lo, hi float64) {
+	if rounds <= 0 || len(t) == 0 {
 		return math.NaN(), math.NaN()
 	}
 	nf := len(t[0])
 	for i := range t {
-		if len(t[i]) != nf || len(b[i]) != nf {
+		if len(t[i]) != nf || len(b[i]) != nf || nf == 0 {
 			return math.NaN(), math.NaN()
 		}
 	}
-	rng := rand.New(rand.NewSource(seed))
+	var members [][]int // pairs per SFT model
+	for i, c := range cluster {
+		for len(members) <= c {
+			members = append(members, nil)
+		}
+		members[c] = append(members[c], i)
+	}
 	means := make([]float64, rounds)
 	for r := range means {
-		var s float64
-		for range t {
-			i := rng.Intn(len(t))
-			for range nf {
-				f := rng.Intn(nf)
-				s += t[i][f] - b[i][f]
+		var total float64
+		for range members {
+			m := members[rng.Intn(len(members))]
+			var s float64
+			for range m {
+				i := m[rng.Intn(len(m))]
+				for range nf {
+					f := rng.Intn(nf)
+					s += t[i][f] - b[i][f]
+				}
 			}
+			total += s / float64(len(m)*nf)
 		}
-		means[r] = s / float64(len(t)*nf)
+		means[r] = total / float64(len(members))
 	}
 	sort.Float64s(means)
 	return means[int(0.025*float64(rounds))], means[min(rounds-1, int(0.975*float64(rounds)))]
@@ -388,17 +534,24 @@ func crossedBootstrap(t, b [][]float64, rounds int, seed int64) (lo, hi float64)
 // WritePaired writes the comparisons as Markdown tables.
 func WritePaired(w io.Writer, results []PairedResult) {
 	for _, pr := range results {
-		fmt.Fprintf(w, "### %s − %s (%d pairs)\n\n", pr.Treatment, pr.Baseline, len(pr.Pairs))
-		fmt.Fprintf(w, "| outcome | %s | %s | mean difference | 95%% t-interval | sign-flip p | pairs +/− | crossed bootstrap 95%% |\n|---|---|---|---|---|---|---|---|\n", pr.Treatment, pr.Baseline)
+		models := len(pr.Stats[0].Clusters)
+		fmt.Fprintf(w, "### %s − %s (%d pairs, %d SFT models)\n\n", pr.Treatment, pr.Baseline, len(pr.Pairs), models)
+		fmt.Fprintf(w, "Intervals and tests over the %d SFT models' mean differences (df %d; the smallest sign-flip p %d SFT models allow is %.3g).\n\n",
+			models, models-1, models, math.Ldexp(2, -models))
+		fmt.Fprintf(w, "| outcome | %s | %s | mean difference | 95%% t-interval | sign-flip p | SFT models +/− | d_z | hierarchical bootstrap 95%% |\n|---|---|---|---|---|---|---|---|---|\n", pr.Treatment, pr.Baseline)
 		for _, s := range pr.Stats {
 			boot := "—"
 			if !math.IsNaN(s.BootLo) {
 				boot = fmt.Sprintf("[%+.3f, %+.3f] (%d rounds)", s.BootLo, s.BootHi, s.BootRounds)
 			}
-			fmt.Fprintf(w, "| %s | %.3f | %.3f | %+.3f | %s | %.3g | %d / %d | %s |\n", s.Outcome, mean(s.Treatment), mean(s.Baseline), s.Mean,
-				interval(s.Lo, s.Hi), s.SignFlipP, s.Positive, s.Negative, boot)
+			dz := "—"
+			if !math.IsNaN(s.DZ) {
+				dz = fmt.Sprintf("%+.2f", s.DZ)
+			}
+			fmt.Fprintf(w, "| %s | %.3f | %.3f | %+.3f | %s | %.3g | %d / %d | %s | %s |\n", s.Outcome, mean(s.Treatment), mean(s.Baseline), s.Mean,
+				interval(s.Lo, s.Hi), s.SignFlipP, s.Positive, s.Negative, dz, boot)
 		}
-		fmt.Fprintf(w, "\nPer pair (%s):\n\n| pair |", pr.Stats[0].Outcome)
+		fmt.Fprintf(w, "\nPer pair:\n\n| pair |")
 		for _, s := range pr.Stats {
 			fmt.Fprintf(w, " %s |", strings.SplitN(s.Outcome, " (", 2)[0])
 		}
@@ -424,7 +577,7 @@ func mean(xs []float64) float64 {
 
 func interval(lo, hi float64) string {
 	if math.IsNaN(lo) {
-		return "— (one pair)"
+		return "— (one SFT model)"
 	}
 	return fmt.Sprintf("[%+.3f, %+.3f]", lo, hi)
 }

@@ -14,11 +14,24 @@ type Results struct {
 	RLSeed    int                      `json:"rl_seed"`       // which RL seed (1: the world seed's own)
 	Set       []string                 `json:"set,omitempty"` // overrides of the LANPO arms' config
 	ModelSize string                   `json:"model_size,omitempty"`
+	// Pairing is what lanpo demo paired matches runs on besides the world
+	// and seeds: which SFT checkpoint the arms started from, the model
+	// size and --fast.
+	Pairing *Pairing `json:"pairing,omitempty"`
 	Sizes     map[string]int           `json:"sizes"`
 	Stages    []StageResult            `json:"stages"`
 	Usage     map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
 	Seconds   []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
 	Rules     *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
+}
+
+// Pairing identifies the SFT model a run's arms started from.
+type Pairing struct {
+	// SFTDigest is the SHA-256 of the SFT checkpoint's weights file
+	// (model.safetensors), its first 16 hex digits.
+	SFTDigest string `json:"sft_digest"`
+	ModelSize string `json:"model_size"`
+	Fast      bool   `json:"fast"`
 }
 
 // ArmSeconds is an arm's wall time (training with its evaluations).

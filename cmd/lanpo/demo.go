@@ -80,15 +80,20 @@ func demoCommand() *cli.Command {
 func demoPairedCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "paired",
-		Usage:     "compare demo arms over seeds: paired differences, t-intervals, exact sign-flip tests, a crossed bootstrap",
+		Usage:     "compare demo arms over seeds: paired differences, intervals and sign-flip tests over SFT models, a hierarchical bootstrap",
 		ArgsUsage: " ",
 		Description: "Reads every demo_results.json under each ARM@RUN_DIR (the run directory and those below it, as\n" +
-			"--rl-seeds writes them), pairs the baseline's runs with each --arm's by (world, --seed, RL seed) — the\n" +
-			"same SFT model and RL problems — and prints Markdown tables per --arm: held-out zero-shot accuracy,\n" +
-			"families learned (≥ 0.75 of a family's held-out problems right) and the area under the held-out curve\n" +
-			"(rule worlds), each with the mean difference, its 95% t-interval and the exact two-sided sign-flip p;\n" +
-			"for accuracy also a 95% bootstrap interval resampling pairs and families independently. Write\n" +
-			"LABEL=ARM@RUN_DIR to name a row.",
+			"--rl-seeds writes them) and pairs the baseline's runs with each --arm's by world, --seed, the SFT\n" +
+			"checkpoint the arms started from (its digest), --model-size, --fast and RL seed — the same SFT model and\n" +
+			"RL problems; the same world, seed and RL seed from another SFT model, or a results file without these, is\n" +
+			"an error naming the file. RL seeds share their SFT model, so the statistics are over SFT models: each\n" +
+			"one's mean difference over its RL seeds, their mean, its 95% t-interval and the exact two-sided\n" +
+			"sign-flip p (with k SFT models the smallest possible is 2/2^k), and d_z (mean over their spread); for\n" +
+			"the outcomes measured per family also a hierarchical bootstrap (SFT models, then RL seeds and families\n" +
+			"within each). Outcomes: held-out zero-shot accuracy, families learned (≥ 0.75 of a family's held-out\n" +
+			"problems right), the area under the held-out curve (rule worlds), and the held-out canonical answers'\n" +
+			"bare-prompt log-likelihood, whole and over the rule they name (a continuous endpoint). Markdown tables per\n" +
+			"--arm; LABEL=ARM@RUN_DIR names a row.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "baseline", Required: true, Usage: "ARM@RUN_DIR of the baseline, e.g. grpo@runs/fair/confirm"},
 			&cli.StringSliceFlag{Name: "arm", Required: true, Usage: "ARM@RUN_DIR compared with the baseline (repeatable)"},
