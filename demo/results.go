@@ -9,20 +9,20 @@ import (
 // Results is RUN_DIR/demo_results.json: each stage's held-out accuracy
 // by mode and level, the split sizes and how often feedback was available.
 type Results struct {
-	World     string                   `json:"world"`
-	Seed      int64                    `json:"seed"`
-	RLSeed    int                      `json:"rl_seed"`       // which RL seed (1: the world seed's own)
-	Set       []string                 `json:"set,omitempty"` // overrides of the LANPO arms' config
-	ModelSize string                   `json:"model_size,omitempty"`
+	World     string   `json:"world"`
+	Seed      int64    `json:"seed"`
+	RLSeed    int      `json:"rl_seed"`       // which RL seed (1: the world seed's own)
+	Set       []string `json:"set,omitempty"` // overrides of the LANPO arms' config
+	ModelSize string   `json:"model_size,omitempty"`
 	// Pairing is what lanpo demo paired matches runs on besides the world
 	// and seeds: which SFT checkpoint the arms started from, the model
 	// size and --fast.
-	Pairing *Pairing `json:"pairing,omitempty"`
-	Sizes     map[string]int           `json:"sizes"`
-	Stages    []StageResult            `json:"stages"`
-	Usage     map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
-	Seconds   []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
-	Rules     *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
+	Pairing *Pairing                 `json:"pairing,omitempty"`
+	Sizes   map[string]int           `json:"sizes"`
+	Stages  []StageResult            `json:"stages"`
+	Usage   map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
+	Seconds []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
+	Rules   *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
 }
 
 // Pairing identifies the SFT model a run's arms started from.
