@@ -229,6 +229,9 @@ func Run(ctx context.Context, o Options) error {
 		res.Stages = append(res.Stages, told)
 		fmt.Fprintf(o.Log, "demo: held-out accuracy after SFT with the rule told (the ceiling): %.3f\n", told.Modes[0].Overall)
 	}
+	finals := map[string]string{}    // each arm's final checkpoint
+	pools := map[string]*pool.Pool{} // each LANPO arm's final pool (not the oracle's)
+	var oracleFound *ruleOracle
 	for _, arm := range o.Arms {
 		cfg := d.arms[arm]
 		fmt.Fprintf(o.Log, "demo: stage 2: %s, %d steps\n", arm, cfg.TotalSteps)
@@ -256,6 +259,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		if oracle != nil {
 			p = nil // the oracle's retrieval is its found rules (evaluateOracle), not the pool
+			oracleFound = oracle
+		}
+		finals[arm] = final
+		if p != nil {
+			pools[arm] = p
 		}
 		r, err := d.evaluate(o.RunDir, arm, final, d.bench, cfg, p)
 		if err != nil {
@@ -269,6 +277,15 @@ func Run(ctx context.Context, o Options) error {
 		res.Stages = append(res.Stages, r)
 		for _, m := range r.Modes {
 			fmt.Fprintf(o.Log, "demo: held-out accuracy after %s, %s: %.3f (after SFT %.3f)\n", arm, m.Mode, m.Overall, after.Modes[0].Overall)
+		}
+	}
+	if isRules(o.World) {
+		fmt.Fprintf(o.Log, "demo: retrieval controls (the SFT model and GRPO's with each pool, GRPO's own pool)\n")
+		if res.Controls, err = d.retrievalControls(o.RunDir, o.Arms, sftModel, finals, pools, oracleFound); err != nil {
+			return err
+		}
+		for _, c := range res.Controls {
+			fmt.Fprintf(o.Log, "demo: held-out accuracy with retrieval, %s's model with %s: %.3f\n", c.Model, c.Pool, c.Retrieval.Overall)
 		}
 	}
 	// WriteReport adds the rule worlds' analysis to demo_results.json.
@@ -291,6 +308,60 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
+// retrievalControls say which part of a LANPO arm's gain with retrieval
+// belongs to its pool and which to its training (docs/demo.md): the SFT
+// model and GRPO's final model, each with every LANPO arm's final pool;
+// GRPO's model with a pool made the same way from GRPO's own rollouts,
+// summarized by GRPO's final model (trainer.BuildPool, as lanpo pool build
+// does; written to RUN/grpo/pool-own.jsonl); and the SFT model with the
+// oracle's plans for the families the oracle found.
+func (d demoRun) retrievalControls(runDir string, arms []string, sftModel string, finals map[string]string, pools map[string]*pool.Pool, oracle *ruleOracle) ([]RetrievalControl, error) {
+	var out []RetrievalControl
+	add := func(model, modelDir, poolName, summarizer, arm string, p *pool.Pool) error {
+		r, err := d.evaluateModes(runDir, "control-"+model+"-"+poolName, modelDir, d.bench, d.arms[arm], p, []string{eval.ModeRetrieval})
+		if err != nil {
+			return fmt.Errorf("retrieval control (%s with %s): %w", model, poolName, err)
+		}
+		out = append(out, RetrievalControl{Model: model, Pool: poolName, Summarizer: summarizer, Retrieval: r.Modes[0]})
+		return nil
+	}
+	grpo, hasGRPO := finals[ArmGRPO]
+	for _, arm := range arms {
+		p, ok := pools[arm]
+		if !ok {
+			continue
+		}
+		if err := add("sft", sftModel, arm, "", arm, p); err != nil {
+			return nil, err
+		}
+		if hasGRPO {
+			if err := add(ArmGRPO, grpo, arm, "", arm, p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if cfg := d.arms[ArmGRPO]; hasGRPO && cfg.Log.Rollouts {
+		own, err := trainer.BuildPool(cfg, grpo, filepath.Join(cfg.RunDir, "rollouts"))
+		if err != nil {
+			return nil, fmt.Errorf("GRPO's own pool: %w", err)
+		}
+		if err := trainer.WritePool(own, filepath.Join(cfg.RunDir, "pool-own.jsonl")); err != nil {
+			return nil, err
+		}
+		if err := add(ArmGRPO, grpo, "grpo-own", ArmGRPO, ArmGRPO, own); err != nil {
+			return nil, err
+		}
+	}
+	if oracle != nil {
+		r, err := d.evaluateOracle(runDir, StageResult{Stage: "control-sft"}, sftModel, d.arms[ArmOracle], oracle)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, RetrievalControl{Model: "sft", Pool: ArmOracle, Retrieval: *r.mode(eval.ModeRetrieval)})
+	}
+	return out, nil
+}
+
 // stageTold is the SFT model's evaluation with each problem's rule told in
 // the prompt, as a plan: the rule worlds' ceiling.
 const stageTold = "sft-told"
@@ -299,6 +370,15 @@ const stageTold = "sft-told"
 // zero-shot, and with a pool also retrieval-augmented and self-corrective,
 // through the same evaluation as lanpo eval (results in RUN/eval-STAGE/).
 func (d demoRun) evaluate(runDir, stage, dir string, bench []eval.Benchmark, cfg trainer.Config, p *pool.Pool) (StageResult, error) {
+	modes := []string{eval.ModeZeroShot}
+	if p != nil {
+		modes = append(modes, eval.ModeRetrieval, eval.ModeSelfCorrect)
+	}
+	return d.evaluateModes(runDir, stage, dir, bench, cfg, p, modes)
+}
+
+// evaluateModes is evaluate in the given modes.
+func (d demoRun) evaluateModes(runDir, stage, dir string, bench []eval.Benchmark, cfg trainer.Config, p *pool.Pool, modes []string) (StageResult, error) {
 	runtime.LockOSThread() // torch work on one thread (CONTRIBUTING.md, Threads)
 	defer runtime.UnlockOSThread()
 	m, err := model.LoadWithAdapter(dir, "", model.LoadOptions{}) // a grpo-lora checkpoint: the adapter on its base
@@ -309,10 +389,6 @@ func (d demoRun) evaluate(runDir, stage, dir string, bench []eval.Benchmark, cfg
 	tk, err := tokenizer.Load(dir)
 	if err != nil {
 		return StageResult{}, err
-	}
-	modes := []string{eval.ModeZeroShot}
-	if p != nil {
-		modes = append(modes, eval.ModeRetrieval, eval.ModeSelfCorrect)
 	}
 	cfg.Data.SystemPrompt, cfg.Data.PromptTemplate = demoSystem, "{problem}"
 	if err := cfg.Resolve(); err != nil {

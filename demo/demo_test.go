@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/trainertest"
 	"github.com/lanpo-rl/lanpo/model"
@@ -260,7 +261,42 @@ func TestDemoFastTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "Verdict, from this run's numbers", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model", "The relevance filter", "lanpo demo paired"} {
+	// The retrieval controls: the SFT model and GRPO's with the LANPO arm's
+	// pool, GRPO's with a pool of its own rollouts (written beside them),
+	// the SFT model with the oracle's plans; every held-out problem each.
+	controls := map[string]RetrievalControl{}
+	for _, c := range res.Controls {
+		controls[c.Model+"|"+c.Pool] = c
+	}
+	for _, k := range []string{"sft|" + ArmLANPOConsolidate, ArmGRPO + "|" + ArmLANPOConsolidate, ArmGRPO + "|grpo-own", "sft|" + ArmOracle} {
+		c, ok := controls[k]
+		n := 0
+		for _, l := range c.Retrieval.Levels {
+			n += l.N
+		}
+		if !ok || n != res.Sizes["heldout"] {
+			t.Fatalf("retrieval control %s: %v, %d held-out problems (controls %v)", k, ok, n, res.Controls)
+		}
+	}
+	if own, err := pool.Load(filepath.Join(dir, ArmGRPO, "pool-own.jsonl"), pool.DefaultConfig()); err != nil || own.Entries() == 0 {
+		t.Fatalf("GRPO's own pool: %v", err)
+	}
+	// The diagnostics reach the metrics: consolidation's span and its
+	// after-step NLL, the gradients apart, the held-out reference NLL.
+	for _, key := range []string{"consolidate_nll_span", "consolidate_nll_after", "grad_norm_term"} {
+		seen := false
+		for _, row := range rows {
+			_, ok := row[key]
+			seen = seen || ok
+		}
+		if !seen {
+			t.Fatalf("no %s in the LANPO arm's metrics", key)
+		}
+	}
+	if _, ok := rows[p.evalEvery-1]["eval/"+res.Rules.Families[0]+"/zero-shot/reference_nll_span"]; !ok {
+		t.Fatalf("no held-out reference NLL at the first evaluation: %v", rows[p.evalEvery-1])
+	}
+	for _, want := range []string{"Transfer world", "rule told (ceiling)", "Predicted before running", "Verdict, from this run's numbers", "The mechanism, step by step", "families found", "Per family", "step 0 is the SFT model", "The relevance filter", "lanpo demo paired", "Retrieval controls"} {
 		if !strings.Contains(string(page), want) {
 			t.Fatalf("the report lacks %q", want)
 		}

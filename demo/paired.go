@@ -86,6 +86,11 @@ type armRun struct {
 	refLogp  []float64    // per held-out group: the canonical answers' mean bare-prompt log-likelihood (nil: not measured)
 	spanLogp []float64    // the same over the rule they name
 	curve    [][2]float64 // mean held-out accuracy per training evaluation (rule worlds)
+	// retrieval is the arm's held-out accuracy with retrieval from its own
+	// pool (-1: not evaluated so); controls the run's retrieval controls,
+	// keyed MODEL|POOL (RetrievalControl).
+	retrieval float64
+	controls  map[string]float64
 }
 
 // collectArm reads every demo_results.json under ref.Root that has the
@@ -146,6 +151,14 @@ func armOutcomes(res Results, arm string) (armRun, bool) {
 		}
 		if !measured {
 			r.refLogp, r.spanLogp = nil, nil
+		}
+		r.retrieval = -1
+		if rt := st.mode(eval.ModeRetrieval); rt != nil {
+			r.retrieval = rt.Overall
+		}
+		r.controls = map[string]float64{}
+		for _, c := range res.Controls {
+			r.controls[c.Model+"|"+c.Pool] = c.Retrieval.Overall
 		}
 		if res.Rules != nil {
 			if a, ok := res.Rules.Arms[arm]; ok {
@@ -294,9 +307,49 @@ func Paired(baseline ArmRef, arms []ArmRef, bootRounds int, seed int64) ([]Paire
 			r.BootRounds = bootRounds
 			pr.Stats = append(pr.Stats, c, r)
 		}
+		pr.Stats = append(pr.Stats, controlStats(ref.Arm, baseline.Arm, keys, base, tr, clusters)...)
 		out = append(out, pr)
 	}
 	return out, nil
+}
+
+// controlStats are the retrieval controls' comparisons (docs/demo.md),
+// where every pair has them: the arm with its pool against the SFT model
+// and against the baseline's model with the same pool (the training's
+// share of the gain), and against the baseline's model with a pool of its
+// own rollouts (each method with its own pool).
+func controlStats(arm, baseArm string, keys []pairKey, base, tr map[pairKey]armRun, clusters []int) []PairedStat {
+	var out []PairedStat
+	for _, c := range []struct {
+		outcome string
+		control func(b, t armRun) (float64, bool)
+	}{
+		{"with retrieval from the arm's pool: the arm's model − the SFT model", func(_, t armRun) (float64, bool) {
+			v, ok := t.controls["sft|"+arm]
+			return v, ok
+		}},
+		{"with retrieval from the arm's pool: the arm's model − " + baseArm + "'s", func(_, t armRun) (float64, bool) {
+			v, ok := t.controls[baseArm+"|"+arm]
+			return v, ok
+		}},
+		{"with retrieval, each from its own pool: the arm − " + baseArm + " (its pool built from its rollouts)", func(b, _ armRun) (float64, bool) {
+			v, ok := b.controls[baseArm+"|"+baseArm+"-own"]
+			return v, ok
+		}},
+	} {
+		var t, b []float64
+		for _, k := range keys {
+			v, ok := c.control(base[k], tr[k])
+			if !ok || tr[k].retrieval < 0 {
+				break
+			}
+			t, b = append(t, tr[k].retrieval), append(b, v)
+		}
+		if len(t) == len(keys) {
+			out = append(out, clusteredStat(c.outcome, t, b, clusters))
+		}
+	}
+	return out
 }
 
 func keyLess(a, b pairKey) bool {

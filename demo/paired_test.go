@@ -106,7 +106,11 @@ func TestPairedReadsRuns(t *testing.T) {
 	write := func(dir string, seed int64, rl int, sft string, grpo, lanpo float64) string {
 		res := Results{World: WorldTransfer, Seed: seed, RLSeed: rl, Stages: []StageResult{
 			{Stage: ArmGRPO, Modes: []ModeResult{{Mode: "zero-shot", Overall: grpo, Levels: []LevelAccuracy{{Accuracy: grpo, RefLogp: -2}, {Accuracy: grpo, RefLogp: -4}}}}},
-			{Stage: ArmLANPOConsolidate, Modes: []ModeResult{{Mode: "zero-shot", Overall: lanpo, Levels: []LevelAccuracy{{Accuracy: lanpo, RefLogp: -1}, {Accuracy: 1, RefLogp: -1}}}}}}}
+			{Stage: ArmLANPOConsolidate, Modes: []ModeResult{{Mode: "zero-shot", Overall: lanpo, Levels: []LevelAccuracy{{Accuracy: lanpo, RefLogp: -1}, {Accuracy: 1, RefLogp: -1}}},
+				{Mode: "retrieval", Overall: 0.9}}}},
+			// The retrieval controls: the SFT model with LANPO's pool 0.8, GRPO's with its own 0.6.
+			Controls: []RetrievalControl{{Model: "sft", Pool: ArmLANPOConsolidate, Retrieval: ModeResult{Overall: 0.8}},
+				{Model: ArmGRPO, Pool: "grpo-own", Retrieval: ModeResult{Overall: 0.6}}}}
 		if sft != "" {
 			res.Pairing = &Pairing{SFTDigest: sft, ModelSize: "small"}
 		}
@@ -142,8 +146,24 @@ func TestPairedReadsRuns(t *testing.T) {
 		t.Fatalf("families learned: %+v", l)
 	}
 	// The canonical answers: −1 against a mean of −3: +2 in every pair.
-	if c := res[0].Stats[len(res[0].Stats)-2]; !strings.Contains(c.Outcome, "log-likelihood") || math.Abs(c.Mean-2) > 1e-12 {
+	byName := map[string]PairedStat{}
+	for _, st := range res[0].Stats {
+		byName[st.Outcome] = st
+	}
+	if c := byName["canonical answer's bare-prompt log-likelihood (nats, per answer)"]; math.Abs(c.Mean-2) > 1e-12 {
 		t.Fatalf("continuous endpoint: %+v", c)
+	}
+	// The controls: the training's share over the SFT model (+0.1 in every
+	// pair), each with its own pool (+0.3); none against GRPO's model with
+	// LANPO's pool (not evaluated).
+	if c := byName["with retrieval from the arm's pool: the arm's model − the SFT model"]; math.Abs(c.Mean-0.1) > 1e-12 {
+		t.Fatalf("the training's share: %+v", c)
+	}
+	if c := byName["with retrieval, each from its own pool: the arm − grpo (its pool built from its rollouts)"]; math.Abs(c.Mean-0.3) > 1e-12 {
+		t.Fatalf("each with its own pool: %+v (stats %v)", c, byName)
+	}
+	if _, ok := byName["with retrieval from the arm's pool: the arm's model − grpo's"]; ok {
+		t.Fatal("a control no run has was compared")
 	}
 	var out strings.Builder
 	WritePaired(&out, res)

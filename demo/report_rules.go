@@ -80,6 +80,7 @@ func rulesSections(b *strings.Builder, res Results) {
 	b.WriteString("</table>")
 
 	verdict(b, res, final)
+	controlsTable(b, res, final)
 
 	b.WriteString("<h2>The mechanism, step by step</h2><p>Found: families with a verified-correct rollout (median step of the first). Learned: families whose held-out problems the bare prompt answers ≥ 75% right at the end. Groups per prompt mode: share with no reward variance (no gradient), share all right, rollout accuracy. Plans: abstraction plans that state the problem's rule, and the accuracy under those (is the plan followed?). Pool: correct-attempt entries whose principles state the rule.</p>")
 	b.WriteString("<table><tr><th>arm</th><th>found</th><th>learned</th><th>scratch groups: no variance / all right / acc.</th><th>reflection</th><th>abstraction</th><th>plans stating the rule; their acc.</th><th>pool: correct entries stating the rule</th><th>held-out problems in pool</th></tr>")
@@ -315,4 +316,49 @@ func purityTable(b *strings.Builder, a *RulesAnalysis, arms []string) {
 	b.WriteString("<table><tr><th>arm</th><th>when</th><th>P(pass | same family)</th><th>P(pass | other family)</th><th>prompts given another family's problem</th></tr>")
 	b.WriteString(strings.Join(rows, ""))
 	b.WriteString("</table>")
+}
+
+// controlsTable shows whose the gain with retrieval is: each LANPO arm's
+// model with its own pool beside the SFT model and GRPO's with that pool,
+// and GRPO's model with a pool of its own rollouts (retrievalControls).
+func controlsTable(b *strings.Builder, res Results, final map[string]float64) {
+	if len(res.Controls) == 0 {
+		return
+	}
+	own := map[string]float64{} // an arm's retrieval with its own pool
+	for _, st := range res.Stages {
+		if rt := st.mode(eval.ModeRetrieval); rt != nil {
+			own[st.Stage] = rt.Overall
+		}
+	}
+	b.WriteString("<h2>Retrieval controls: the pool's gain or the training's?</h2><p>Held-out accuracy with retrieval (the model condenses a plan from the pool's lessons, as in training). " +
+		"The SFT model with an arm's final pool measures what the pool gives an untrained model; GRPO's model with it, what it gives GRPO's; GRPO's model with a pool made the same way from GRPO's own rollouts " +
+		"(summarized by GRPO's final model: <code>lanpo pool build</code>) what GRPO would get had it kept one. For the oracle, its plans for the families it found.</p>")
+	b.WriteString("<table><tr><th>model</th><th>pool</th><th>held out with retrieval</th><th>the model zero-shot</th></tr>")
+	row := func(model, pool string, acc float64) {
+		zs := "—"
+		if v, ok := final[model]; ok {
+			zs = fmt.Sprintf("%.3f", v)
+		}
+		fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%.3f</td><td>%s</td></tr>", html.EscapeString(model), html.EscapeString(pool), acc, zs)
+	}
+	var text []string
+	for _, c := range res.Controls {
+		if acc, ok := own[c.Pool]; ok && c.Model == "sft" {
+			row(c.Pool, c.Pool+" (its own)", acc)
+			text = append(text, fmt.Sprintf("%s: with its pool %.3f; the untrained SFT model with the same pool %.3f — the training's share %+.3f, the pool's (over the SFT model zero-shot) %+.3f.",
+				c.Pool, acc, c.Retrieval.Overall, acc-c.Retrieval.Overall, c.Retrieval.Overall-final["sft"]))
+		}
+		pool := c.Pool
+		if pool == "grpo-own" {
+			pool = "GRPO's own rollouts, summarized by GRPO's model"
+		} else if pool == ArmOracle {
+			pool = "the oracle's plans (found families)"
+		}
+		row(c.Model, pool, c.Retrieval.Overall)
+	}
+	b.WriteString("</table>")
+	if len(text) > 0 {
+		fmt.Fprintf(b, "<p>%s</p>", html.EscapeString(strings.Join(text, " ")))
+	}
 }

@@ -23,6 +23,8 @@ type Results struct {
 	Usage   map[string]FeedbackUsage `json:"feedback_usage,omitempty"` // per LANPO arm
 	Seconds []ArmSeconds             `json:"seconds,omitempty"`        // each arm's training wall time
 	Rules   *RulesAnalysis           `json:"rules,omitempty"`          // rule worlds
+	// Controls are the rule worlds' retrieval controls (retrievalControls).
+	Controls []RetrievalControl `json:"retrieval_controls,omitempty"`
 }
 
 // Pairing identifies the SFT model a run's arms started from.
@@ -32,6 +34,17 @@ type Pairing struct {
 	SFTDigest string `json:"sft_digest"`
 	ModelSize string `json:"model_size"`
 	Fast      bool   `json:"fast"`
+}
+
+// RetrievalControl is a model evaluated with retrieval from a pool that is
+// not its own run's: whose gain is it, the pool's or the training's?
+type RetrievalControl struct {
+	Model string `json:"model"` // sft, or the arm whose final model it is
+	Pool  string `json:"pool"`  // the arm whose final pool it is; grpo-own: built from GRPO's rollouts; lanpo-oracle: the oracle's plans
+	// Summarizer is the model that wrote a built pool's summaries (the
+	// arm's final model).
+	Summarizer string     `json:"summarizer,omitempty"`
+	Retrieval  ModeResult `json:"retrieval"`
 }
 
 // ArmSeconds is an arm's wall time (training with its evaluations).

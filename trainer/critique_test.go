@@ -82,10 +82,6 @@ func critiqueRun(t *testing.T, correct [][]bool, sets ...string) (*critique, []*
 	return c, sampled
 }
 
-type noPhases struct{}
-
-func (noPhases) Enter(string) {}
-
 // TestCritiqueRows: every group gets one refinement — of an attempt picked
 // without looking at outcomes — trained under the bare problem as the
 // group's member G; the first attempts' advantages become r − mean over

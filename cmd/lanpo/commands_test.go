@@ -65,6 +65,12 @@ var userCases = []struct {
 	{"pool stats", []userCase{{args: []string{"pool", "stats", "runs/lanpo"}, want: `"problems":8`}}},
 	{"pool show", []userCase{{args: []string{"pool", "show", "--problem", "arith-1", "runs/lanpo"}, want: `"problem_id":"arith-1"`}}},
 	{"pool query", []userCase{{args: []string{"pool", "query", "--text", "What is 7 + 5?", "runs/lanpo"}, want: `"bm25"`}}},
+	// A GRPO run with its rollouts logged, then the pool they make.
+	{"pool build", []userCase{
+		{args: []string{"train", "--config", "grpo.yaml", "--set", "log.rollouts=true", "--set", "run_dir=runs/grpo-logged"},
+			sized: "rollout.max_new_tokens 32, as grpo.yaml", want: "runs/grpo-logged/checkpoints/step-000001"},
+		{args: []string{"pool", "build", "--config", "runs/grpo-logged/config.resolved.yaml", "--model", "runs/grpo-logged/checkpoints/step-000001",
+			"--out", "grpo-pool.jsonl"}, want: `"entries":`}}},
 	{"checkpoint", nil},
 	{"checkpoint verify", []userCase{{args: []string{"checkpoint", "verify", "runs/lanpo"}, want: "step-000001: ok: "}}},
 	{"eval", []userCase{{args: []string{"eval", "--model", "{tiny}", "--bench", "problems.jsonl", "--max-new-tokens", "32"},

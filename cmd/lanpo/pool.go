@@ -22,8 +22,44 @@ func poolCommand() *cli.Command {
 			"Examples:\n" +
 			"  lanpo pool stats runs/tiny-lanpo\n" +
 			"  lanpo pool show --problem arith-3 runs/tiny-lanpo\n" +
-			"  lanpo pool query --text 'What is 7 + 5?' runs/tiny-lanpo",
+			"  lanpo pool query --text 'What is 7 + 5?' runs/tiny-lanpo\n" +
+			"  lanpo pool build --config runs/tiny-grpo/config.resolved.yaml --model runs/tiny-grpo/checkpoints/step-000004 --out grpo-pool.jsonl",
 		Subcommands: []*cli.Command{
+			{
+				Name:  "build",
+				Usage: "make the pool LANPO's loop would have made from a run's logged rollouts (GRPO's too), summarized by --model",
+				Description: "Reads RUN_DIR/rollouts/step-NNNNNN.jsonl (a run writes them with log.rollouts: true) in step order and\n" +
+					"does what a LANPO run does after each step: the same seeded choice of lanpo.summaries_per_group rollouts\n" +
+					"per group, their summaries written by --model, answers stripped, the pool's bounds. The config gives the\n" +
+					"problems (data.train), the prompts and the lanpo section: the run's config.resolved.yaml. Unlike the run's\n" +
+					"own pool, one model writes every summary (in a LANPO run, the policy at each step). The pool goes to --out,\n" +
+					"for lanpo eval --pool or lanpo.initial_pool. lanpo demo builds GRPO's own pool this way (docs/demo.md).",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "config", Required: true, Usage: "the run's config (its config.resolved.yaml)"},
+					&cli.StringSliceFlag{Name: "set", Usage: "override a config key (repeatable)"},
+					&cli.StringFlag{Name: "model", Required: true, Usage: "the summarizer: a model directory or checkpoint"},
+					&cli.StringFlag{Name: "rollouts", Usage: "the rollout logs (default: the config's run_dir/rollouts)"},
+					&cli.StringFlag{Name: "out", Required: true, Usage: "the pool file to write (pool.jsonl)"},
+				},
+				Action: func(c *cli.Context) error {
+					cfg, err := trainer.ReadConfig(c.String("config"), c.StringSlice("set"))
+					if err != nil {
+						return usageError{err}
+					}
+					dir := c.String("rollouts")
+					if dir == "" {
+						dir = filepath.Join(cfg.RunDir, "rollouts")
+					}
+					p, err := trainer.BuildPool(cfg, c.String("model"), dir)
+					if err != nil {
+						return err
+					}
+					if err := trainer.WritePool(p, c.String("out")); err != nil {
+						return err
+					}
+					return jsonl.Encoder(c.App.Writer).Encode(map[string]any{"pool": c.String("out"), "problems": p.Problems(), "entries": p.Entries()})
+				},
+			},
 			{
 				Name:      "stats",
 				Usage:     "sizes: problems, entries, bytes, and per problem entries and right answers",
