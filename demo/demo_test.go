@@ -15,10 +15,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lanpo-rl/lanpo/eval"
-	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/trainertest"
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/seed"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
