@@ -8,12 +8,16 @@
 #           {0.75, 1} × λ {0.25, 1, 4}, and λ 0 at p_t 1 (the control)
 #   replay  the consolidation rows of the oracle at p_t 1, λ 1 through
 #           lanpo sft at RL's learning rate (3e-4) and at SFT's (3e-3)
+#   own     phase B's screen: the oracle at p_t 0.75 for 100 steps with
+#           consolidation in a step of its own (lanpo.consolidate_lr 1e-3
+#           and 3e-3), beside the grid's joint λ 4
 #
 # Runs go JOBS at a time (default 2), each with OMP_NUM_THREADS=1.
 #   SFT=runs/demo/sft/checkpoints/step-001600 scripts/demo/dose.sh grid [OUT]
 #   scripts/demo/dose.sh replay [OUT]
+#   SFT=… scripts/demo/dose.sh own [OUT]
 set -euo pipefail
-phase=${1:?grid or replay}
+phase=${1:?grid, replay or own}
 out=${2:-runs/dose}
 lanpo=${LANPO:-bin/lanpo}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -52,8 +56,16 @@ replay)
 	done
 	wait
 	;;
+own)
+	sft=${SFT:?SFT=the world-seed-1 SFT checkpoint}
+	for lr in 1e-3 3e-3; do
+		run "oracle-pt0.75-own$lr" $lanpo demo --seed 1 --arms lanpo-oracle --p-t 0.75 --set lanpo.consolidate=1 \
+			--set lanpo.consolidate_lr=$lr --set total_steps=100 --sft-from "$sft" --run-dir "$out/oracle-pt0.75-own$lr"
+	done
+	wait
+	;;
 *)
-	echo "dose.sh: want grid or replay, got $phase" >&2
+	echo "dose.sh: want grid, replay or own, got $phase" >&2
 	exit 2
 	;;
 esac
