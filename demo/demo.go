@@ -157,9 +157,13 @@ func rlSeed(seed int64, r int) uint64 {
 	return uint64(seed*1000 + int64(r))
 }
 
-// ConsolidateLambda is lanpo.consolidate (λ) of the consolidation arm,
-// committed before the comparison (docs/demo.md).
-const ConsolidateLambda = 0.25
+// ConsolidateLambda is lanpo.consolidate (λ) of the consolidation and
+// oracle arms: 4, chosen by #55's dose experiment (docs/demo.md, "LANPO's
+// update") over λ 0.25 and 1 and over consolidation in a step of its own —
+// with the policy's gradient sharing Adam's moments, λ sets
+// consolidation's share of each step, and 0.25 (the fair test's) left the
+// oracle at the SFT model's score for 50 steps.
+const ConsolidateLambda = 4
 
 // demoSystem is the system prompt of every demo conversation.
 const demoSystem = "Answer with \\boxed{}."
