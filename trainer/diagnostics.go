@@ -35,9 +35,9 @@ func (g *grpoRun) snapshotGrads() *gradSplit {
 			gs.policy = append(gs.policy, nil)
 			continue
 		}
-		// A copy, not the gradient itself (Totype returns its input when the
-		// dtype is already float64): the term's backward adds to it in place.
-		c := gs.scope.Keep(ts.MustZeros(gr.MustSize(), gotch.Double, gr.MustDevice()))
+		// A copy, not the gradient itself: the term's backward adds to it
+		// in place.
+		c := gs.scope.Keep(ts.MustZeros(gr.MustSize(), gr.DType(), gr.MustDevice())) // the gradient's own dtype: one more gradient's memory, no more
 		c.Copy_(gr)
 		gs.policy = append(gs.policy, c)
 		gr.MustDrop()
@@ -69,6 +69,9 @@ func (gs *gradSplit) measure(g *grpoRun, met *StepMetrics, separate bool) error 
 			total = ps.Keep(gr.MustTotype(gotch.Double, false))
 		}
 		pol := gs.policy[i]
+		if pol != nil {
+			pol = ps.Keep(pol.MustTotype(gotch.Double, false))
+		}
 		term := total
 		if total != nil && pol != nil && !separate {
 			term = ps.Keep(total.MustSub(pol, false))
