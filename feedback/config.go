@@ -70,6 +70,13 @@ type Config struct {
 	// (default): λ·NLL joins the policy's step, as its share of one
 	// gradient. docs/lanpo.md, "Consolidation".
 	ConsolidateLR float64 `yaml:"consolidate_lr"`
+	// ConsolidateNorm is how λ weighs the consolidated tokens: step
+	// (default) — λ over all of the step's consolidated tokens, a fixed
+	// total however few they are — or token: each consolidated token weighs
+	// λ times a policy token, the rows joining the policy loss's
+	// normalization (algo.loss_agg_mode over both), so the term's total
+	// weight grows with how much was found. docs/lanpo.md, "Consolidation".
+	ConsolidateNorm string `yaml:"consolidate_norm"`
 	// Similarity is the relevance filter's scorer: embedding (cosine of
 	// centred mean-pooled hidden states of the policy; default), policy (the
 	// policy rates relevance 0-9, read from its digit probabilities) or bm25
@@ -156,6 +163,8 @@ const (
 	simEmbedding     = "embedding"
 	scaleQuantile    = "quantile"
 	scaleRaw         = "raw"
+	normStep         = "step"
+	normToken        = "token"
 	centreFixed      = "fixed"
 	centreBatch      = "batch"
 )
@@ -226,6 +235,9 @@ func (l *Config) Resolve(maxNewTokens int) {
 	if l.Context == "" {
 		l.Context = contextPlan
 	}
+	if l.ConsolidateNorm == "" {
+		l.ConsolidateNorm = normStep
+	}
 	if l.MaxAttemptTokens == 0 {
 		l.MaxAttemptTokens = maxNewTokens
 	}
@@ -270,6 +282,10 @@ func (l *Config) Validate(maxNewTokens int) error {
 		return bad("consolidate", "must be a finite λ ≥ 0 (0: off), got %g", l.Consolidate)
 	case !(l.ConsolidateLR >= 0) || math.IsInf(l.ConsolidateLR, 0):
 		return bad("consolidate_lr", "must be a finite learning rate ≥ 0 (0: consolidation joins the policy's step), got %g", l.ConsolidateLR)
+	case l.ConsolidateNorm != normStep && l.ConsolidateNorm != normToken:
+		return bad("consolidate_norm", "%q: want %s or %s", l.ConsolidateNorm, normStep, normToken)
+	case l.ConsolidateNorm == normToken && l.ConsolidateLR > 0:
+		return bad("consolidate_norm", "token joins the policy's step; lanpo.consolidate_lr gives consolidation a step of its own: choose one")
 	case l.ConsolidateLR > 0 && l.Consolidate == 0:
 		return bad("consolidate_lr", "%g needs lanpo.consolidate > 0 (consolidation is off)", l.ConsolidateLR)
 	case l.Similarity != simPolicy && l.Similarity != simBM25 && l.Similarity != simEmbedding:
@@ -310,3 +326,7 @@ func (l *Config) Validate(maxNewTokens int) error {
 	l.Modes.Reflection, l.Modes.Abstraction = &refl, &abst
 	return nil
 }
+
+// ConsolidatePerToken reports whether consolidated tokens join the policy
+// loss's normalization (lanpo.consolidate_norm: token).
+func (l Config) ConsolidatePerToken() bool { return l.ConsolidateNorm == normToken }

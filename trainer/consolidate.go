@@ -15,7 +15,8 @@ import (
 // Consolidation (lanpo.consolidate = λ > 0): a response the verifier
 // accepted that was sampled with feedback in context is also trained as
 // the answer to the bare problem, with a token-mean negative log-likelihood
-// over every such response of the step, λ·NLL added to the policy loss.
+// over every such response of the step, λ·NLL added to the policy loss
+// (consolidate_norm token: each token weighted λ times a policy token's).
 // What feedback helped find then moves the policy without the feedback,
 // where the policy loss cannot: a group whose feedback-aware samples are all
 // correct has no advantage, and with train_prompt: original the truncated
@@ -65,7 +66,7 @@ func (c *consolidation) rows(_ int, kept, sampled []*rollout, _ rl.Phases) ([]*r
 	if err != nil {
 		return nil, nil, termRows{}, err
 	}
-	return kept, rows, termRows{rows: int(tot[0]), tokens: int(tot[1]), extra: consExtra}, nil
+	return kept, rows, termRows{rows: int(tot[0]), tokens: int(tot[1]), extra: consExtra, joinPolicy: c.g.cfg.LANPO.ConsolidatePerToken()}, nil
 }
 
 // spanOf marks the response tokens ids of problem k inside the run's
@@ -117,8 +118,8 @@ func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, ex
 	}
 	met.Consolidated = tot.rows
 	met.ConsolidatedTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
-	met.ConsolidateNLL = loss / c.g.cfg.LANPO.Consolidate
 	n := float64(tot.tokens)
+	met.ConsolidateNLL = extra[consBareNLL] / n
 	met.ConsolidateNLLContext = extra[consCtxNLL] / n
 	met.ConsolidateContextGap = extra[consBareNLL]/n - met.ConsolidateNLLContext
 	if span := extra[consSpanTokens]; span > 0 {
@@ -132,20 +133,26 @@ func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, ex
 }
 
 // microBatch runs one micro-batch of consolidation rows, each token
-// weighted by λ / (the step's distilled tokens on every rank): forward, the
-// weighted NLL, backward (gradients accumulate). It returns the loss it
-// added (weighted by the global batch), its token slots and the extra sums
-// (consBareNLL …).
+// weighted by λ / (the step's distilled tokens on every rank), or with
+// consolidate_norm token by λ times the weight update gave it with the
+// policy's rows: forward, the weighted NLL, backward (gradients
+// accumulate). It returns the loss it added (weighted by the global
+// batch), its token slots and the extra sums (consBareNLL …).
 func (c *consolidation) microBatch(mb []*rollout, first int, tot termRows) (r microResult, err error) {
 	g := c.g
 	cfg := g.cfg
 	var s tensor.Scope
 	defer s.Close()
-	w := cfg.LANPO.Consolidate / float64(tot.tokens)
-	for _, x := range mb {
-		x.weight = w
+	if !tot.joinPolicy {
+		w := cfg.LANPO.Consolidate / float64(tot.tokens)
+		for _, x := range mb {
+			x.weight = w
+		}
 	}
 	b := buildBatch(&s, g.m.Device, mb)
+	if tot.joinPolicy {
+		b.weight = s.Keep(b.weight.MustMulScalar(s.Float(cfg.LANPO.Consolidate), false))
+	}
 	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
 	where := func(err error) error {
 		return g.microBatchErr("consolidation micro-batch at response", first, len(mb), b.t, err)

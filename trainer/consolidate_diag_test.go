@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/lanpo-rl/lanpo/internal/tensor"
@@ -204,5 +205,39 @@ func TestConsolidationOwnStep(t *testing.T) {
 	none := consolidationUpdate(t, rolls, nil, sets...)
 	if d := maxAbsDiff(none.w, w); d == 0 || none.met.TermGradNorm != 0 {
 		t.Errorf("no consolidation rows: an own step ran (norm %v)", none.met.TermGradNorm)
+	}
+}
+
+// TestConsolidationPerToken: with lanpo.consolidate_norm token the
+// consolidated tokens join the policy loss's token mean, each weighted λ:
+// over P policy and D consolidated tokens the loss is the policy's
+// token-mean loss times P/(P+D) plus λ·NLL·D/(P+D), and the policy's
+// statistics stay its own.
+func TestConsolidationPerToken(t *testing.T) {
+	rolls, distill := madeUpRollouts(6, 3), madeUpRollouts(5, 4)
+	const lambda = 4.0
+	var P, D float64
+	for _, r := range rolls {
+		P += float64(len(r.ids))
+	}
+	for _, r := range distill {
+		D += float64(len(r.ids))
+	}
+	sets := []string{"lanpo.consolidate=4", "lanpo.consolidate_norm=token"}
+	policy := consolidationUpdate(t, rolls, nil, sets...)
+	both := consolidationUpdate(t, rolls, distill, sets...)
+	want := policy.met.Loss*P/(P+D) + lambda*both.nll*D/(P+D)
+	if math.Abs(both.met.Loss-want) > 1e-9 || math.Abs(both.met.ConsolidateNLL-both.nll) > 1e-6*both.nll {
+		t.Errorf("loss %v, want %v; consolidate_nll %v, want %v", both.met.Loss, want, both.met.ConsolidateNLL, both.nll)
+	}
+	if math.Abs(both.met.ClipFrac-policy.met.ClipFrac) > 1e-9 || math.Abs(both.met.Ratio-policy.met.Ratio) > 1e-9 {
+		t.Errorf("policy statistics moved: clip %v / %v, ratio %v / %v", both.met.ClipFrac, policy.met.ClipFrac, both.met.Ratio, policy.met.Ratio)
+	}
+	step := consolidationUpdate(t, rolls, distill, "lanpo.consolidate=4")
+	if d := maxAbsDiff(step.w, both.w); d < 1e-8 {
+		t.Errorf("token and step normalization trained the same weights (%g)", d)
+	}
+	if _, err := LoadConfig("../configs/tiny-lanpo.yaml", []string{"lanpo.consolidate=1", "lanpo.consolidate_norm=token", "lanpo.consolidate_lr=1e-3"}); err == nil || !strings.Contains(err.Error(), "consolidate_norm") {
+		t.Errorf("token normalization with a step of its own: %v", err)
 	}
 }

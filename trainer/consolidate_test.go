@@ -42,7 +42,7 @@ func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string)
 		}
 		return out
 	}
-	c := termRows{extra: consExtra}
+	c := termRows{extra: consExtra, joinPolicy: cfg.LANPO.ConsolidatePerToken()}
 	for _, r := range distill {
 		c.rows++
 		c.tokens += len(r.ids)

@@ -106,7 +106,7 @@ func termUpdateOnRank(t *testing.T, c dist.Comm, runDir, kind string, rolls, row
 	}
 	cons := termRows{joinPolicy: kind == AlgoCritique} // over every rank, as the term's rows sums it
 	if _, ok := g.term.(*consolidation); ok {
-		cons.extra = consExtra
+		cons.extra, cons.joinPolicy = consExtra, cfg.LANPO.ConsolidatePerToken()
 	}
 	for _, r := range rows {
 		cons.rows++
@@ -217,6 +217,31 @@ func TestDataParallelOwnConsolidationStep(t *testing.T) {
 					err = fmt.Errorf("rank %d: own step's norm %g, one rank's %g", mc.Rank(), u.met.TermGradNorm, one.met.TermGradNorm)
 				}
 				return u, err
+			})
+		})
+	}
+}
+
+// TestDataParallelConsolidationPerToken: consolidation's rows in the
+// policy's normalization (lanpo.consolidate_norm token) on 3 ranks, plain
+// and ZeRO-2, give one rank's update.
+func TestDataParallelConsolidationPerToken(t *testing.T) {
+	rolls, distill := madeUpRollouts(10, 5), madeUpRollouts(7, 6)
+	sets := []string{"lanpo.consolidate=4", "lanpo.consolidate_norm=token"}
+	var one dpUpdate
+	if errs := onRanks(1, func(c dist.Comm) (err error) {
+		one, err = termUpdateOnRank(t, c, t.TempDir(), AlgoLANPO, rolls, distill, sets...)
+		return err
+	}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	for _, c := range []rankCase{
+		{"plain, 3 ranks, uneven shares and micro-batches", 3, []string{"algo.micro_batch_size=2"}, false},
+		{"ZeRO-2 per layer, 3 ranks", 3, []string{"dist.zero_stage=2", "train.activation_checkpointing=true", "algo.micro_batch_size=2"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			matchesOneRank(t, c, one, func(mc dist.Comm, dir string) (dpUpdate, error) {
+				return termUpdateOnRank(t, mc, dir, AlgoLANPO, rolls, distill, append(c.sets, sets...)...)
 			})
 		})
 	}
