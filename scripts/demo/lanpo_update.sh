@@ -11,7 +11,7 @@
 # OMP_NUM_THREADS=1; SFT1, when set, is world seed 1's SFT checkpoint (make
 # demo's), reused instead of trained again.
 set -euo pipefail
-phase=${1:?confirm or paired}
+phase=${1:?confirm, paired or paired-b3}
 out=${2:-runs/lanpo-update}
 lanpo=${LANPO:-bin/lanpo}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -34,8 +34,12 @@ paired)
 	$lanpo demo paired --baseline grpo@"$out" --arm "LANPO=lanpo-consolidate@$out" --arm "grpo-budget=grpo-budget@$out"
 	$lanpo demo paired --baseline grpo-budget@"$out" --arm "LANPO=lanpo-consolidate@$out"
 	;;
+paired-b3)
+	$lanpo demo paired --baseline grpo@"$out" --arm "LANPO (token)=lanpo-consolidate@$out-b3"
+	$lanpo demo paired --baseline "LANPO (step)=lanpo-consolidate@$out" --arm "LANPO (token)=lanpo-consolidate@$out-b3"
+	;;
 *)
-	echo "lanpo_update.sh: want confirm or paired, got $phase" >&2
+	echo "lanpo_update.sh: want confirm, paired or paired-b3, got $phase" >&2
 	exit 2
 	;;
 esac
