@@ -60,6 +60,13 @@ type ArmRules struct {
 	PoolCorrectStatesRule int         `json:"pool_correct_states_rule"`
 	HeldOutInPool         int         `json:"heldout_in_pool"`
 	Quote                 *pool.Entry `json:"quote,omitempty"`
+	// Consolidation's rows as the rollout logs show them (the verified
+	// feedback-aware answers; an arm with lanpo.consolidate trains them on
+	// the bare prompt): how many, and how many name the problem's own word
+	// (a plan's miscopied word is copied into the answer, and consolidation
+	// teaches it to the bare prompt).
+	FeedbackCorrect        int `json:"feedback_correct"`
+	FeedbackCorrectOwnWord int `json:"feedback_correct_own_word"`
 	// The relevance filter's purity over the abstraction prompts' logged
 	// retrieval candidates: over the first 10 steps and the whole run.
 	Purity10  Purity `json:"relevance_purity_first10"`
@@ -140,6 +147,7 @@ type rolloutRow struct {
 	Sample    int      `json:"sample"`
 	Mode      string   `json:"mode"`
 	Prompt    string   `json:"prompt"`
+	Response  string   `json:"response"`
 	Reward    float64  `json:"reward"`
 	Correct   bool     `json:"correct"`
 	// An abstraction prompt's retrieval candidates and whether each passed
@@ -275,6 +283,12 @@ func (r *ArmRules) readRollouts(dir string, x ruleIndex) {
 				}
 			}
 			groups[row.Group] = append(groups[row.Group], row)
+			if row.Correct && row.Mode != "scratch" {
+				r.FeedbackCorrect++
+				if strings.HasPrefix(row.Response, x.d.families[f]+" is ") {
+					r.FeedbackCorrectOwnWord++
+				}
+			}
 		}
 		for _, g := range groups {
 			mode := g[0].Mode

@@ -244,6 +244,10 @@ func verdict(b *strings.Builder, res Results, final map[string]float64) {
 	if fb.Groups > 0 {
 		fmt.Fprintf(&text, " Plan-guided groups: %.0f%% all right (saturated, no advantage), %.0f%% with no variance.", 100*share(fb.AllCorrect, fb.Groups), 100*share(fb.ZeroVariance, fb.Groups))
 	}
+	if r.FeedbackCorrect > 0 {
+		fmt.Fprintf(&text, " Verified answers found with feedback — what consolidation trains on the bare prompt: %d, %.0f%% of them naming the problem's own word (the rest name another: a plan's miscopy is copied into the answer).",
+			r.FeedbackCorrect, 100*share(r.FeedbackCorrectOwnWord, r.FeedbackCorrect))
+	}
 	if bestAcc <= grpo {
 		text.WriteString(" The bare prompt did not learn more than GRPO's.")
 	}
