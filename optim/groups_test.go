@@ -13,50 +13,6 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 )
 
-// groupsModel is zeroTestModel's architecture in dtype dt, weights from
-// seed 1 rounded to bfloat16 (so a float32 model starts where a bfloat16
-// one's fp32 masters do).
-func groupsModel(t *testing.T, dt gotch.DType) *model.Model {
-	t.Helper()
-	cfg := &model.Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 40, HiddenSize: 16,
-		IntermediateSize: 24, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 1, MaxPositionEmbeddings: 32,
-		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu"}
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: dt}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s tensor.Scope
-	defer s.Close()
-	for _, p := range m.Params() {
-		p.Tensor.Copy_(s.Keep(s.Keep(p.Tensor.MustTotype(gotch.BFloat16, false)).MustTotype(dt, false)))
-	}
-	return m
-}
-
-// bf16Backward accumulates, into every parameter, the gradient
-// sin(k + step) rounded to bfloat16 (what a bfloat16 parameter's gradient
-// of Σ p·sin(k + step) is), whatever the parameter's dtype: a float32
-// model then gets the very gradients a bfloat16 one does.
-func bf16Backward(m *model.Model, step int) {
-	var s tensor.Scope
-	defer s.Close()
-	var loss *ts.Tensor
-	for _, p := range m.Params() {
-		w := make([]float32, p.Tensor.Numel())
-		for k := range w {
-			w[k] = float32(math.Sin(float64(k + step)))
-		}
-		wt := s.Keep(s.Keep(tensor.FromSlice(&s, w, p.Tensor.MustSize(), gotch.CPU).MustTotype(gotch.BFloat16, false)).MustTotype(p.Tensor.DType(), false))
-		term := s.Keep(s.Keep(p.Tensor.MustMul(wt, false)).MustSum(gotch.Float, false))
-		if loss == nil {
-			loss = term
-		} else {
-			loss = s.Keep(loss.MustAdd(term, false))
-		}
-	}
-	loss.MustBackward()
-}
-
 // groupSchedule is the sequence the tests run (no clipping: a bfloat16
 // gradient is scaled in bfloat16): which moment group steps
 // (0 default, 1 the group) and at what learning rate.
@@ -92,7 +48,7 @@ func TestMomentGroups(t *testing.T) {
 					g.MustDrop()
 				}
 			}
-			bf16Backward(m, i)
+			fakeBackward(m, i)
 			if err := apply(st.group, st.lr); err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +56,7 @@ func TestMomentGroups(t *testing.T) {
 	}
 
 	// Reference: two AdamW instances over the same float32 parameters.
-	ref := groupsModel(t, gotch.Float)
+	ref := testModel(t, gotch.Float)
 	defer ref.Close()
 	a, _ := NewAdamW(ref.Params(), h.Beta1, h.Beta2, h.Eps, h.WeightDecay)
 	b, _ := NewAdamW(ref.Params(), h.Beta1, h.Beta2, h.Eps, h.WeightDecay)
@@ -112,7 +68,7 @@ func TestMomentGroups(t *testing.T) {
 	})
 	want := flatWeights(ref)
 
-	grouped := groupsModel(t, gotch.Float)
+	grouped := testModel(t, gotch.Float)
 	defer grouped.Close()
 	o, err := NewOptimizer(grouped.Params(), h, nil, 0, 1<<20, false, "consolidate")
 	if err != nil {
@@ -132,7 +88,7 @@ func TestMomentGroups(t *testing.T) {
 	}
 
 	// bfloat16: the masters follow the float32 reference exactly.
-	half := groupsModel(t, gotch.BFloat16)
+	half := testModel(t, gotch.BFloat16)
 	defer half.Close()
 	hb, _ := NewAdamW(half.Params(), h.Beta1, h.Beta2, h.Eps, h.WeightDecay, "consolidate")
 	defer hb.Close()
@@ -151,7 +107,7 @@ func TestMomentGroups(t *testing.T) {
 		got := make([][]float64, 2)
 		// Made here, one after the other: NewRandom draws from torch's
 		// global generator, which two ranks' goroutines would share.
-		models := []*model.Model{groupsModel(t, gotch.Float), groupsModel(t, gotch.Float)}
+		models := []*model.Model{testModel(t, gotch.Float), testModel(t, gotch.Float)}
 		errs := disttest.OnMemRanks(2, func(c *disttest.MemComm) error {
 			m := models[c.Rank()]
 			defer m.Close()
@@ -163,7 +119,7 @@ func TestMomentGroups(t *testing.T) {
 			// Each rank half the gradient: the sum is the reference's.
 			for i, st := range groupSchedule {
 				z.ZeroGrad()
-				bf16Backward(m, i)
+				fakeBackward(m, i)
 				for _, p := range m.Params() {
 					g := p.Tensor.MustGrad(false)
 					g.MustMulScalar_(ts.FloatScalar(0.5))

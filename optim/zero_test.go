@@ -15,31 +15,43 @@ import (
 
 // zeroTestModel is a small bfloat16 model (16-bit parameters get fp32
 // masters, which the state must carry too).
-func zeroTestModel(t *testing.T) *model.Model {
+func zeroTestModel(t *testing.T) *model.Model { return testModel(t, gotch.BFloat16) }
+
+// testModel is a small model in dtype dt, weights from seed 1 rounded to
+// bfloat16 (so a float32 model starts where a bfloat16 one's fp32 masters
+// do).
+func testModel(t *testing.T, dt gotch.DType) *model.Model {
 	t.Helper()
 	cfg := &model.Config{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 40, HiddenSize: 16,
 		IntermediateSize: 24, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 1, MaxPositionEmbeddings: 32,
 		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu"}
-	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: gotch.BFloat16}, 1)
+	m, err := model.NewRandom(cfg, model.LoadOptions{Device: gotch.CPU, DType: dt}, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var s tensor.Scope
+	defer s.Close()
+	for _, p := range m.Params() {
+		p.Tensor.Copy_(s.Keep(s.Keep(p.Tensor.MustTotype(gotch.BFloat16, false)).MustTotype(dt, false)))
 	}
 	return m
 }
 
-// fakeBackward accumulates a gradient into every parameter: that of
-// Σ sum(p · sin(k + step)) over the parameter's elements k.
+// fakeBackward accumulates, into every parameter, the gradient
+// sin(k + step) (k: the element) rounded to bfloat16 — what a bfloat16
+// parameter's gradient of Σ p·sin(k + step) is — whatever the parameter's
+// dtype: a float32 model then gets the very gradients a bfloat16 one does.
 func fakeBackward(m *model.Model, step int) {
 	var s tensor.Scope
 	defer s.Close()
 	var loss *ts.Tensor
 	for _, p := range m.Params() {
-		n := p.Tensor.Numel()
-		w := make([]float32, n)
+		w := make([]float32, p.Tensor.Numel())
 		for k := range w {
 			w[k] = float32(math.Sin(float64(k + step)))
 		}
-		term := s.Keep(s.Keep(p.Tensor.MustMul(tensor.FromSlice(&s, w, p.Tensor.MustSize(), gotch.CPU), false)).MustSum(gotch.Float, false))
+		wt := s.Keep(s.Keep(tensor.FromSlice(&s, w, p.Tensor.MustSize(), gotch.CPU).MustTotype(gotch.BFloat16, false)).MustTotype(p.Tensor.DType(), false))
+		term := s.Keep(s.Keep(p.Tensor.MustMul(wt, false)).MustSum(gotch.Float, false))
 		if loss == nil {
 			loss = term
 		} else {
