@@ -252,9 +252,9 @@ func verdict(b *strings.Builder, res Results, final map[string]float64) {
 		text.WriteString(" The bare prompt did not learn more than GRPO's.")
 	}
 	fmt.Fprintf(b, "<h2>Verdict, from this run's numbers</h2><p>%s</p>", html.EscapeString(text.String()))
-	b.WriteString("<p>One seed is not a result: GRPO alone spans 0.10–0.71 over seeds here. The comparison over world and RL seeds, " +
-		"with paired intervals and the oracle bound, is in docs/benchmarks.md (\"The fair test\"); <code>lanpo demo --rl-seeds N</code> " +
-		"and <code>lanpo demo paired</code> reproduce it.</p>")
+	b.WriteString("<p>One seed is not a result: GRPO alone spans 0.10–0.72 over seeds here. The comparison over world seeds, " +
+		"with intervals over SFT models, the oracle's dose and the retrieval controls, is in docs/benchmarks.md (\"LANPO's update\"; " +
+		"before it, \"The fair test\"); <code>lanpo demo --rl-seeds N</code> and <code>lanpo demo paired</code> reproduce it.</p>")
 }
 
 // planKindTable classifies each LANPO arm's plans (or shown lessons) by
