@@ -39,7 +39,10 @@ func trainCommand() *cli.Command {
 			"algo.name: lanpo adds LANPO: with probability lanpo.feedback_ratio a prompt carries feedback from the\n" +
 			"experience pool — the model's own earlier attempt to critique and redo (reflection) or a plan condensed\n" +
 			"from related problems' principles and pitfalls (abstraction); after each step the policy summarizes\n" +
-			"its rollouts into the pool, which every checkpoint holds (see lanpo pool, docs/lanpo.md).\n" +
+			"its rollouts into the pool, which every checkpoint holds (see lanpo pool, docs/lanpo.md). lanpo.consolidate λ\n" +
+			"> 0 also trains each verified answer found with feedback as the answer to the bare problem — the path from\n" +
+			"what the context found to the weights; the recipe uses 4 (lanpo.consolidate_norm, lanpo.consolidate_lr: docs/lanpo.md,\n" +
+			"\"Consolidation\"). log.update_diagnostics measures what the update does with it (docs/metrics.md).\n" +
 			"algo.name: sdpo distills each rollout, under the bare prompt, toward an EMA teacher that sees a verified\n" +
 			"sibling (sdpo.*; teacher.safetensors in every checkpoint); algo.name: critique-grpo critiques and refines\n" +
 			"one attempt per group and trains the refinement with policy shaping (critique.*; docs/feedback-methods.md).\n" +
