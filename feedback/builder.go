@@ -92,7 +92,7 @@ func (f *Builder) withContext(problem, context string) (ids []int64, ok bool, er
 	if ids, err = f.format.SolveIDs(f.tk, pool.WithContext(problem, context)); err != nil {
 		return nil, false, err
 	}
-	if mp := f.m.Config.MaxPositionEmbeddings; mp > 0 && int64(len(ids)+f.maxNew) > mp {
+	if !f.m.Config.Fits(len(ids) + f.maxNew) {
 		f.met.FallbackTooLong++
 		return nil, false, nil
 	}
@@ -161,8 +161,7 @@ func (f *Builder) SolveFits(problem string) (promptTokens int, fits bool, err er
 	if err != nil {
 		return 0, false, err
 	}
-	mp := f.m.Config.MaxPositionEmbeddings
-	return len(ids), mp <= 0 || int64(len(ids)+f.maxNew) <= mp, nil
+	return len(ids), f.m.Config.Fits(len(ids) + f.maxNew), nil
 }
 
 // ContextLimit is the model's max_position_embeddings and the generation

@@ -177,3 +177,10 @@ func (c *Config) EOSTokenIDs() ([]int64, error) {
 
 // KVGroups is how many query heads share one key/value head.
 func (c *Config) KVGroups() int64 { return c.NumAttentionHeads / c.NumKeyValueHeads }
+
+// Fits reports whether a sequence of n tokens fits the model's context
+// (max_position_embeddings; none given: any does). The trainer's and the
+// feedback builder's prompt checks go through it.
+func (c *Config) Fits(n int) bool {
+	return c.MaxPositionEmbeddings <= 0 || int64(n) <= c.MaxPositionEmbeddings
+}

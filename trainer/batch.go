@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/sugarme/gotch"
@@ -124,6 +125,28 @@ func packByTokens(lengths []int, budget int) [][]int {
 			}
 		}
 		out = append(out, []int{i})
+	}
+	return out
+}
+
+// splitMicroBatches splits items into micro-batches: size each, or, with
+// budget > 0, packed by length (packByTokens) under budget padded tokens.
+// SFT's examples and the GRPO update's rollouts both go through it.
+func splitMicroBatches[T any](items []T, size, budget int, length func(T) int) [][]T {
+	if budget <= 0 {
+		return slices.Collect(slices.Chunk(items, size))
+	}
+	lengths := make([]int, len(items))
+	for i, x := range items {
+		lengths[i] = length(x)
+	}
+	var out [][]T
+	for _, idx := range packByTokens(lengths, budget) {
+		mb := make([]T, len(idx))
+		for j, i := range idx {
+			mb[j] = items[i]
+		}
+		out = append(out, mb)
 	}
 	return out
 }

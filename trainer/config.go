@@ -37,55 +37,9 @@ type Config struct {
 	// LoRA trains low-rank adapters on a frozen base (model/lora.go;
 	// docs/lora.md): off unless lora.r > 0 or lora.init_from is set.
 	LoRA model.LoRAConfig `yaml:"lora"`
-	// SDPO and Critique are algo.name sdpo's and critique-grpo's
-	// (docs/feedback-methods.md).
+	// The feedback methods' own sections (their rows in method.go; docs/feedback-methods.md).
 	SDPO     SDPOConfig     `yaml:"sdpo"`
 	Critique CritiqueConfig `yaml:"critique"`
-}
-
-// SDPOConfig is SDPO's (algo.name: sdpo; trainer/sdpo.go): each rollout
-// with a teacher context is distilled, under the bare prompt, toward the
-// teacher's distribution over its own tokens.
-type SDPOConfig struct {
-	// Lambda weighs the blend: λ·(GRPO's loss) + (1 − λ)·(the distillation
-	// loss); 0 is SDPO alone (the official code), 1 GRPO alone.
-	Lambda float64 `yaml:"lambda"`
-	// TopK is the support of the per-token divergence: the teacher's K most
-	// likely tokens, plus one bucket for the rest of the vocabulary.
-	TopK int `yaml:"top_k"`
-	// Alpha picks the divergence: 0 KL(teacher‖student), 1
-	// KL(student‖teacher), between: the generalized Jensen-Shannon
-	// divergence with mixture (1−α)·student + α·teacher.
-	Alpha float64 `yaml:"alpha"`
-	// TeacherUpdateRate is the EMA teacher's rate r: θ_T ← (1−r)·θ_T + r·θ
-	// after each optimizer step (1: the live policy).
-	TeacherUpdateRate float64 `yaml:"teacher_update_rate"`
-	// ISClip caps the per-token importance weight π_θ/π_old (stop-grad).
-	ISClip float64 `yaml:"is_clip"`
-	// TeacherContext is what the teacher sees besides the problem:
-	// "sibling" a sibling the verifier accepted, shown as a correct
-	// solution (the paper's form with scalar rewards); "blind" a sibling
-	// drawn without looking at outcomes, shown as another attempt.
-	TeacherContext string `yaml:"teacher_context"`
-}
-
-// CritiqueConfig is Critique-GRPO's (algo.name: critique-grpo;
-// trainer/critique.go): one attempt per group is critiqued and refined;
-// the refinement joins its group, trained under the bare problem with
-// policy shaping.
-type CritiqueConfig struct {
-	// Source of the critique: "self" (the policy critiques the attempt,
-	// told nothing of its outcome) or "outcome" (the critique is whether
-	// the verifier accepted the attempt, and nothing else).
-	Source string `yaml:"source"`
-	// MaxCritiqueTokens bounds a self-critique's generation.
-	MaxCritiqueTokens int `yaml:"max_critique_tokens"`
-	// Gamma is the shaping f(p) = p / (p + γ) of a refinement token's
-	// probability, in place of the ratio.
-	Gamma float64 `yaml:"gamma"`
-	// AdvStd divides the mixed group's advantages by their std (the paper:
-	// no).
-	AdvStd bool `yaml:"adv_std"`
 }
 
 // DistConfig is multi-process data parallelism (lanpo launch or torchrun
@@ -211,7 +165,7 @@ func (r RolloutConfig) GenerateOptions() model.GenerateOptions {
 
 // AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).
 type AlgoConfig struct {
-	Name           string  `yaml:"name"` // grpo, lanpo (the lanpo section applies), sdpo (sdpo) or critique-grpo (critique)
+	Name           string  `yaml:"name"` // a training method (method.go's table): grpo (the default), lanpo, …
 	AdvNoStd       bool    `yaml:"adv_no_std"`
 	ClipLow        float64 `yaml:"clip_low"`
 	ClipHigh       float64 `yaml:"clip_high"`
@@ -244,6 +198,11 @@ type AlgoConfig struct {
 	// dtype), freeing its weights' memory on the GPU at the price of
 	// computing its log-probs there.
 	RefDevice string `yaml:"ref_device"`
+}
+
+// policyLossConfig is the policy loss's settings.
+func (a AlgoConfig) policyLossConfig() PolicyLossConfig {
+	return PolicyLossConfig{ClipLow: a.ClipLow, ClipHigh: a.ClipHigh, Beta: a.KLBeta, KL: a.KLEstimator}
 }
 
 // SFTConfig are the supervised fine-tuning settings.
@@ -309,7 +268,7 @@ type CheckpointConfig struct {
 
 // DefaultConfig is what unset keys mean.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		Seed: 1, MaxBadSteps: 3, Device: DeviceAuto,
 		Data:    DataConfig{PromptTemplate: "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."},
 		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024, GPUMemoryFraction: 0.9},
@@ -318,30 +277,17 @@ func DefaultConfig() Config {
 		SFT:        SFTConfig{MicroBatchSize: 4, GradAccum: 1},
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},
 		Checkpoint: CheckpointConfig{Every: 50, Keep: 3},
-		LANPO:      feedback.Default(),
 		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
 		Dist:       DistConfig{Timeout: "5m", BucketMB: 16},
 		Log:        LogConfig{PhaseEvery: "30s"},
-		SDPO:       SDPOConfig{Lambda: 0.9, TopK: 20, Alpha: 0.5, TeacherUpdateRate: 0.05, ISClip: 2, TeacherContext: TeacherSibling},
-		Critique:   CritiqueConfig{Source: CritiqueSelf, MaxCritiqueTokens: 256, Gamma: 0.1},
 	}
+	for _, m := range methods { // each method's own section
+		if m.defaults != nil {
+			m.defaults(&c)
+		}
+	}
+	return c
 }
-
-// Algorithms (algo.name).
-const (
-	AlgoGRPO     = "grpo"
-	AlgoLANPO    = "lanpo"
-	AlgoSDPO     = "sdpo"
-	AlgoCritique = "critique-grpo"
-)
-
-// sdpo.teacher_context and critique.source values.
-const (
-	TeacherSibling  = "sibling"
-	TeacherBlind    = "blind"
-	CritiqueSelf    = "self"
-	CritiqueOutcome = "outcome"
-)
 
 // PromptFormat is how the config turns a problem into the chat the policy
 // solves.

@@ -264,17 +264,7 @@ func (c *Config) Resolve() error {
 	case c.Eval.Temperature == 0 && c.Eval.K > 1:
 		return bad("eval.k", "%d samples at eval.temperature 0 are all the same", c.Eval.K)
 	}
-	switch c.Algo.Name {
-	case "":
-		c.Algo.Name = AlgoGRPO
-	case AlgoGRPO, AlgoLANPO, AlgoSDPO, AlgoCritique:
-	default:
-		return bad("algo.name", "%q: want %s, %s, %s or %s", c.Algo.Name, AlgoGRPO, AlgoLANPO, AlgoSDPO, AlgoCritique)
-	}
-	if err := c.checkFeedbackMethods(); err != nil {
-		return err
-	}
-	if err := c.LANPO.Validate(c.Rollout.MaxNewTokens); err != nil {
+	if err := c.checkMethods(); err != nil {
 		return err
 	}
 	if err := c.LoRA.Resolve(); err != nil {
@@ -325,37 +315,8 @@ func (c *Config) Resolve() error {
 	return nil
 }
 
-// checkFeedbackMethods checks the sdpo and critique sections (whatever
-// algo.name: a bad value is a mistake either way) and what sdpo cannot be
-// combined with.
-func (c *Config) checkFeedbackMethods() error {
-	d, q := c.SDPO, c.Critique
-	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-	switch {
-	case !finite(d.Lambda) || d.Lambda < 0 || d.Lambda > 1:
-		return bad("sdpo.lambda", "must be in [0, 1] (the weight of GRPO's loss), got %g", d.Lambda)
-	case d.TopK < 1:
-		return bad("sdpo.top_k", "must be ≥ 1, got %d", d.TopK)
-	case !finite(d.Alpha) || d.Alpha < 0 || d.Alpha > 1:
-		return bad("sdpo.alpha", "must be in [0, 1], got %g", d.Alpha)
-	case !finite(d.TeacherUpdateRate) || d.TeacherUpdateRate <= 0 || d.TeacherUpdateRate > 1:
-		return bad("sdpo.teacher_update_rate", "must be in (0, 1], got %g", d.TeacherUpdateRate)
-	case !finite(d.ISClip) || d.ISClip <= 0:
-		return bad("sdpo.is_clip", "must be > 0, got %g", d.ISClip)
-	case d.TeacherContext != TeacherSibling && d.TeacherContext != TeacherBlind:
-		return bad("sdpo.teacher_context", "%q: want %s or %s", d.TeacherContext, TeacherSibling, TeacherBlind)
-	case q.Source != CritiqueSelf && q.Source != CritiqueOutcome:
-		return bad("critique.source", "%q: want %s or %s", q.Source, CritiqueSelf, CritiqueOutcome)
-	case q.MaxCritiqueTokens < 1:
-		return bad("critique.max_critique_tokens", "must be ≥ 1, got %d", q.MaxCritiqueTokens)
-	case !finite(q.Gamma) || q.Gamma <= 0:
-		return bad("critique.gamma", "must be > 0, got %g", q.Gamma)
-	}
-	if c.Algo.Name == AlgoSDPO && c.LoRA.On() {
-		return bad("lora", "is not supported with algo.name sdpo yet: the EMA teacher is a full copy of the model")
-	}
-	return nil
-}
+// finite: neither NaN nor ±Inf.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // YAML renders the resolved configuration (written into the run
 // directory and printed by --dry-run).

@@ -2,13 +2,13 @@ package trainer
 
 import (
 	"slices"
-	"strings"
+
+	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
-	"github.com/lanpo-rl/lanpo/dist"
+	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
-	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -32,8 +32,19 @@ import (
 // inside the span and outside it; with log.update_diagnostics also the NLL
 // after the optimizer step.
 
-// consolidation is the update term (term.go) of LANPO with λ > 0.
-type consolidation struct{ g *grpoRun }
+// consolidation is the update term (term.go) of LANPO with λ > 0. It
+// reads the lanpo section, the problems' bare prompts, the rollout's
+// temperature and the optimizer's learning rate.
+type consolidation struct {
+	v           termView
+	cfg         feedback.Config
+	temperature float64
+	baseLR      float64 // optim.lr, which lanpo.consolidate_lr's schedule follows
+}
+
+func newConsolidation(v termView) *consolidation {
+	return &consolidation{v: v, cfg: v.cfg.LANPO, temperature: v.cfg.Rollout.Temperature, baseLR: v.cfg.Optim.LR}
+}
 
 // The extra sums a consolidation micro-batch returns (microResult.extra),
 // over its rows' response tokens, first epoch only.
@@ -47,8 +58,7 @@ const (
 )
 
 // rows returns this rank's consolidation rows among its sampled rollouts
-// (every round of the step, kept by the filter or not) and their totals
-// over every rank. A row's oldLogp holds the sampler's log-probs under the
+// (every round of the step, kept by the filter or not). A row's oldLogp holds the sampler's log-probs under the
 // context it saw (the loss does not read them; the metrics do), its span
 // the tokens of the diagnostic span.
 func (c *consolidation) rows(_ int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout, []*rollout, termRows, error) {
@@ -58,29 +68,11 @@ func (c *consolidation) rows(_ int, kept, sampled []*rollout, _ rl.Phases) ([]*r
 		if !r.Correct || r.Prompt.Mode == rl.ModeScratch || len(r.ids) == 0 {
 			continue
 		}
-		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: c.g.prompts[r.Prompt.Problem], ids: r.ids,
-			oldLogp: slices.Clone(r.oldLogp), span: c.g.spanOf(r.Prompt.Problem, r.ids)})
+		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: c.v.prompts[r.Prompt.Problem], ids: r.ids,
+			oldLogp: slices.Clone(r.oldLogp), span: c.v.step.spanOf(r.Prompt.Problem, r.ids)})
 		tokens += len(r.ids)
 	}
-	tot, err := dist.SumFloats(c.g.comm, []float64{float64(len(rows)), float64(tokens)})
-	if err != nil {
-		return nil, nil, termRows{}, err
-	}
-	return kept, rows, termRows{rows: int(tot[0]), tokens: int(tot[1]), extra: consExtra, joinPolicy: c.g.cfg.LANPO.ConsolidatePerToken()}, nil
-}
-
-// spanOf marks the response tokens ids of problem k inside the run's
-// diagnostic span (nil: no span function, or no span in this response).
-func (g *grpoRun) spanOf(k int, ids []int64) []bool {
-	if g.span == nil {
-		return nil
-	}
-	pieces := g.tk.Pieces(tokenizer.Ints(ids), true)
-	lo, hi, ok := g.span(g.problems[k].ID, strings.Join(pieces, ""))
-	if !ok {
-		return nil
-	}
-	return rl.InSpan(pieces, lo, hi)
+	return kept, rows, termRows{rows: len(rows), tokens: tokens, extra: consExtra, joinPolicy: c.cfg.ConsolidatePerToken()}, nil
 }
 
 func (c *consolidation) policyScale() float64 { return 1 }
@@ -89,32 +81,51 @@ func (c *consolidation) policyScale() float64 { return 1 }
 // steps (lanpo.consolidate_lr > 0).
 const consolidateGroup = "consolidate"
 
-// momentGroups are the optimizer's moment groups beside the default one
-// for a run of kind: consolidation's, when it takes steps of its own.
-func (c Config) momentGroups(kind string) []string {
-	if kind != "sft" && c.Algo.Name == AlgoLANPO && c.LANPO.Consolidate > 0 && c.LANPO.ConsolidateLR > 0 {
-		return []string{consolidateGroup}
-	}
-	return nil
-}
-
 // ownStep is the moment group and learning rate of consolidation's own
 // optimizer step at the policy's learning rate lr (group 0: none — the
 // term joins the policy's step): lanpo.consolidate_lr, scaled as optim's
 // schedule scales optim.lr.
 func (c *consolidation) ownStep(lr float64) (group int, termLR float64) {
-	cfg := c.g.cfg
-	if cfg.LANPO.ConsolidateLR <= 0 {
+	if c.cfg.ConsolidateLR <= 0 {
 		return 0, 0
 	}
-	return 1, cfg.LANPO.ConsolidateLR * lr / cfg.Optim.LR
+	return 1, c.cfg.ConsolidateLR * lr / c.baseLR
 }
 
 func (c *consolidation) stepped() error { return nil }
 
-func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, extra []float64, policyTokens int) {
+func (c *consolidation) close() {}
+
+// consolidationMetrics are consolidation's keys of the step's line
+// (docs/metrics.md, "Consolidation"; TensorBoard: lanpo/KEY): the
+// verified-correct feedback-aware responses trained as answers to the bare
+// problem, their share of the update's response tokens, and their
+// token-mean NLL under the bare prompt before the step's update. Then the
+// same tokens under the context the sampler saw (its recorded log-probs)
+// and the bare-minus-context gap: what the bare prompt has yet to learn of
+// what the context gave. With a diagnostic span (RunOptions.Span; the
+// demo's rule name): the NLL inside it and outside it, the gap inside it
+// and its tokens. With log.update_diagnostics: the NLL after the step's
+// optimizer step.
+type consolidationMetrics struct {
+	Consolidated              int     `json:"consolidated,omitempty"`
+	ConsolidatedTokenFrac     float64 `json:"consolidated_token_frac,omitempty"`
+	ConsolidateNLL            float64 `json:"consolidate_nll,omitempty"`
+	ConsolidateNLLContext     float64 `json:"consolidate_nll_context,omitempty"`
+	ConsolidateContextGap     float64 `json:"consolidate_context_gap,omitempty"`
+	ConsolidateSpanTokens     int     `json:"consolidate_span_tokens,omitempty"`
+	ConsolidateNLLSpan        float64 `json:"consolidate_nll_span,omitempty"`
+	ConsolidateNLLRest        float64 `json:"consolidate_nll_rest,omitempty"`
+	ConsolidateContextGapSpan float64 `json:"consolidate_context_gap_span,omitempty"`
+	ConsolidateNLLAfter       float64 `json:"consolidate_nll_after,omitempty"`
+	ConsolidateNLLSpanAfter   float64 `json:"consolidate_nll_span_after,omitempty"`
+	ConsolidateNLLRestAfter   float64 `json:"consolidate_nll_rest_after,omitempty"`
+}
+
+func (c *consolidation) metrics(tot termRows, loss float64, extra []float64, policyTokens int) any {
+	met := &consolidationMetrics{}
 	if tot.rows == 0 {
-		return
+		return met
 	}
 	met.Consolidated = tot.rows
 	met.ConsolidatedTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
@@ -130,6 +141,7 @@ func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, ex
 			met.ConsolidateNLLRest = (extra[consBareNLL] - extra[consSpanNLL]) / rest
 		}
 	}
+	return met
 }
 
 // microBatch runs one micro-batch of consolidation rows, each token
@@ -138,36 +150,25 @@ func (c *consolidation) metrics(met *StepMetrics, tot termRows, loss float64, ex
 // policy's rows: forward, the weighted NLL, backward (gradients
 // accumulate). It returns the loss it added (weighted by the global
 // batch), its token slots and the extra sums (consBareNLL …).
-func (c *consolidation) microBatch(mb []*rollout, first int, tot termRows) (r microResult, err error) {
-	g := c.g
-	cfg := g.cfg
-	var s tensor.Scope
-	defer s.Close()
+func (c *consolidation) microBatch(mb []*rollout, first int, tot termRows) (microResult, error) {
 	if !tot.joinPolicy {
-		w := cfg.LANPO.Consolidate / float64(tot.tokens)
+		w := c.cfg.Consolidate / float64(tot.tokens)
 		for _, x := range mb {
 			x.weight = w
 		}
 	}
-	b := buildBatch(&s, g.m.Device, mb)
-	if tot.joinPolicy {
-		b.weight = s.Keep(b.weight.MustMulScalar(s.Float(cfg.LANPO.Consolidate), false))
-	}
-	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
-	where := func(err error) error {
-		return g.microBatchErr("consolidation micro-batch at response", first, len(mb), b.t, err)
-	}
-	lp, _, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature})
-	if err != nil {
-		return r, where(err)
-	}
-	l := s.Keep(s.Keep(s.Keep(lp.MustMul(b.weight, false)).MustSum(b.weight.DType(), false)).MustNeg(false))
-	r.extra = rowNLLs(b, mb, tensor.Float64s(lp)) // sync: once per micro-batch
-	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
-		return r, where(err)
-	}
-	r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
-	return r, nil
+	return c.v.step.micro("consolidation micro-batch at response", mb, first, func(s *tensor.Scope, b *batch, r *microResult) (*ts.Tensor, *model.Checkpointed, error) {
+		if tot.joinPolicy {
+			b.weight = s.Keep(b.weight.MustMulScalar(s.Float(c.cfg.Consolidate), false))
+		}
+		lp, _, ckpt, err := c.v.step.logProbs(s, b, csrc.LogProbOptions{Temperature: c.temperature})
+		if err != nil {
+			return nil, nil, err
+		}
+		l := s.Keep(s.Keep(s.Keep(lp.MustMul(b.weight, false)).MustSum(b.weight.DType(), false)).MustNeg(false))
+		r.extra = rowNLLs(b, mb, tensor.Float64s(lp)) // sync: once per micro-batch
+		return l, ckpt, nil
+	})
 }
 
 // rowNLLs are the consExtra sums of rows laid out in b, whose policy
@@ -192,13 +193,12 @@ func rowNLLs(b *batch, rows []*rollout, lp []float64) []float64 {
 // the optimizer step: their bare-prompt NLL sums (consBareNLL, consSpanNLL,
 // consSpanTokens; the context ones stay 0), no grad, this rank's rows.
 func (c *consolidation) measureAfter(rows []*rollout) ([]float64, error) {
-	g := c.g
 	out := make([]float64, consExtra)
 	err := csrc.NoGrad(func() error {
-		for _, mb := range g.microBatches(rows) {
+		for _, mb := range c.v.step.microBatches(rows) {
 			var s tensor.Scope
-			b := buildBatch(&s, g.m.Device, mb)
-			lp, _, err := g.m.TokenLogProbs(&s, b.ids, b.pos, nil, b.targets, b.tmask, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
+			b := buildBatch(&s, c.v.m.Device, mb)
+			lp, _, err := c.v.m.TokenLogProbs(&s, b.ids, b.pos, nil, b.targets, b.tmask, csrc.LogProbOptions{Temperature: c.temperature})
 			if err != nil {
 				s.Close()
 				return err
@@ -207,7 +207,7 @@ func (c *consolidation) measureAfter(rows []*rollout) ([]float64, error) {
 				out[k] += v
 			}
 			s.Close()
-			g.countTrained(mb)
+			c.v.step.countTrained(mb)
 		}
 		return nil
 	})
@@ -216,8 +216,9 @@ func (c *consolidation) measureAfter(rows []*rollout) ([]float64, error) {
 
 // metricsAfter puts measureAfter's sums over every rank into the step's
 // metrics.
-func (c *consolidation) metricsAfter(met *StepMetrics, tot termRows, after []float64) {
-	if tot.rows == 0 {
+func (c *consolidation) metricsAfter(m any, tot termRows, after []float64) {
+	met, ok := m.(*consolidationMetrics)
+	if !ok || tot.rows == 0 {
 		return
 	}
 	n := float64(tot.tokens)

@@ -52,17 +52,17 @@ func TestConsolidationDiagnostics(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	close("consolidate_nll_span", m.ConsolidateNLLSpan, both.span)
-	close("consolidate_nll_rest", m.ConsolidateNLLRest, both.rest)
-	close("consolidate_nll_context", m.ConsolidateNLLContext, ctx/n)
-	close("consolidate_context_gap", m.ConsolidateContextGap, both.nll-ctx/n)
-	close("consolidate_context_gap_span", m.ConsolidateContextGapSpan, both.span-ctxSpan/nSpan)
-	close("consolidate_nll_after", m.ConsolidateNLLAfter, both.after)
-	if m.ConsolidateSpanTokens != int(nSpan) {
-		t.Errorf("consolidate_span_tokens %d, want %v", m.ConsolidateSpanTokens, nSpan)
+	close("consolidate_nll_span", consMet(m).ConsolidateNLLSpan, both.span)
+	close("consolidate_nll_rest", consMet(m).ConsolidateNLLRest, both.rest)
+	close("consolidate_nll_context", consMet(m).ConsolidateNLLContext, ctx/n)
+	close("consolidate_context_gap", consMet(m).ConsolidateContextGap, both.nll-ctx/n)
+	close("consolidate_context_gap_span", consMet(m).ConsolidateContextGapSpan, both.span-ctxSpan/nSpan)
+	close("consolidate_nll_after", consMet(m).ConsolidateNLLAfter, both.after)
+	if consMet(m).ConsolidateSpanTokens != int(nSpan) {
+		t.Errorf("consolidate_span_tokens %d, want %v", consMet(m).ConsolidateSpanTokens, nSpan)
 	}
-	if !(m.ConsolidateNLLAfter < m.ConsolidateNLL) {
-		t.Errorf("NLL after the step %v, before %v: the step did not lower it", m.ConsolidateNLLAfter, m.ConsolidateNLL)
+	if !(consMet(m).ConsolidateNLLAfter < consMet(m).ConsolidateNLL) {
+		t.Errorf("NLL after the step %v, before %v: the step did not lower it", consMet(m).ConsolidateNLLAfter, consMet(m).ConsolidateNLL)
 	}
 
 	policy := consolidationUpdate(t, rolls, nil, sets...).met
@@ -75,9 +75,9 @@ func TestConsolidationDiagnostics(t *testing.T) {
 		t.Errorf("consolidation alone: policy norm %v, cosine %v, term norm %v (grad_norm %v)", term.GradNormPolicy, term.GradCosineTermPolicy, term.GradNormTerm, term.GradNorm)
 	}
 	off := consolidationUpdate(t, rolls, distill, "lanpo.consolidate=0.5").met
-	if off.ConsolidateNLLAfter != 0 || off.GradNormTerm != 0 || off.ConsolidateNLLSpan == 0 {
+	if consMet(off).ConsolidateNLLAfter != 0 || off.GradNormTerm != 0 || consMet(off).ConsolidateNLLSpan == 0 {
 		t.Errorf("without log.update_diagnostics: after %v, term norm %v (want 0: not measured); span NLL %v (want it: no extra cost)",
-			off.ConsolidateNLLAfter, off.GradNormTerm, off.ConsolidateNLLSpan)
+			consMet(off).ConsolidateNLLAfter, off.GradNormTerm, consMet(off).ConsolidateNLLSpan)
 	}
 }
 
@@ -154,9 +154,9 @@ func TestConsolidationOwnStep(t *testing.T) {
 	rolls, distill := madeUpRollouts(6, 3), withSpans(madeUpRollouts(5, 4))
 	sets := []string{"algo.name=lanpo", "lanpo.consolidate=1", "lanpo.consolidate_lr=0.01", "optim.weight_decay=0.1", "log.update_diagnostics=true"}
 	own := consolidationUpdate(t, rolls, distill, sets...)
-	if own.met.TermLR == 0 || own.met.TermGradNorm == 0 || own.met.ConsolidateNLL == 0 || own.met.GradNormTerm == 0 {
+	if own.met.TermLR == 0 || own.met.TermGradNorm == 0 || consMet(own.met).ConsolidateNLL == 0 || own.met.GradNormTerm == 0 {
 		t.Fatalf("own step: term_lr %v, term_grad_norm %v, consolidate_nll %v, grad_norm_term %v",
-			own.met.TermLR, own.met.TermGradNorm, own.met.ConsolidateNLL, own.met.GradNormTerm)
+			own.met.TermLR, own.met.TermGradNorm, consMet(own.met).ConsolidateNLL, own.met.GradNormTerm)
 	}
 	if math.Abs(own.met.GradNormTerm-own.met.TermGradNorm) > 1e-9 {
 		t.Errorf("grad_norm_term %v, the own step's norm %v", own.met.GradNormTerm, own.met.TermGradNorm)
@@ -227,8 +227,8 @@ func TestConsolidationPerToken(t *testing.T) {
 	policy := consolidationUpdate(t, rolls, nil, sets...)
 	both := consolidationUpdate(t, rolls, distill, sets...)
 	want := policy.met.Loss*P/(P+D) + lambda*both.nll*D/(P+D)
-	if math.Abs(both.met.Loss-want) > 1e-9 || math.Abs(both.met.ConsolidateNLL-both.nll) > 1e-6*both.nll {
-		t.Errorf("loss %v, want %v; consolidate_nll %v, want %v", both.met.Loss, want, both.met.ConsolidateNLL, both.nll)
+	if math.Abs(both.met.Loss-want) > 1e-9 || math.Abs(consMet(both.met).ConsolidateNLL-both.nll) > 1e-6*both.nll {
+		t.Errorf("loss %v, want %v; consolidate_nll %v, want %v", both.met.Loss, want, consMet(both.met).ConsolidateNLL, both.nll)
 	}
 	if math.Abs(both.met.ClipFrac-policy.met.ClipFrac) > 1e-9 || math.Abs(both.met.Ratio-policy.met.Ratio) > 1e-9 {
 		t.Errorf("policy statistics moved: clip %v / %v, ratio %v / %v", both.met.ClipFrac, policy.met.ClipFrac, both.met.Ratio, policy.met.Ratio)

@@ -33,7 +33,7 @@ func consolidationUpdate(t *testing.T, rolls, distill []rollout, sets ...string)
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
-	g.term = &consolidation{g: g}
+	g.term = newConsolidation(g.view())
 	ptrs := func(rs []rollout) []*rollout {
 		out := make([]*rollout, len(rs))
 		for i := range rs {
@@ -99,11 +99,11 @@ func TestConsolidationLoss(t *testing.T) {
 
 	alone := consolidationUpdate(t, nil, distill, lam, "algo.micro_batch_size=2")
 	met, nll := alone.met, alone.nll
-	if met.Consolidated != 5 || met.ConsolidatedTokenFrac != 1 || met.GradNorm == 0 {
+	if consMet(met).Consolidated != 5 || consMet(met).ConsolidatedTokenFrac != 1 || met.GradNorm == 0 {
 		t.Fatalf("consolidation alone: %+v", met)
 	}
-	if math.Abs(met.ConsolidateNLL-nll) > 1e-6*nll || math.Abs(met.Loss-lambda*nll) > 1e-6*nll {
-		t.Errorf("NLL %v and loss %v, want %v (lanpo score's) and λ· that", met.ConsolidateNLL, met.Loss, nll)
+	if math.Abs(consMet(met).ConsolidateNLL-nll) > 1e-6*nll || math.Abs(met.Loss-lambda*nll) > 1e-6*nll {
+		t.Errorf("NLL %v and loss %v, want %v (lanpo score's) and λ· that", consMet(met).ConsolidateNLL, met.Loss, nll)
 	}
 
 	policy := consolidationUpdate(t, rolls, nil, lam)
@@ -120,8 +120,8 @@ func TestConsolidationLoss(t *testing.T) {
 	for _, r := range distill {
 		dtok += len(r.ids)
 	}
-	if want := float64(dtok) / float64(dtok+tokens); math.Abs(both.met.ConsolidatedTokenFrac-want) > 1e-12 {
-		t.Errorf("consolidated_token_frac %v, want %v", both.met.ConsolidatedTokenFrac, want)
+	if want := float64(dtok) / float64(dtok+tokens); math.Abs(consMet(both.met).ConsolidatedTokenFrac-want) > 1e-12 {
+		t.Errorf("consolidated_token_frac %v, want %v", consMet(both.met).ConsolidatedTokenFrac, want)
 	}
 	if d := maxAbsDiff(wBoth, wPolicy); d < 1e-8 {
 		t.Fatalf("the consolidation rows moved nothing (%g)", d)
@@ -217,4 +217,19 @@ func checkGroupShares(t *testing.T, step int, row map[string]any, log []rolloutL
 			t.Errorf("step %d: all_correct_frac_%s %v, the rollout log's groups give %v", step, name, got, all)
 		}
 	}
+}
+
+// termMet is a step's update-term metrics as the term's own type (its
+// zero value when the step has none of that type).
+func termMet[T any](m StepMetrics) T {
+	v, _ := m.Term.(T)
+	return v
+}
+
+// consMet is a step's consolidation metrics (zero: none).
+func consMet(m StepMetrics) *consolidationMetrics {
+	if c := termMet[*consolidationMetrics](m); c != nil {
+		return c
+	}
+	return &consolidationMetrics{}
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
-	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -30,19 +29,78 @@ import (
 // refinement scored otherwise: the refinement is the only way such a
 // group gives a gradient. No prompt carries the gold answer.
 
-// critique is Critique-GRPO's update term (term.go).
-type critique struct {
-	g   *grpoRun
-	cfg CritiqueConfig
-	// this step's figures over every rank (rows sets them)
-	correct, revived int
+// critiqueMethod is Critique-GRPO's row of the methods table.
+var critiqueMethod = method{
+	name:     AlgoCritique,
+	about:    "Critique-GRPO: one attempt per group critiqued and refined; the refinement joins its group, policy-shaped",
+	section:  "critique",
+	defaults: func(c *Config) { c.Critique = CritiqueConfig{Source: CritiqueSelf, MaxCritiqueTokens: 256, Gamma: 0.1} },
+	validate: func(c *Config, _ bool) error { return c.Critique.validate() },
+	build: func(g *grpoRun) (methodParts, error) {
+		v := g.view()
+		return methodParts{term: &critique{v: v, cfg: v.cfg.Critique}}, nil
+	},
+	tag:     "critique",
+	metrics: []any{critiqueMetrics{}},
 }
 
-func newCritique(g *grpoRun) (*critique, error) { return &critique{g: g, cfg: g.cfg.Critique}, nil }
+// CritiqueConfig is Critique-GRPO's (algo.name: critique-grpo): one
+// attempt per group is critiqued and refined; the refinement joins its
+// group, trained under the bare problem with policy shaping.
+type CritiqueConfig struct {
+	// Source of the critique: "self" (the policy critiques the attempt,
+	// told nothing of its outcome) or "outcome" (the critique is whether
+	// the verifier accepted the attempt, and nothing else).
+	Source string `yaml:"source"`
+	// MaxCritiqueTokens bounds a self-critique's generation.
+	MaxCritiqueTokens int `yaml:"max_critique_tokens"`
+	// Gamma is the shaping f(p) = p / (p + γ) of a refinement token's
+	// probability, in place of the ratio.
+	Gamma float64 `yaml:"gamma"`
+	// AdvStd divides the mixed group's advantages by their std (the paper:
+	// no).
+	AdvStd bool `yaml:"adv_std"`
+}
+
+// critique.source values.
+const (
+	CritiqueSelf    = "self"
+	CritiqueOutcome = "outcome"
+)
+
+func (q CritiqueConfig) validate() error {
+	switch {
+	case q.Source != CritiqueSelf && q.Source != CritiqueOutcome:
+		return bad("critique.source", "%q: want %s or %s", q.Source, CritiqueSelf, CritiqueOutcome)
+	case q.MaxCritiqueTokens < 1:
+		return bad("critique.max_critique_tokens", "must be ≥ 1, got %d", q.MaxCritiqueTokens)
+	case !finite(q.Gamma) || q.Gamma <= 0:
+		return bad("critique.gamma", "must be > 0, got %g", q.Gamma)
+	}
+	return nil
+}
+
+// critique is Critique-GRPO's update term (term.go). It reads the
+// critique section, the problems, their prompt format and bare prompts,
+// and the rollout's settings; it generates and verifies through the step.
+type critique struct {
+	v   termView
+	cfg CritiqueConfig
+}
+
+// The sums of critique's rows beside their count and tokens
+// (termRows.sums).
+const (
+	critiqueCorrect = iota // refinements the verifier accepted
+	critiqueRevived        // groups the refinement gave reward variance that had none
+	critiqueSums
+)
 
 func (c *critique) policyScale() float64 { return 1 }
 
 func (c *critique) stepped() error { return nil }
+
+func (c *critique) close() {}
 
 // The critique and refinement prompts: the problem's user message, the
 // attempt, then the ask.
@@ -60,15 +118,15 @@ const (
 // advantages and returns the kept first attempts (with any group the
 // refinement revived) and the refinements.
 func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*rollout, []*rollout, termRows, error) {
-	g := c.g
-	G := g.cfg.Rollout.SamplesPerPrompt
-	format := g.cfg.PromptFormat()
+	v := c.v
+	G := v.cfg.Rollout.SamplesPerPrompt
+	format := v.cfg.PromptFormat()
 	var jobs []*critiqueJob
 	for start := 0; start+G <= len(sampled); start += G {
 		grp := sampled[start : start+G]
 		a := c.pick(step, grp)
-		text, _ := g.tk.StripAddedTokens(a.Text)
-		jobs = append(jobs, &critiqueJob{grp: grp, attempt: a, user: format.User(g.problems[a.Prompt.Problem].Problem) + critiqueAttemptHeader + text})
+		text, _ := v.tk.StripAddedTokens(a.Text)
+		jobs = append(jobs, &critiqueJob{grp: grp, attempt: a, user: format.User(v.problems[a.Prompt.Problem].Problem) + critiqueAttemptHeader + text})
 	}
 	// 1. critiques
 	if c.cfg.Source == CritiqueOutcome {
@@ -83,11 +141,11 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		var asks []*critiqueJob
 		var prompts [][]int64
 		for _, j := range jobs {
-			ids, err := format.UserIDs(g.tk, j.user+critiqueAsk)
+			ids, err := format.UserIDs(v.tk, j.user+critiqueAsk)
 			if err != nil {
 				return nil, nil, termRows{}, err
 			}
-			if g.fitsContext(len(ids) + c.cfg.MaxCritiqueTokens) {
+			if v.step.fitsContext(len(ids) + c.cfg.MaxCritiqueTokens) {
 				asks, prompts = append(asks, j), append(prompts, ids)
 			}
 		}
@@ -96,7 +154,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 			return nil, nil, termRows{}, err
 		}
 		for i, j := range asks {
-			j.critique, _ = g.tk.StripAddedTokens(g.tk.Decode(tokenizer.Ints(out[i].IDs), true))
+			j.critique, _ = v.tk.StripAddedTokens(v.tk.Decode(tokenizer.Ints(out[i].IDs), true))
 		}
 	}
 	// 2. refinements, verified
@@ -107,15 +165,15 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		if j.critique == "" {
 			continue // no critique: its prompt did not fit the context, or the policy wrote none
 		}
-		ids, err := format.UserIDs(g.tk, j.user+critiqueHeader+j.critique+critiqueRefineAsk)
+		ids, err := format.UserIDs(v.tk, j.user+critiqueHeader+j.critique+critiqueRefineAsk)
 		if err != nil {
 			return nil, nil, termRows{}, err
 		}
-		if g.fitsContext(len(ids) + g.cfg.Rollout.MaxNewTokens) {
+		if v.step.fitsContext(len(ids) + v.cfg.Rollout.MaxNewTokens) {
 			refine, prompts = append(refine, j), append(prompts, ids)
 		}
 	}
-	out, err := c.generate(step, refine, prompts, g.cfg.Rollout.MaxNewTokens, "critique-refine")
+	out, err := c.generate(step, refine, prompts, v.cfg.Rollout.MaxNewTokens, "critique-refine")
 	if err != nil {
 		return nil, nil, termRows{}, err
 	}
@@ -123,11 +181,11 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 	for i, j := range refine {
 		o, p := out[i], j.attempt.Prompt
 		j.ref = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: G, Tokens: len(o.IDs), Truncated: o.FinishReason == "length",
-			Text: g.tk.Decode(tokenizer.Ints(o.IDs), true)}, promptIDs: g.prompts[p.Problem], ids: o.IDs, oldLogp: make([]float64, len(o.IDs))}
+			Text: v.tk.Decode(tokenizer.Ints(o.IDs), true)}, promptIDs: v.prompts[p.Problem], ids: o.IDs, oldLogp: make([]float64, len(o.IDs))}
 		refs[i] = j.ref
 	}
 	ph.Enter("reward")
-	g.score(refs)
+	v.step.score(refs)
 	// 3. the mixed groups' advantages; a group is trained if it was kept,
 	// or if its refinement scored otherwise than its first attempts.
 	wasKept := map[*rollout]bool{}
@@ -164,19 +222,16 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 			tokens += len(ref.ids)
 		}
 	}
-	tot, err := dist.SumFloats(g.comm, []float64{float64(len(trained)), float64(tokens), float64(correct), float64(revived)})
-	if err != nil {
-		return nil, nil, termRows{}, err
-	}
-	c.correct, c.revived = int(tot[2]), int(tot[3])
-	return newKept, trained, termRows{rows: int(tot[0]), tokens: int(tot[1]), joinPolicy: true}, nil
+	sums := make([]float64, critiqueSums)
+	sums[critiqueCorrect], sums[critiqueRevived] = float64(correct), float64(revived)
+	return newKept, trained, termRows{rows: len(trained), tokens: tokens, sums: sums, joinPolicy: true}, nil
 }
 
 // pick is the group's attempt to critique: drawn uniformly, keyed by
 // (seed, step, prompt), without looking at outcomes — which attempt is
 // shown says nothing about whether it was right.
 func (c *critique) pick(step int, grp []*rollout) *rollout {
-	rng := rand.New(rand.NewPCG(c.g.cfg.Seed, rl.DrawKey(step, grp[0].Prompt.Index, "critique-attempt")))
+	rng := rand.New(rand.NewPCG(c.v.cfg.Seed, rl.DrawKey(step, grp[0].Prompt.Index, "critique-attempt")))
 	return grp[rng.IntN(len(grp))]
 }
 
@@ -193,7 +248,7 @@ type critiqueJob struct {
 // settings, at most maxNew tokens), keyed by (seed, step, purpose) and
 // each job's prompt index.
 func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, maxNew int, purpose string) ([]model.Sample, error) {
-	g := c.g
+	v := c.v
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -202,9 +257,9 @@ func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, ma
 	for i, j := range jobs {
 		reqs[i] = model.Request{PromptIDs: prompts[i], Samples: 1}
 		streams[i] = j.attempt.Prompt.Index
-		g.stepTokens.prefilled += len(prompts[i])
+		v.step.prefilled(len(prompts[i]))
 	}
-	res, err := g.generate(reqs, streams, maxNew, rl.DrawKey(step, 0, purpose)^g.cfg.Seed)
+	res, err := v.step.generate(reqs, streams, maxNew, rl.DrawKey(step, 0, purpose)^v.cfg.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("Critique-GRPO %s: %w", purpose, err)
 	}
@@ -215,39 +270,39 @@ func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, ma
 	return out, nil
 }
 
-func (c *critique) metrics(met *StepMetrics, tot termRows, loss float64, _ []float64, policyTokens int) {
-	met.CritiqueRefinements, met.CritiqueRefinedOK, met.CritiqueGroupsSaved = tot.rows, c.correct, c.revived
-	met.CritiqueLoss = loss
+// critiqueMetrics are Critique-GRPO's keys of the step's line
+// (TensorBoard: critique/…): refinements made and those the verifier
+// accepted, groups the refinements gave reward variance that had none,
+// the refinements' shaped loss, and the refinement tokens' share of the
+// update's.
+type critiqueMetrics struct {
+	Refinements int     `json:"critique_refinements,omitempty"`
+	RefinedOK   int     `json:"critique_refined_correct,omitempty"`
+	GroupsSaved int     `json:"critique_groups_revived,omitempty"`
+	Loss        float64 `json:"critique_loss,omitempty"`
+	TokenFrac   float64 `json:"critique_token_frac,omitempty"`
+}
+
+func (c *critique) metrics(tot termRows, loss float64, _ []float64, policyTokens int) any {
+	met := &critiqueMetrics{Refinements: tot.rows, RefinedOK: int(tot.sum(critiqueCorrect)), GroupsSaved: int(tot.sum(critiqueRevived)), Loss: loss}
 	if tot.rows > 0 {
-		met.CritiqueTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
+		met.TokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
 	}
+	return met
 }
 
 // microBatch runs one micro-batch of refinements under the bare problem:
 // loss −Σ w·A·p/(p + γ) over their tokens (w: the policy's token weights),
 // backward.
-func (c *critique) microBatch(mb []*rollout, first int, _ termRows) (r microResult, err error) {
-	g := c.g
-	var s tensor.Scope
-	defer s.Close()
-	b := buildBatch(&s, g.m.Device, mb)
-	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
-	where := func(err error) error {
-		return g.microBatchErr("refinement micro-batch at row", first, len(mb), b.t, err)
-	}
-	lp, _, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature})
-	if err != nil {
-		return r, where(err)
-	}
-	l, err := shapedLoss(&s, lp, b.adv, b.weight, c.cfg.Gamma)
-	if err != nil {
-		return r, where(err)
-	}
-	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
-		return r, where(err)
-	}
-	r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
-	return r, nil
+func (c *critique) microBatch(mb []*rollout, first int, _ termRows) (microResult, error) {
+	return c.v.step.micro("refinement micro-batch at row", mb, first, func(s *tensor.Scope, b *batch, _ *microResult) (*ts.Tensor, *model.Checkpointed, error) {
+		lp, _, ckpt, err := c.v.step.logProbs(s, b, csrc.LogProbOptions{Temperature: c.v.cfg.Rollout.Temperature})
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := shapedLoss(s, lp, b.adv, b.weight, c.cfg.Gamma)
+		return l, ckpt, err
+	})
 }
 
 // shapedLoss is −Σ weight·adv·f(exp(lp)), f(p) = p/(p + γ), over lp [B, T]

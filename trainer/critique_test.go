@@ -67,7 +67,7 @@ func critiqueRun(t *testing.T, correct [][]bool, sets ...string) (*critique, []*
 	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := newCritique(g)
+	c := &critique{v: g.view(), cfg: g.cfg.Critique}
 	var sampled []*rollout
 	for k, grp := range correct {
 		p := &rl.Prompt{Problem: k, Index: k, IDs: g.prompts[k], TrainIDs: g.prompts[k]}
@@ -109,12 +109,12 @@ func TestCritiqueRows(t *testing.T) {
 			}
 			made := map[int]*rollout{}
 			for _, r := range rows {
-				if r.Sample != G || &r.promptIDs[0] != &c.g.prompts[r.Prompt.Problem][0] {
+				if r.Sample != G || &r.promptIDs[0] != &c.v.prompts[r.Prompt.Problem][0] {
 					t.Fatalf("refinement of problem %d: sample %d, or not under the bare prompt", r.Prompt.Problem, r.Sample)
 				}
 				made[r.Prompt.Problem] = r
 			}
-			if c.revived == 0 {
+			if tot.sum(critiqueRevived) == 0 {
 				t.Fatalf("no group revived (refinements %d): the test does not see the revival", len(rows))
 			}
 			inKept := map[int]int{}

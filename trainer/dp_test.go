@@ -86,15 +86,15 @@ func termUpdateOnRank(t *testing.T, c dist.Comm, runDir, kind string, rolls, row
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
-	g.term = &consolidation{g: g}
+	g.term = newConsolidation(g.view())
 	if kind != AlgoGRPO && kind != AlgoLANPO { // lanpo: consolidation, with no explorer
-		if g.term, err = g.newTerm(); err != nil {
+		parts, err := methodNamed(kind).build(g)
+		if err != nil {
 			return dpUpdate{}, err
 		}
+		g.term = parts.term
 	}
-	if d, ok := g.term.(*sdpo); ok {
-		defer d.Close()
-	}
+	defer g.term.close()
 	share := func(rs []rollout) []*rollout {
 		lo, hi := dist.Share(len(rs), c.Rank(), c.Size())
 		var out []*rollout
@@ -162,8 +162,8 @@ func TestDataParallelUpdateMatchesOneRank(t *testing.T) {
 		t.Fatal(errs[0])
 	}
 	gmax := one.largestGrad()
-	if gmax < 1e-3 || one.met.Consolidated != len(distill) {
-		t.Fatalf("largest gradient %g, %d responses distilled: the test compares nothing", gmax, one.met.Consolidated)
+	if gmax < 1e-3 || consMet(one.met).Consolidated != len(distill) {
+		t.Fatalf("largest gradient %g, %d responses distilled: the test compares nothing", gmax, consMet(one.met).Consolidated)
 	}
 	for _, c := range []rankCase{
 		{"plain, 2 ranks", 2, nil, false},
@@ -554,7 +554,7 @@ func TestDataParallelTermsMatchOneRank(t *testing.T) {
 	sdpoRows, refinements := madeUpRollouts(7, 8), madeUpRollouts(5, 9)
 	for i := range sdpoRows {
 		r := &sdpoRows[i]
-		r.teacherIDs = append(append([]int64(nil), r.promptIDs...), 17, 18, int64(20+i))
+		r.auxPrompt = append(append([]int64(nil), r.promptIDs...), 17, 18, int64(20+i))
 	}
 	for _, term := range []struct {
 		kind string
@@ -574,7 +574,7 @@ func TestDataParallelTermsMatchOneRank(t *testing.T) {
 				t.Fatal(errs[0])
 			}
 			gmax := one.largestGrad()
-			if gmax < 1e-3 || (term.kind == AlgoSDPO && one.met.SDPODivergence == 0) || (term.kind == AlgoCritique && one.met.CritiqueRefinements != len(term.rows)) {
+			if gmax < 1e-3 || (term.kind == AlgoSDPO && termMet[*sdpoMetrics](one.met).Divergence == 0) || (term.kind == AlgoCritique && termMet[*critiqueMetrics](one.met).Refinements != len(term.rows)) {
 				t.Fatalf("largest gradient %g, metrics %+v: the test compares nothing", gmax, one.met)
 			}
 			for _, c := range []rankCase{

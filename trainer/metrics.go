@@ -76,29 +76,6 @@ type StepMetrics struct {
 	ContextTISBelow01 float64 `json:"tis_weight_below_tenth,omitempty"`
 	ContextTISBelow05 float64 `json:"tis_weight_below_half,omitempty"`
 
-	// Consolidation (lanpo.consolidate > 0): the verified-correct
-	// feedback-aware responses trained as answers to the bare problem, their
-	// share of the update's response tokens, and their token-mean NLL under
-	// the bare prompt before the step's update.
-	Consolidated          int     `json:"consolidated,omitempty"`
-	ConsolidatedTokenFrac float64 `json:"consolidated_token_frac,omitempty"`
-	ConsolidateNLL        float64 `json:"consolidate_nll,omitempty"`
-	// The same tokens under the context the sampler saw (its recorded
-	// log-probs) and the bare-minus-context gap: what the bare prompt has
-	// yet to learn of what the context gave. With a diagnostic span
-	// (RunOptions.Span; the demo's rule name): the NLL inside it and
-	// outside it, the gap inside it and its tokens. With
-	// log.update_diagnostics: the NLL after the step's optimizer step.
-	ConsolidateNLLContext     float64 `json:"consolidate_nll_context,omitempty"`
-	ConsolidateContextGap     float64 `json:"consolidate_context_gap,omitempty"`
-	ConsolidateSpanTokens     int     `json:"consolidate_span_tokens,omitempty"`
-	ConsolidateNLLSpan        float64 `json:"consolidate_nll_span,omitempty"`
-	ConsolidateNLLRest        float64 `json:"consolidate_nll_rest,omitempty"`
-	ConsolidateContextGapSpan float64 `json:"consolidate_context_gap_span,omitempty"`
-	ConsolidateNLLAfter       float64 `json:"consolidate_nll_after,omitempty"`
-	ConsolidateNLLSpanAfter   float64 `json:"consolidate_nll_span_after,omitempty"`
-	ConsolidateNLLRestAfter   float64 `json:"consolidate_nll_rest_after,omitempty"`
-
 	// log.update_diagnostics with an update term, one process: the norms
 	// of the policy loss's and the term's gradients (before clipping) and
 	// their cosine.
@@ -110,29 +87,13 @@ type StepMetrics struct {
 	TermLR       float64 `json:"term_lr,omitempty"`
 	TermGradNorm float64 `json:"term_grad_norm,omitempty"`
 
-	// SDPO (algo.name sdpo): the rollouts distilled toward the teacher, those
-	// left out because the teacher's sequence exceeds the context, the
-	// importance-weighted token-mean divergence, and the distilled tokens'
-	// share of the update's.
-	SDPORows       int     `json:"sdpo_rows,omitempty"`
-	SDPOSkipped    int     `json:"sdpo_skipped,omitempty"`
-	SDPODivergence float64 `json:"sdpo_divergence,omitempty"`
-	SDPOTokenFrac  float64 `json:"sdpo_token_frac,omitempty"`
-
-	// Critique-GRPO (algo.name critique-grpo): refinements made and those the
-	// verifier accepted, groups the refinements gave reward variance that
-	// had none, the refinements' shaped loss, and the refinement tokens'
-	// share of the update's.
-	CritiqueRefinements int     `json:"critique_refinements,omitempty"`
-	CritiqueRefinedOK   int     `json:"critique_refined_correct,omitempty"`
-	CritiqueGroupsSaved int     `json:"critique_groups_revived,omitempty"`
-	CritiqueLoss        float64 `json:"critique_loss,omitempty"`
-	CritiqueTokenFrac   float64 `json:"critique_token_frac,omitempty"`
-
 	// Explorer holds the exploration plug-in's metrics (LANPO's:
 	// feedback.Metrics), a struct whose JSON object's keys are appended to
 	// the line (nil for GRPO).
 	Explorer any `json:"-"`
+	// Term holds the update term's metrics (updateTerm.metrics), appended
+	// the same way.
+	Term any `json:"-"`
 
 	// Eval holds benchmark results of this step (eval.every), written as
 	// eval/NAME keys of the line.
@@ -237,10 +198,9 @@ func TensorBoardTag(key string) string {
 		return "eval/loss"
 	case strings.HasPrefix(key, "seconds."):
 		return "perf/seconds/" + strings.TrimPrefix(key, "seconds.")
-	case strings.HasPrefix(key, "sdpo_"):
-		return "sdpo/" + strings.TrimPrefix(key, "sdpo_")
-	case strings.HasPrefix(key, "critique_"):
-		return "critique/" + strings.TrimPrefix(key, "critique_")
+	}
+	if section, rest := methodTag(key); section != "" {
+		return section + "/" + rest
 	}
 	if g, ok := tensorBoardGroups[key]; ok {
 		return g + "/" + key
@@ -256,9 +216,11 @@ func (l *metricsLog) write(m StepMetrics) error {
 	if err != nil {
 		return err
 	}
-	if m.Explorer != nil {
-		if b, err = appendObject(b, m.Explorer); err != nil {
-			return fmt.Errorf("explorer metrics: %w", err)
+	for i, v := range []any{m.Explorer, m.Term} {
+		if v != nil {
+			if b, err = appendObject(b, v); err != nil {
+				return fmt.Errorf("%s metrics: %w", []string{"explorer", "update term"}[i], err)
+			}
 		}
 	}
 	var line map[string]any

@@ -29,7 +29,7 @@ type rollout struct {
 	refLogp      []float64
 	tis          []float32 // truncated importance weight of each token (nil: 1)
 	weight       float64   // loss weight of each of its tokens (TokenWeights)
-	teacherIDs   []int64   // SDPO: the teacher's prompt (sdpo.go)
+	auxPrompt    []int64   // a term's second prompt for the row (a teacher's)
 	span         []bool    // consolidation: its tokens in the run's diagnostic span (nil: none)
 }
 
@@ -241,4 +241,18 @@ func allEqual(x []float64) bool {
 		}
 	}
 	return true
+}
+
+// spanOf marks the response tokens ids of problem k inside the run's
+// diagnostic span (nil: no span function, or no span in this response).
+func (g *grpoRun) spanOf(k int, ids []int64) []bool {
+	if g.span == nil {
+		return nil
+	}
+	pieces := g.tk.Pieces(tokenizer.Ints(ids), true)
+	lo, hi, ok := g.span(g.problems[k].ID, strings.Join(pieces, ""))
+	if !ok {
+		return nil
+	}
+	return rl.InSpan(pieces, lo, hi)
 }

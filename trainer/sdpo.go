@@ -10,7 +10,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/lanpo-rl/lanpo/csrc"
-	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/rl"
@@ -36,43 +35,125 @@ import (
 // teacher's tokens come from csrc.FusedGatherLogProb — neither holds the
 // [tokens, V] logits.
 
+// sdpoMethod is SDPO's row of the methods table.
+var sdpoMethod = method{
+	name:    AlgoSDPO,
+	about:   "SDPO: GRPO's loss blended with self-distillation toward an EMA teacher that sees a verified sibling (teacher.safetensors in every checkpoint)",
+	section: "sdpo",
+	defaults: func(c *Config) {
+		c.SDPO = SDPOConfig{Lambda: 0.9, TopK: 20, Alpha: 0.5, TeacherUpdateRate: 0.05, ISClip: 2, TeacherContext: TeacherSibling}
+	},
+	validate: func(c *Config, chosen bool) error { return c.SDPO.validate(chosen && c.LoRA.On()) },
+	build: func(g *grpoRun) (methodParts, error) {
+		d, err := newSDPO(g.view())
+		if err != nil {
+			return methodParts{}, err
+		}
+		return methodParts{term: d, save: d.save}, nil
+	},
+	tag:     "sdpo",
+	metrics: []any{sdpoMetrics{}},
+}
+
+// SDPOConfig is SDPO's (algo.name: sdpo): each rollout with a teacher
+// context is distilled, under the bare prompt, toward the teacher's
+// distribution over its own tokens.
+type SDPOConfig struct {
+	// Lambda weighs the blend: λ·(GRPO's loss) + (1 − λ)·(the distillation
+	// loss); 0 is SDPO alone (the official code), 1 GRPO alone.
+	Lambda float64 `yaml:"lambda"`
+	// TopK is the support of the per-token divergence: the teacher's K most
+	// likely tokens, plus one bucket for the rest of the vocabulary.
+	TopK int `yaml:"top_k"`
+	// Alpha picks the divergence: 0 KL(teacher‖student), 1
+	// KL(student‖teacher), between: the generalized Jensen-Shannon
+	// divergence with mixture (1−α)·student + α·teacher.
+	Alpha float64 `yaml:"alpha"`
+	// TeacherUpdateRate is the EMA teacher's rate r: θ_T ← (1−r)·θ_T + r·θ
+	// after each optimizer step (1: the live policy).
+	TeacherUpdateRate float64 `yaml:"teacher_update_rate"`
+	// ISClip caps the per-token importance weight π_θ/π_old (stop-grad).
+	ISClip float64 `yaml:"is_clip"`
+	// TeacherContext is what the teacher sees besides the problem:
+	// "sibling" a sibling the verifier accepted, shown as a correct
+	// solution (the paper's form with scalar rewards); "blind" a sibling
+	// drawn without looking at outcomes, shown as another attempt.
+	TeacherContext string `yaml:"teacher_context"`
+}
+
+// sdpo.teacher_context values.
+const (
+	TeacherSibling = "sibling"
+	TeacherBlind   = "blind"
+)
+
+// validate checks the sdpo section; withLoRA: the run is SDPO's with LoRA
+// adapters.
+func (d SDPOConfig) validate(withLoRA bool) error {
+	switch {
+	case !finite(d.Lambda) || d.Lambda < 0 || d.Lambda > 1:
+		return bad("sdpo.lambda", "must be in [0, 1] (the weight of GRPO's loss), got %g", d.Lambda)
+	case d.TopK < 1:
+		return bad("sdpo.top_k", "must be ≥ 1, got %d", d.TopK)
+	case !finite(d.Alpha) || d.Alpha < 0 || d.Alpha > 1:
+		return bad("sdpo.alpha", "must be in [0, 1], got %g", d.Alpha)
+	case !finite(d.TeacherUpdateRate) || d.TeacherUpdateRate <= 0 || d.TeacherUpdateRate > 1:
+		return bad("sdpo.teacher_update_rate", "must be in (0, 1], got %g", d.TeacherUpdateRate)
+	case !finite(d.ISClip) || d.ISClip <= 0:
+		return bad("sdpo.is_clip", "must be > 0, got %g", d.ISClip)
+	case d.TeacherContext != TeacherSibling && d.TeacherContext != TeacherBlind:
+		return bad("sdpo.teacher_context", "%q: want %s or %s", d.TeacherContext, TeacherSibling, TeacherBlind)
+	case withLoRA:
+		return bad("lora", "is not supported with algo.name sdpo yet: the EMA teacher is a full copy of the model")
+	}
+	return nil
+}
+
 // teacherFile is the EMA teacher's weights in a checkpoint.
 const teacherFile = "teacher.safetensors"
 
-// sdpo is SDPO's update term (term.go).
+// sdpo is SDPO's update term (term.go). It reads the sdpo section, the
+// problems, their prompt format and bare prompts, and the policy (its
+// teacher's copy, its hidden states and LM head).
 type sdpo struct {
-	g       *grpoRun
+	v       termView
 	cfg     SDPOConfig
 	teacher *model.Model
-	// skipped counts this rank's rows whose teacher sequence exceeds the
-	// model's context (not distilled) in the step.
-	skipped int
 }
 
+// The sums of sdpo's rows beside their count and tokens (termRows.sums).
+const (
+	sdpoSkipped = iota // rows whose teacher sequence exceeds the model's context (not distilled)
+	sdpoSums
+)
+
 // newSDPO makes the teacher: a copy of the policy in memory, which on a
-// resume takes the checkpoint's teacher.safetensors; checkpoints keep it.
-func newSDPO(g *grpoRun) (*sdpo, error) {
-	t, err := g.m.Clone()
+// resume takes the checkpoint's teacher.safetensors; checkpoints keep it
+// (save).
+func newSDPO(v termView) (*sdpo, error) {
+	t, err := v.m.Clone()
 	if err != nil {
 		return nil, fmt.Errorf("SDPO teacher: %w", err)
 	}
-	if g.resumedFrom != "" {
-		if err := t.LoadWeights(filepath.Join(g.resumedFrom, teacherFile)); err != nil {
+	if v.resumedFrom != "" {
+		if err := t.LoadWeights(filepath.Join(v.resumedFrom, teacherFile)); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("SDPO teacher: %w", err)
 		}
 	}
-	g.saveExtra = append(g.saveExtra, func(dir string) error { return t.SaveWeights(filepath.Join(dir, teacherFile)) })
-	return &sdpo{g: g, cfg: g.cfg.SDPO, teacher: t}, nil
+	return &sdpo{v: v, cfg: v.cfg.SDPO, teacher: t}, nil
 }
 
-// Close frees the teacher.
-func (d *sdpo) Close() { d.teacher.Close() }
+// save writes the teacher into a checkpoint directory.
+func (d *sdpo) save(dir string) error { return d.teacher.SaveWeights(filepath.Join(dir, teacherFile)) }
+
+// close frees the teacher.
+func (d *sdpo) close() { d.teacher.Close() }
 
 func (d *sdpo) policyScale() float64 { return d.cfg.Lambda }
 
 // stepped moves the teacher toward the policy just updated.
-func (d *sdpo) stepped() error { return d.teacher.EMAFrom(d.g.m, d.cfg.TeacherUpdateRate) }
+func (d *sdpo) stepped() error { return d.teacher.EMAFrom(d.v.m, d.cfg.TeacherUpdateRate) }
 
 // Teacher contexts: what the teacher reads after the problem's user
 // message, then "solve it" — the policy's own sibling text, never the
@@ -92,16 +173,15 @@ const (
 // signal). With blind it is any other sibling, drawn without looking at
 // outcomes. The draw is keyed by (seed, step, prompt, sample).
 func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout, []*rollout, termRows, error) {
-	g := d.g
-	G := g.cfg.Rollout.SamplesPerPrompt
-	format := g.cfg.PromptFormat()
+	v := d.v
+	G := v.cfg.Rollout.SamplesPerPrompt
+	format := v.cfg.PromptFormat()
 	header, ask := sdpoSiblingHeader, sdpoSiblingAsk
 	if d.cfg.TeacherContext == TeacherBlind {
 		header, ask = sdpoBlindHeader, sdpoBlindAsk
 	}
 	var rows []*rollout
-	tokens := 0
-	d.skipped = 0
+	tokens, skipped := 0, 0
 	for start := 0; start+G <= len(sampled); start += G {
 		grp := sampled[start : start+G]
 		teacherIDs := map[*rollout][]int64{} // by sibling: rollouts that draw the same one share its prompt
@@ -115,29 +195,26 @@ func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout
 			}
 			tids, ok := teacherIDs[o]
 			if !ok {
-				sib, _ := g.tk.StripAddedTokens(o.Text)
-				user := format.User(g.problems[r.Prompt.Problem].Problem) + header + sib + ask
+				sib, _ := v.tk.StripAddedTokens(o.Text)
+				user := format.User(v.problems[r.Prompt.Problem].Problem) + header + sib + ask
 				var err error
-				if tids, err = format.UserIDs(g.tk, user); err != nil {
-					return nil, nil, termRows{}, fmt.Errorf("SDPO teacher prompt of problem %s: %w", g.problems[r.Prompt.Problem].ID, err)
+				if tids, err = format.UserIDs(v.tk, user); err != nil {
+					return nil, nil, termRows{}, fmt.Errorf("SDPO teacher prompt of problem %s: %w", v.problems[r.Prompt.Problem].ID, err)
 				}
 				teacherIDs[o] = tids
 			}
-			if !g.fitsContext(len(tids) + len(r.ids)) {
-				d.skipped++
+			if !v.step.fitsContext(len(tids) + len(r.ids)) {
+				skipped++
 				continue
 			}
-			rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: g.prompts[r.Prompt.Problem], ids: r.ids,
-				oldLogp: r.oldLogp, teacherIDs: tids})
+			rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: v.prompts[r.Prompt.Problem], ids: r.ids,
+				oldLogp: r.oldLogp, auxPrompt: tids})
 			tokens += len(r.ids)
 		}
 	}
-	tot, err := dist.SumFloats(g.comm, []float64{float64(len(rows)), float64(tokens), float64(d.skipped)})
-	if err != nil {
-		return nil, nil, termRows{}, err
-	}
-	d.skipped = int(tot[2])
-	return kept, rows, termRows{rows: int(tot[0]), tokens: int(tot[1])}, nil
+	sums := make([]float64, sdpoSums)
+	sums[sdpoSkipped] = float64(skipped)
+	return kept, rows, termRows{rows: len(rows), tokens: tokens, sums: sums}, nil
 }
 
 // sibling is the teacher context of grp[i]: another member of its group
@@ -155,91 +232,91 @@ func (d *sdpo) sibling(step int, grp []*rollout, i int) *rollout {
 		return nil
 	}
 	r := grp[i]
-	rng := rand.New(rand.NewPCG(d.g.cfg.Seed, rl.DrawKey(step, r.Prompt.Index*len(grp)+r.Sample, "sdpo-teacher-context")))
+	rng := rand.New(rand.NewPCG(d.v.cfg.Seed, rl.DrawKey(step, r.Prompt.Index*len(grp)+r.Sample, "sdpo-teacher-context")))
 	return cands[rng.IntN(len(cands))]
 }
 
-func (d *sdpo) metrics(met *StepMetrics, tot termRows, loss float64, _ []float64, policyTokens int) {
-	met.SDPORows, met.SDPOSkipped = tot.rows, d.skipped
+// sdpoMetrics are SDPO's keys of the step's line (TensorBoard: sdpo/…):
+// the rollouts distilled toward the teacher, those left out because the
+// teacher's sequence exceeds the context, the importance-weighted
+// token-mean divergence, and the distilled tokens' share of the update's.
+type sdpoMetrics struct {
+	Rows       int     `json:"sdpo_rows,omitempty"`
+	Skipped    int     `json:"sdpo_skipped,omitempty"`
+	Divergence float64 `json:"sdpo_divergence,omitempty"`
+	TokenFrac  float64 `json:"sdpo_token_frac,omitempty"`
+}
+
+func (d *sdpo) metrics(tot termRows, loss float64, _ []float64, policyTokens int) any {
+	met := &sdpoMetrics{Rows: tot.rows, Skipped: int(tot.sum(sdpoSkipped))}
 	if tot.rows > 0 {
 		if d.cfg.Lambda < 1 { // the loss is (1 − λ)·the divergence
-			met.SDPODivergence = loss / (1 - d.cfg.Lambda)
+			met.Divergence = loss / (1 - d.cfg.Lambda)
 		}
-		met.SDPOTokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
+		met.TokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
 	}
+	return met
 }
 
 // microBatch runs one micro-batch of SDPO rows: the teacher's top-K under
 // its prompts (no grad), the student's log-probs at those tokens and at
 // the sampled one under the bare prompt, the weighted divergence,
 // backward. Each token weighs (1 − λ) / (the step's distilled tokens).
-func (d *sdpo) microBatch(mb []*rollout, first int, tot termRows) (r microResult, err error) {
-	g := d.g
-	cfg := g.cfg
-	var s tensor.Scope
-	defer s.Close()
+func (d *sdpo) microBatch(mb []*rollout, first int, tot termRows) (microResult, error) {
+	v := d.v
 	w := (1 - d.cfg.Lambda) / float64(tot.tokens)
 	teach := make([]*rollout, len(mb))
 	for i, x := range mb {
 		x.weight = w
-		teach[i] = &rollout{promptIDs: x.teacherIDs, ids: x.ids, oldLogp: x.oldLogp}
+		teach[i] = &rollout{promptIDs: x.auxPrompt, ids: x.ids, oldLogp: x.oldLogp}
 	}
-	b := buildBatch(&s, g.m.Device, mb)
-	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
-	g.countTrained(teach) // the teacher's forward: tokens_trained counts every trainer forward
-	where := func(err error) error { return g.microBatchErr("SDPO micro-batch at row", first, len(mb), b.t, err) }
-	opt := csrc.VocabOptions{Temperature: cfg.Rollout.Temperature}
-	// The teacher's forward in a scope of its own: only its top-K outlives
-	// it, not its layers' outputs, during the student's forward and backward.
-	var tIDs, tLogp *ts.Tensor
-	err = csrc.NoGrad(func() (err error) {
-		var own tensor.Scope
-		defer own.Close()
-		defer tensor.Recover("SDPO teacher", &err)
-		tb := buildBatch(&own, g.m.Device, teach)
-		h, err := d.teacher.Forward(&own, tb.ids, tb.pos, nil, nil)
+	opt := csrc.VocabOptions{Temperature: v.cfg.Rollout.Temperature}
+	return v.step.micro("SDPO micro-batch at row", mb, first, func(s *tensor.Scope, b *batch, _ *microResult) (*ts.Tensor, *model.Checkpointed, error) {
+		v.step.countTrained(teach) // the teacher's forward: tokens_trained counts every trainer forward
+		// The teacher's forward in a scope of its own: only its top-K
+		// outlives it, not its layers' outputs, during the student's
+		// forward and backward.
+		var tIDs, tLogp *ts.Tensor
+		err := csrc.NoGrad(func() (err error) {
+			var own tensor.Scope
+			defer own.Close()
+			defer tensor.Recover("SDPO teacher", &err)
+			tb := buildBatch(&own, v.m.Device, teach)
+			h, err := d.teacher.Forward(&own, tb.ids, tb.pos, nil, nil)
+			if err != nil {
+				return err
+			}
+			if tIDs, tLogp, err = csrc.FusedTopKLogProb(responseRows(&own, h, tb.tmask), d.teacher.LMHead, int64(d.cfg.TopK), opt); err != nil {
+				return err
+			}
+			s.Keep(tIDs)
+			s.Keep(tLogp)
+			return nil
+		})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		if tIDs, tLogp, err = csrc.FusedTopKLogProb(responseRows(&own, h, tb.tmask), d.teacher.LMHead, int64(d.cfg.TopK), opt); err != nil {
-			return err
-		}
-		s.Keep(tIDs)
-		s.Keep(tLogp)
-		return nil
-	})
-	if err != nil {
-		return r, where(err)
-	}
-	l, err := func() (l *ts.Tensor, err error) {
-		defer tensor.Recover("SDPO loss", &err)
-		h, ckpt, err := g.m.Hidden(cfg.Train.ActivationCheckpointing, &s, b.ids, b.pos, nil)
+		h, ckpt, err := v.m.Hidden(v.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// The student's log-probs at the teacher's K tokens, then at the
 		// sampled token (for the importance weight): one pass.
 		target := s.Keep(s.Keep(b.targets.MustMaskedSelect(b.tmask, false)).MustUnsqueeze(1, false))
 		ids := s.Keep(ts.MustCat([]*ts.Tensor{tIDs, target}, 1))
-		sl, err := csrc.FusedGatherLogProb(responseRows(&s, h, b.tmask), g.m.LMHead, ids, opt)
+		sl, err := csrc.FusedGatherLogProb(responseRows(s, h, b.tmask), v.m.LMHead, ids, opt)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sl = s.Keep(s.Keep(sl).MustTotype(gotch.Double, false))
 		k := int64(d.cfg.TopK)
-		div := sdpoDivergence(&s, s.Keep(sl.MustNarrow(1, 0, k, false)), s.Keep(tLogp.MustTotype(gotch.Double, false)), d.cfg.Alpha)
+		div := sdpoDivergence(s, s.Keep(sl.MustNarrow(1, 0, k, false)), s.Keep(tLogp.MustTotype(gotch.Double, false)), d.cfg.Alpha)
 		lp := s.Keep(s.Keep(sl.MustNarrow(1, k, 1, false)).MustSqueezeDim(1, false))
 		old := s.Keep(b.old.MustMaskedSelect(b.tmask, false))
 		is := s.Keep(s.Keep(s.Keep(s.Keep(lp.MustSub(old, false)).MustExp(false)).MustClampMax(s.Float(d.cfg.ISClip), false)).MustDetach(false))
 		wt := s.Keep(b.weight.MustMaskedSelect(b.tmask, false))
-		l = s.Keep(s.Keep(s.Keep(div.MustMul(is, false)).MustMul(wt, false)).MustSum(gotch.Double, false))
-		return l, model.Backward(l, ckpt, g.opt.LayerDone)
-	}()
-	if err != nil {
-		return r, where(err)
-	}
-	r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
-	return r, nil
+		return s.Keep(s.Keep(s.Keep(div.MustMul(is, false)).MustMul(wt, false)).MustSum(gotch.Double, false)), ckpt, nil
+	})
 }
 
 // responseRows are the hidden states [N, H] of h [B, T, H] at the

@@ -133,11 +133,11 @@ func TestSDPOLossMatchesFullLogits(t *testing.T) {
 	}
 	defer s.Close()
 	g := &grpoRun{session: s}
-	d, err := newSDPO(g)
+	d, err := newSDPO(g.view())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	defer d.close()
 	// The teacher: the policy moved by noise.
 	err = csrc.NoGrad(func() error {
 		for _, p := range d.teacher.Params() {
@@ -160,7 +160,7 @@ func TestSDPOLossMatchesFullLogits(t *testing.T) {
 			r.promptIDs = append(r.promptIDs, int64(1+rng.Intn(V-1)))
 		}
 		for j := 0; j < 6+2*i; j++ {
-			r.teacherIDs = append(r.teacherIDs, int64(1+rng.Intn(V-1)))
+			r.auxPrompt = append(r.auxPrompt, int64(1+rng.Intn(V-1)))
 		}
 		for j := 0; j < 4+i; j++ {
 			r.ids = append(r.ids, int64(1+rng.Intn(V-1)))
@@ -214,7 +214,7 @@ func TestSDPOLossMatchesFullLogits(t *testing.T) {
 	// The slow path's loss and gradients.
 	var tl *ts.Tensor
 	csrc.NoGrad(func() error {
-		tl = full(&sc, d.teacher, func(r *rollout) []int64 { return r.teacherIDs })
+		tl = full(&sc, d.teacher, func(r *rollout) []int64 { return r.auxPrompt })
 		return nil
 	})
 	topv, topi := tl.MustTopk(K, -1, true, true, false)
@@ -284,7 +284,7 @@ func TestSDPOLossMatchesFullLogits(t *testing.T) {
 // with none gets no teacher; with blind the choice is the same whatever the
 // outcomes (flipping every verdict changes no pick).
 func TestSDPOSiblingChoice(t *testing.T) {
-	g := &grpoRun{session: &session{cfg: DefaultConfig()}}
+	cfg := DefaultConfig()
 	mk := func(correct ...bool) []*rollout {
 		var grp []*rollout
 		for i, c := range correct {
@@ -292,7 +292,7 @@ func TestSDPOSiblingChoice(t *testing.T) {
 		}
 		return grp
 	}
-	d := &sdpo{g: g, cfg: SDPOConfig{TeacherContext: TeacherSibling}}
+	d := &sdpo{v: termView{cfg: &cfg}, cfg: SDPOConfig{TeacherContext: TeacherSibling}}
 	grp := mk(true, false, false, true)
 	for step := 0; step < 50; step++ {
 		for i := range grp {

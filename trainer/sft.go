@@ -276,23 +276,7 @@ func (r *sftRun) dropoutOff() {
 // loss is normalized by the step's target count, so the split does not
 // change the update.
 func (r *sftRun) microBatches(exs []example) [][]example {
-	budget := r.cfg.SFT.MaxTokensPerMicroBatch
-	if budget <= 0 {
-		return slices.Collect(slices.Chunk(exs, r.cfg.SFT.MicroBatchSize))
-	}
-	lengths := make([]int, len(exs))
-	for i, ex := range exs {
-		lengths[i] = len(ex.ids)
-	}
-	var out [][]example
-	for _, idx := range packByTokens(lengths, budget) {
-		mb := make([]example, len(idx))
-		for j, i := range idx {
-			mb[j] = exs[i]
-		}
-		out = append(out, mb)
-	}
-	return out
+	return splitMicroBatches(exs, r.cfg.SFT.MicroBatchSize, r.cfg.SFT.MaxTokensPerMicroBatch, func(ex example) int { return len(ex.ids) })
 }
 
 func countTargets(ex example) int {

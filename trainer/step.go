@@ -8,7 +8,6 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/dist"
-	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/rl"
@@ -39,8 +38,8 @@ import (
 // Explorer's context; rollout; reward; filter) → train (log-probs, update).
 // Beside it: rollout.go (sampling, rewards, advantages, the step's
 // statistics), logprobs.go (π_old and π_ref recomputed), update.go (the
-// optimizer steps over micro-batches), explorer.go (LANPO's seam), term.go
-// (the update's seam: consolidation, SDPO, Critique-GRPO).
+// optimizer steps over micro-batches), explorer.go and term.go (the two
+// seams a method plugs into), method.go (the methods' table).
 
 // grpoRun holds a GRPO (or LANPO) run's long-lived objects.
 type grpoRun struct {
@@ -52,7 +51,7 @@ type grpoRun struct {
 	problems    []Problem
 	prompts     [][]int64 // each problem's prompt ids
 	eos         []int64
-	explorer    Explorer   // LANPO's feedback; nil for GRPO
+	explorer    Explorer   // what the method changes while exploring (LANPO's feedback); nil for GRPO
 	term        updateTerm // rows and a loss beside the policy's (term.go); nil: none
 	stepTokens  struct{ prefilled, generated, trained int }
 }
@@ -61,6 +60,10 @@ type grpoRun struct {
 // says. It returns ErrInterrupted after saving a checkpoint when ctx is
 // cancelled.
 func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) error {
+	// algo.name resolved first: the run's kind is its method's name.
+	if err := cfg.Validate(); err != nil {
+		return ConfigError{err}
+	}
 	if err := cfg.ResolveRun(cfg.Algo.Name); err != nil {
 		return ConfigError{err}
 	}
@@ -82,48 +85,59 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
 		return err
 	}
-	if cfg.Algo.KLBeta > 0 && s.m.LoRA() != nil {
-		// No second model: the reference is the policy with its adapters
-		// off, or at lora.init_from's values (trainer/lora.go).
+	if err := g.loadReference(); err != nil {
+		return err
+	}
+	if g.ref != nil {
+		defer g.ref.Close()
+	}
+	var evalPool *pool.Pool
+	if m := methodNamed(s.cfg.Algo.Name); m.build != nil {
+		parts, err := m.build(g)
+		if err != nil {
+			return err
+		}
+		g.explorer, g.term = parts.explorer, parts.term
+		if g.explorer != nil {
+			evalPool = g.explorer.Pool()
+			s.saveExtra = append(s.saveExtra, g.explorer.Save)
+		}
+		if parts.save != nil {
+			s.saveExtra = append(s.saveExtra, parts.save)
+		}
+		if g.term != nil {
+			defer g.term.close()
+		}
+	}
+	return s.loop(ctx, g.step, evalPool)
+}
+
+// loadReference prepares the KL term's reference (algo.kl_beta > 0): a
+// second model, or under LoRA the policy with its adapters off (or at
+// lora.init_from's values: trainer/lora.go).
+func (g *grpoRun) loadReference() (err error) {
+	cfg := g.cfg
+	switch {
+	case cfg.Algo.KLBeta == 0:
+	case g.m.LoRA() != nil:
 		g.refAdapters = model.AdaptersOff
 		if cfg.LoRA.InitFrom != "" {
 			g.refAdapters = model.AdaptersInitial
 		}
-	} else if cfg.Algo.KLBeta > 0 {
+	default:
 		o := cfg.LoadOptions()
 		if cfg.Algo.RefDevice != "" {
 			o.Device, _ = ParseDevice(cfg.Algo.RefDevice) // parsed at load
-			o.DType = s.m.DType
+			o.DType = g.m.DType
 			if err := CheckDevice(o.Device); err != nil {
 				return fmt.Errorf("config key algo.ref_device: %w", err)
 			}
 		}
-		if g.ref, err = model.Load(s.modelDir, o); err != nil {
+		if g.ref, err = model.Load(g.modelDir, o); err != nil {
 			return fmt.Errorf("reference model: %w", err)
 		}
-		defer g.ref.Close()
 	}
-	var evalPool *pool.Pool
-	if cfg.Algo.Name == AlgoLANPO {
-		fs := s.cfg.FeedbackSettings()
-		if s.hb != nil {
-			fs.Generate.Progress = s.hb.decoded // summaries and plans are generations too
-		}
-		ex, err := feedback.NewExplorer(s.m, s.tk, fs, feedback.Run{Problems: g.problems,
-			SamplesPerPrompt: cfg.Rollout.SamplesPerPrompt, Comm: s.comm, ResumedFrom: s.resumedFrom, Oracle: s.oracle})
-		if err != nil {
-			return err
-		}
-		g.explorer, evalPool = ex, ex.Pool()
-		s.saveExtra = append(s.saveExtra, ex.Save)
-	}
-	if g.term, err = g.newTerm(); err != nil {
-		return err
-	}
-	if c, ok := g.term.(interface{ Close() }); ok {
-		defer c.Close()
-	}
-	return s.loop(ctx, g.step, evalPool)
+	return nil
 }
 
 // renderPrompts tokenizes every problem's prompt once and checks that the
@@ -148,11 +162,11 @@ func (g *grpoRun) renderPrompts() error {
 }
 
 // fitsContext reports whether a sequence of n tokens fits the model's
-// context (max_position_embeddings; none given: any does).
-func (g *grpoRun) fitsContext(n int) bool {
-	maxPos := g.m.Config.MaxPositionEmbeddings
-	return maxPos <= 0 || int64(n) <= maxPos
-}
+// context.
+func (g *grpoRun) fitsContext(n int) bool { return g.m.Config.Fits(n) }
+
+// prefilled counts n prompt tokens a term prefilled in the step.
+func (g *grpoRun) prefilled(n int) { g.stepTokens.prefilled += n }
 
 // step runs one GRPO or LANPO step and returns its metrics (timings
 // included).
@@ -172,7 +186,7 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var rows []*rollout
 	var tot termRows
 	if g.term != nil {
-		if kept, rows, tot, err = g.term.rows(g.state.Step, kept, sampled, t); err != nil {
+		if kept, rows, tot, err = g.termRows(kept, sampled, t); err != nil {
 			return met, err
 		}
 	}
@@ -200,6 +214,22 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	}
 	met.PrefillTokens, met.GenTokens, met.TrainedTokens = int(tok[0]), int(tok[1]), int(tok[2])
 	return met, nil
+}
+
+// termRows are the update term's rows of the step on this rank and their
+// totals over every rank (one collective for the count, the tokens and
+// the term's own sums).
+func (g *grpoRun) termRows(kept, sampled []*rollout, ph rl.Phases) ([]*rollout, []*rollout, termRows, error) {
+	kept, rows, tot, err := g.term.rows(g.state.Step, kept, sampled, ph)
+	if err != nil {
+		return nil, nil, tot, err
+	}
+	all, err := dist.SumFloats(g.comm, append([]float64{float64(tot.rows), float64(tot.tokens)}, tot.sums...))
+	if err != nil {
+		return nil, nil, tot, err
+	}
+	tot.rows, tot.tokens, tot.sums = int(all[0]), int(all[1]), all[2:]
+	return kept, rows, tot, nil
 }
 
 // collect runs rounds of prompts → rollout → reward → filter until P

@@ -21,32 +21,47 @@ import (
 // under that many padded tokens (packByTokens). The loss does not depend on
 // the split (token weights are fixed for the whole batch).
 func (g *grpoRun) microBatches(rolls []*rollout) [][]*rollout {
-	budget := g.cfg.Algo.MaxTokensPerMicroBatch
-	if budget <= 0 {
-		return slices.Collect(slices.Chunk(rolls, g.cfg.Algo.MicroBatchSize))
-	}
-	lengths := make([]int, len(rolls))
-	for i, r := range rolls {
-		lengths[i] = len(r.promptIDs) + len(r.ids)
-	}
-	var out [][]*rollout
-	for _, idx := range packByTokens(lengths, budget) {
-		mb := make([]*rollout, len(idx))
-		for j, i := range idx {
-			mb[j] = rolls[i]
-		}
-		out = append(out, mb)
-	}
-	return out
+	return splitMicroBatches(rolls, g.cfg.Algo.MicroBatchSize, g.cfg.Algo.MaxTokensPerMicroBatch,
+		func(r *rollout) int { return len(r.promptIDs) + len(r.ids) })
+}
+
+// updatePlan is what the step's update fixes before its first epoch.
+type updatePlan struct {
+	lr      float64
+	lossCfg PolicyLossConfig
+	// scale multiplies the policy loss's token weights (the term's
+	// policyScale); statScale rescales the policy's weighted statistics to
+	// its own tokens.
+	scale, statScale float64
+	// policyTokens and policySeqs are the policy loss's own over every rank.
+	policyTokens, policySeqs int
+	// group and termLR: the term's own optimizer step (group > 0), or none.
+	group  int
+	termLR float64
 }
 
 // update runs the μ epochs of optimizer steps over the batch: the policy
 // loss over rolls and, with an update term (term.go), the term's loss over
 // its rows (tot: their totals over every rank) in the same steps.
 func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics) error {
+	p, err := g.planUpdate(rolls, rows, tot)
+	if err != nil {
+		return err
+	}
+	met.LR = p.lr
+	for epoch := 0; epoch < g.cfg.Algo.Epochs; epoch++ {
+		if err := g.epoch(epoch, rolls, rows, tot, p, met); err != nil {
+			return err
+		}
+	}
+	return g.measureTermAfter(rows, tot, met)
+}
+
+// planUpdate sets every row's token weight — normalized over the global
+// batch: every rank's share, with the term's rows when they join the
+// policy's normalization — and fixes the step's learning rates and loss.
+func (g *grpoRun) planUpdate(rolls, rows []*rollout, tot termRows) (p updatePlan, err error) {
 	cfg := g.cfg
-	// The loss is normalized over the global batch: every rank's share —
-	// with the term's rows when they join the policy's normalization.
 	norm := rolls
 	if tot.joinPolicy {
 		norm = append(slices.Clip(rolls), rows...)
@@ -60,132 +75,143 @@ func (g *grpoRun) update(rolls, rows []*rollout, tot termRows, met *StepMetrics)
 	tokens, seqs := normalizer(lengths, masked)
 	ntot, err := dist.SumFloats(g.comm, []float64{float64(tokens), float64(seqs)})
 	if err != nil {
-		return err
+		return p, err
 	}
 	w, err := tokenWeights(lengths, masked, cfg.Algo.LossAggMode, cfg.Rollout.MaxNewTokens, int(ntot[0]), int(ntot[1]))
 	if err != nil {
-		return err
+		return p, err
 	}
-	scale := 1.0
+	p.scale = 1.0
 	if g.term != nil {
-		scale = g.term.policyScale()
+		p.scale = g.term.policyScale()
 	}
 	for i, r := range norm {
-		r.weight = w[i] * scale
+		r.weight = w[i] * p.scale
 	}
-	// The policy's statistics (entropy, clip fraction, KL, ratio) are
-	// weighted sums: with the policy loss scaled, or a term's rows in the
-	// normalization, rescale them to the policy's own tokens.
-	statScale := 1.0
-	if scale > 0 {
-		statScale = 1 / scale
+	if p.statScale, err = g.statScale(norm, len(rolls), w, lengths, p.scale, tot.joinPolicy); err != nil {
+		return p, err
 	}
+	p.policyTokens, p.policySeqs = int(ntot[0]), int(ntot[1])
 	if tot.joinPolicy {
-		var wPol, wAll float64
-		for i := range norm {
-			tw := w[i] * float64(lengths[i])
-			wAll += tw
-			if i < len(rolls) {
-				wPol += tw
-			}
-		}
-		ws, err := dist.SumFloats(g.comm, []float64{wPol, wAll})
-		if err != nil {
-			return err
-		}
-		if ws[0] > 0 && scale > 0 {
-			statScale = ws[1] / (ws[0] * scale)
-		}
+		p.policyTokens -= tot.tokens
+		p.policySeqs -= tot.rows
 	}
-	policyTokens, policySeqs := int(ntot[0]), int(ntot[1])
-	if tot.joinPolicy {
-		policyTokens -= tot.tokens
-		policySeqs -= tot.rows
+	if p.lr, err = optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule); err != nil {
+		return p, err
 	}
-	lr, err := optim.LR(g.state.Step, cfg.TotalSteps, cfg.Optim.WarmupSteps, cfg.Optim.LR, cfg.Optim.MinLRRatio, cfg.Optim.Schedule)
-	if err != nil {
-		return err
-	}
-	met.LR = lr
-	lossCfg := PolicyLossConfig{ClipLow: cfg.Algo.ClipLow, ClipHigh: cfg.Algo.ClipHigh, Beta: cfg.Algo.KLBeta, KL: cfg.Algo.KLEstimator}
+	p.lossCfg = cfg.Algo.policyLossConfig()
 	// The term joins the policy's optimizer step (group 0), or takes one
 	// of its own after it with its own moments and learning rate
 	// (consolidation with lanpo.consolidate_lr).
-	group, termLR := 0, 0.0
 	if t, ok := g.term.(interface{ ownStep(float64) (int, float64) }); ok {
-		group, termLR = t.ownStep(lr)
+		p.group, p.termLR = t.ownStep(p.lr)
 	}
-	for epoch := 0; epoch < cfg.Algo.Epochs; epoch++ {
-		g.opt.ZeroGrad()
-		mbs := g.microBatches(rolls)
-		if scale == 0 {
-			mbs = nil // the policy loss has no weight: nothing to run
-		}
-		tmbs := g.microBatches(rows)
-		joint := tmbs // the term's micro-batches in the policy's step
-		if group > 0 {
-			joint = nil
-		}
-		if err := g.padBackwards(len(mbs) + len(joint)); err != nil {
-			return err
-		}
-		pol, err := g.policyPass(mbs, len(mbs)+len(tmbs), lossCfg, epoch == 0)
-		if err != nil {
-			return err
-		}
-		var grads *gradSplit
-		if epoch == 0 && cfg.Log.UpdateDiagnostics && g.term != nil && g.comm.Size() == 1 {
-			grads = g.snapshotGrads() // the policy's gradient alone, before the term's adds to it
-		}
-		term, err := g.termPass(joint, len(mbs), len(mbs)+len(tmbs), tot)
-		if err != nil {
-			return err
-		}
-		// Every rank's contributions are weighted by the global batch: sums.
-		sums := []float64{pol.loss, pol.ent, pol.stats.ClipFrac, pol.stats.KL, pol.stats.Ratio, float64(pol.real + term.real), float64(pol.padded + term.padded), term.loss}
-		summed, err := dist.SumFloats(g.comm, append(sums, term.extra...))
-		if err != nil {
-			return err
-		}
-		if epoch == 0 {
-			if met.LogpMismatch, err = dist.MaxFloat(g.comm, pol.gap); err != nil {
-				return err
-			}
-		}
-		met.Loss = summed[0] + summed[7]
-		met.Entropy, met.ClipFrac, met.KL, met.Ratio = summed[1]*statScale, summed[2]*statScale, summed[3]*statScale, summed[4]*statScale
-		met.PaddingFrac = 1 - summed[5]/math.Max(summed[6], 1)
-		if group == 0 && grads != nil {
-			if err := grads.measure(g, met, false); err != nil {
-				return err
-			}
-		}
-		// With a step of its own for the term and no policy row on any rank
-		// (dynamic sampling dropped every group), there is nothing for the
-		// policy's step to apply: Adam would move the weights on its
-		// momentum alone.
-		if group == 0 || policySeqs > 0 {
-			if met.GradNorm, err = g.opt.Apply(lr, cfg.Optim.GradClip, met.Loss); err != nil {
-				return err
-			}
-		}
-		if group > 0 && tot.rows > 0 {
-			// The term's own step, over the weights the policy's just moved.
-			if summed, err = g.ownTermStep(tmbs, len(mbs), tot, group, termLR, grads, met); err != nil {
-				return err
-			}
-			met.Loss += summed[7]
-		}
-		if g.term != nil && epoch == 0 {
-			g.term.metrics(met, tot, summed[7], summed[8:], policyTokens)
-		}
-		if g.term != nil {
-			if err := g.term.stepped(); err != nil {
-				return err
-			}
+	return p, nil
+}
+
+// statScale rescales the policy's statistics (entropy, clip fraction, KL,
+// ratio: weighted sums) to the policy's own tokens, when its loss is
+// scaled or a term's rows share its normalization (norm: the policy's
+// nPolicy rows, then the term's).
+func (g *grpoRun) statScale(norm []*rollout, nPolicy int, w []float64, lengths []int, scale float64, joined bool) (float64, error) {
+	out := 1.0
+	if scale > 0 {
+		out = 1 / scale
+	}
+	if !joined {
+		return out, nil
+	}
+	var wPol, wAll float64
+	for i := range norm {
+		tw := w[i] * float64(lengths[i])
+		wAll += tw
+		if i < nPolicy {
+			wPol += tw
 		}
 	}
-	return g.measureTermAfter(rows, tot, met)
+	ws, err := dist.SumFloats(g.comm, []float64{wPol, wAll})
+	if err != nil {
+		return 0, err
+	}
+	if ws[0] > 0 && scale > 0 {
+		out = ws[1] / (ws[0] * scale)
+	}
+	return out, nil
+}
+
+// epoch is one optimizer step over the batch: the policy's micro-batches,
+// the term's in the same step (or in a step of its own after it), the
+// sums over every rank into met.
+func (g *grpoRun) epoch(epoch int, rolls, rows []*rollout, tot termRows, p updatePlan, met *StepMetrics) error {
+	cfg := g.cfg
+	g.opt.ZeroGrad()
+	mbs := g.microBatches(rolls)
+	if p.scale == 0 {
+		mbs = nil // the policy loss has no weight: nothing to run
+	}
+	tmbs := g.microBatches(rows)
+	joint := tmbs // the term's micro-batches in the policy's step
+	if p.group > 0 {
+		joint = nil
+	}
+	if err := g.padBackwards(len(mbs) + len(joint)); err != nil {
+		return err
+	}
+	pol, err := g.policyPass(mbs, len(mbs)+len(tmbs), p.lossCfg, epoch == 0)
+	if err != nil {
+		return err
+	}
+	var grads *gradSplit
+	if epoch == 0 && cfg.Log.UpdateDiagnostics && g.term != nil && g.comm.Size() == 1 {
+		grads = g.snapshotGrads() // the policy's gradient alone, before the term's adds to it
+	}
+	term, err := g.termPass(joint, len(mbs), len(mbs)+len(tmbs), tot)
+	if err != nil {
+		return err
+	}
+	// Every rank's contributions are weighted by the global batch: sums.
+	sums := []float64{pol.loss, pol.ent, pol.stats.ClipFrac, pol.stats.KL, pol.stats.Ratio, float64(pol.real + term.real), float64(pol.padded + term.padded), term.loss}
+	summed, err := dist.SumFloats(g.comm, append(sums, term.extra...))
+	if err != nil {
+		return err
+	}
+	if epoch == 0 {
+		if met.LogpMismatch, err = dist.MaxFloat(g.comm, pol.gap); err != nil {
+			return err
+		}
+	}
+	met.Loss = summed[0] + summed[7]
+	ss := p.statScale
+	met.Entropy, met.ClipFrac, met.KL, met.Ratio = summed[1]*ss, summed[2]*ss, summed[3]*ss, summed[4]*ss
+	met.PaddingFrac = 1 - summed[5]/math.Max(summed[6], 1)
+	if p.group == 0 && grads != nil {
+		if err := grads.measure(g, met, false); err != nil {
+			return err
+		}
+	}
+	// With a step of its own for the term and no policy row on any rank
+	// (dynamic sampling dropped every group), there is nothing for the
+	// policy's step to apply: Adam would move the weights on its
+	// momentum alone.
+	if p.group == 0 || p.policySeqs > 0 {
+		if met.GradNorm, err = g.opt.Apply(p.lr, cfg.Optim.GradClip, met.Loss); err != nil {
+			return err
+		}
+	}
+	if p.group > 0 && tot.rows > 0 {
+		// The term's own step, over the weights the policy's just moved.
+		if summed, err = g.ownTermStep(tmbs, len(mbs), tot, p.group, p.termLR, grads, met); err != nil {
+			return err
+		}
+		met.Loss += summed[7]
+	}
+	if g.term == nil {
+		return nil
+	}
+	if epoch == 0 {
+		met.Term = g.term.metrics(tot, summed[7], summed[8:], p.policyTokens)
+	}
+	return g.term.stepped()
 }
 
 // padBackwards issues, when this rank has fewer than the most micro-batches
@@ -289,7 +315,7 @@ func (g *grpoRun) ownTermStep(tmbs [][]*rollout, from int, tot termRows, group i
 func (g *grpoRun) measureTermAfter(rows []*rollout, tot termRows, met *StepMetrics) error {
 	t, ok := g.term.(interface {
 		measureAfter([]*rollout) ([]float64, error)
-		metricsAfter(*StepMetrics, termRows, []float64)
+		metricsAfter(any, termRows, []float64)
 	})
 	if !ok || !g.cfg.Log.UpdateDiagnostics || tot.rows == 0 {
 		return nil
@@ -302,7 +328,7 @@ func (g *grpoRun) measureTermAfter(rows []*rollout, tot termRows, met *StepMetri
 	if err != nil {
 		return err
 	}
-	t.metricsAfter(met, tot, after)
+	t.metricsAfter(met.Term, tot, after)
 	return nil
 }
 
@@ -315,36 +341,57 @@ type microResult struct {
 	extra        []float64 // an update term's sums for its metrics (termRows.extra of them)
 }
 
-// microBatch runs one micro-batch's forward, loss and backward (gradients
-// accumulate); first is the number of rollouts of earlier micro-batches
-// (for messages), withGap asks for the sampler/trainer log-prob gap.
-func (g *grpoRun) microBatch(mb []*rollout, first int, lossCfg PolicyLossConfig, withGap bool) (r microResult, err error) {
-	cfg := g.cfg
+// microBatch runs one micro-batch of the policy loss (forward, loss,
+// backward: gradients accumulate); first is the number of rollouts of
+// earlier micro-batches (for messages), withGap asks for the
+// sampler/trainer log-prob gap.
+func (g *grpoRun) microBatch(mb []*rollout, first int, lossCfg PolicyLossConfig, withGap bool) (microResult, error) {
+	return g.micro("micro-batch at rollout", mb, first, func(s *tensor.Scope, b *batch, r *microResult) (*ts.Tensor, *model.Checkpointed, error) {
+		lp, entropy, ckpt, err := g.logProbs(s, b, csrc.LogProbOptions{Temperature: g.cfg.Rollout.Temperature, Entropy: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis}
+		l, mst, err := PolicyLoss(s, in, lossCfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		// sync: entropy and the sampler/trainer gap, once per micro-batch.
+		r.ent = tensor.Float64s(s.Keep(s.Keep(entropy.MustMul(b.weight, false)).MustSum(gotch.Double, false)))[0]
+		if withGap {
+			gap := s.Keep(s.Keep(s.Keep(lp.MustSub(b.old, false)).MustAbs(false)).MustMul(b.tmaskF, false))
+			r.gap = tensor.Float64s(s.Keep(gap.MustMax(false)))[0]
+		}
+		r.stats = mst
+		return l, ckpt, nil
+	})
+}
+
+// micro runs one micro-batch of the update — the policy's or a term's —
+// in a scope of its own: its batch, loss (the forward in it), backward
+// (gradients accumulate) and the loss read back (sync), with its tokens
+// counted as trained and an error naming the micro-batch (what, from its
+// first row).
+func (g *grpoRun) micro(what string, mb []*rollout, first int, loss lossFunc) (r microResult, err error) {
 	var s tensor.Scope
 	defer s.Close()
 	b := buildBatch(&s, g.m.Device, mb)
 	r.real, r.padded = g.countTrained(mb), len(mb)*int(b.t)
-	where := func(err error) error { return g.microBatchErr("micro-batch at rollout", first, len(mb), b.t, err) }
-	lp, entropy, ckpt, err := g.logProbsForUpdate(&s, b, csrc.LogProbOptions{Temperature: cfg.Rollout.Temperature, Entropy: true})
+	err = func() (err error) {
+		defer tensor.Recover("loss", &err)
+		l, ckpt, err := loss(&s, b, &r)
+		if err != nil {
+			return err
+		}
+		if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
+			return err
+		}
+		r.loss = tensor.Float64s(l)[0] // sync: once per micro-batch
+		return nil
+	}()
 	if err != nil {
-		return r, where(err)
+		return r, g.microBatchErr(what, first, len(mb), b.t, err)
 	}
-	in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis}
-	l, mst, err := PolicyLoss(&s, in, lossCfg)
-	if err != nil {
-		return r, err
-	}
-	if err := model.Backward(l, ckpt, g.opt.LayerDone); err != nil {
-		return r, where(err)
-	}
-	// sync: loss, entropy and the sampler/trainer gap, once per micro-batch.
-	r.loss = tensor.Float64s(l)[0]
-	r.ent = tensor.Float64s(s.Keep(s.Keep(entropy.MustMul(b.weight, false)).MustSum(gotch.Double, false)))[0]
-	if withGap {
-		gap := s.Keep(s.Keep(s.Keep(lp.MustSub(b.old, false)).MustAbs(false)).MustMul(b.tmaskF, false))
-		r.gap = tensor.Float64s(s.Keep(gap.MustMax(false)))[0]
-	}
-	r.stats = mst
 	return r, nil
 }
 
@@ -376,9 +423,9 @@ func (s *session) microBatchCount(mine int) (int, error) {
 	return int(m), err
 }
 
-// logProbsForUpdate is the policy's log-probs of a micro-batch for the
-// update, with activation checkpointing when train.activation_checkpointing
-// (then the returned Checkpointed finishes the backward).
-func (g *grpoRun) logProbsForUpdate(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
+// logProbs is the policy's log-probs of a micro-batch for the update,
+// with activation checkpointing when train.activation_checkpointing (then
+// the returned Checkpointed finishes the backward).
+func (g *grpoRun) logProbs(s *tensor.Scope, b *batch, opt csrc.LogProbOptions) (lp, ent *ts.Tensor, c *model.Checkpointed, err error) {
 	return g.m.TokenLogProbsMaybeCheckpointed(g.cfg.Train.ActivationCheckpointing, s, b.ids, b.pos, nil, b.targets, b.tmask, opt)
 }

@@ -43,9 +43,8 @@ func trainCommand() *cli.Command {
 			"> 0 also trains each verified answer found with feedback as the answer to the bare problem — the path from\n" +
 			"what the context found to the weights; the recipe uses 4 (lanpo.consolidate_norm, lanpo.consolidate_lr: docs/lanpo.md,\n" +
 			"\"Consolidation\"). log.update_diagnostics measures what the update does with it (docs/metrics.md).\n" +
-			"algo.name: sdpo distills each rollout, under the bare prompt, toward an EMA teacher that sees a verified\n" +
-			"sibling (sdpo.*; teacher.safetensors in every checkpoint); algo.name: critique-grpo critiques and refines\n" +
-			"one attempt per group and trains the refinement with policy shaping (critique.*; docs/feedback-methods.md).\n" +
+			"algo.name, one of (docs/feedback-methods.md):\n" + trainer.MethodsHelp() +
+			"algo.policy_loss: ppo (the default), gspo or cispo: the policy loss, with any algo.name (docs/feedback-methods.md, \"Policy losses\").\n" +
 			"lora.r > 0 (or lora.init_from) trains LoRA adapters on the frozen model; a checkpoint then holds a PEFT\n" +
 			"adapter directory instead of the model, and the KL reference is the model with its adapters off\n" +
 			"(docs/lora.md; lanpo export --merge writes a full model).\n" +
