@@ -40,7 +40,7 @@ const (
 // TrainerState is everything besides weights and optimizer that resuming
 // needs to continue exactly: all randomness derives from Seed and Step.
 type TrainerState struct {
-	Kind     string `json:"kind"` // "grpo", "lanpo" or "sft"
+	Kind     string `json:"kind"` // "sft", or the run's algo.name (method.go)
 	Step     int    `json:"step"` // completed training steps
 	Seed     uint64 `json:"seed"`
 	Cursor   Cursor `json:"cursor"`
