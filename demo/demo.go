@@ -109,6 +109,11 @@ const (
 	// (docs/feedback-methods.md) at their defaults, the same steps as GRPO.
 	ArmSDPO     = "sdpo"
 	ArmCritique = "critique-grpo"
+	// ArmGSPO and ArmCISPO are GRPO with another policy loss
+	// (algo.policy_loss gspo or cispo at its own clip range), the same
+	// steps as GRPO; opt-in.
+	ArmGSPO  = "grpo-gspo"
+	ArmCISPO = "grpo-cispo"
 )
 
 // The grpo-lora arm's adapters: rank 16 with alpha 32 on all seven
@@ -127,7 +132,7 @@ var (
 	Arms        = []string{ArmGRPO, ArmLANPO, ArmLANPOOriginal, ArmLANPOConsolidate}
 	DefaultArms = []string{ArmGRPO, ArmLANPOConsolidate, ArmOracle}
 	// AllArms are every arm --arms accepts.
-	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget, ArmGRPOLoRA, ArmSDPO, ArmCritique)
+	AllArms = append(append([]string{}, Arms...), ArmOracle, ArmGRPOBudget, ArmGRPOLoRA, ArmSDPO, ArmCritique, ArmGSPO, ArmCISPO)
 )
 
 // DefaultArmsOf are a world's default arms: DefaultArms, less the oracle

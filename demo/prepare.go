@@ -176,10 +176,14 @@ func prepare(runDir, worldName string, w world, runSeed int64, rlSeedIndex int, 
 			c.Algo.Name = trainer.AlgoSDPO
 		case ArmCritique:
 			c.Algo.Name = trainer.AlgoCritique
+		case ArmGSPO, ArmCISPO:
+			c.Algo.Name = trainer.AlgoGRPO
+			c.Algo.PolicyLoss = map[string]string{ArmGSPO: trainer.LossGSPO, ArmCISPO: trainer.LossCISPO}[arm]
+			c.Algo.ClipLow, c.Algo.ClipHigh = nil, nil // the loss's own range
 		default:
 			return d, fmt.Errorf("demo arm %q: want one of %s", arm, strings.Join(AllArms, ", "))
 		}
-		if (c.Algo.Name != trainer.AlgoGRPO || arm == ArmGRPOLoRA) && len(sets) > 0 {
+		if (c.Algo.Name != trainer.AlgoGRPO || arm == ArmGRPOLoRA || arm == ArmGSPO || arm == ArmCISPO) && len(sets) > 0 {
 			var err error
 			if c, err = trainer.WithSets(c, sets); err != nil {
 				return d, fmt.Errorf("demo --set: %w", err)

@@ -29,6 +29,8 @@ var stages = []eval.Stage{{Dir: "sft", Title: "Stage 1: SFT"}, {Dir: ArmGRPO, Ti
 	{Dir: ArmGRPOLoRA, Title: "Stage 2: GRPO with LoRA (frozen SFT model, adapters r 16)"},
 	{Dir: ArmSDPO, Title: "Stage 2: SDPO (EMA teacher with a verified sibling in context)"},
 	{Dir: ArmCritique, Title: "Stage 2: Critique-GRPO (self-critique, refinement under the bare problem)"},
+	{Dir: ArmGSPO, Title: "Stage 2: GRPO with GSPO's loss (clipped sequence ratio)"},
+	{Dir: ArmCISPO, Title: "Stage 2: GRPO with CISPO's loss (clipped detached token weights)"},
 	{Dir: "rl", Title: "Stage 2: GRPO"}}
 
 // WriteReport writes RUN_DIR/report.html for any run (eval.WriteReport),

@@ -45,20 +45,30 @@ func worldIntro(b *strings.Builder, res Results) {
 	if about, ok := worldAbout[res.World]; ok {
 		fmt.Fprintf(b, "<h2>The world</h2><p>%s</p>", html.EscapeString(about))
 	}
-	// Retrieval's effect per group, for every LANPO arm: the largest change.
+	// Retrieval's effect per group, for every LANPO arm: the largest drop,
+	// or that there was none.
+	group := "level"
+	if isRules(res.World) {
+		group = "family"
+	}
 	for _, st := range res.Stages {
 		zs, rt := st.mode(eval.ModeZeroShot), st.mode(eval.ModeRetrieval)
 		if zs == nil || rt == nil || len(zs.Levels) != len(rt.Levels) {
 			continue
 		}
-		worst := -1
+		worst := -1 // the group whose accuracy dropped most; -1: none dropped
 		for i := range zs.Levels {
-			if worst < 0 || rt.Levels[i].Accuracy-zs.Levels[i].Accuracy < rt.Levels[worst].Accuracy-zs.Levels[worst].Accuracy {
+			change := rt.Levels[i].Accuracy - zs.Levels[i].Accuracy
+			if change < 0 && (worst < 0 || change < rt.Levels[worst].Accuracy-zs.Levels[worst].Accuracy) {
 				worst = i
 			}
 		}
-		fmt.Fprintf(b, "<p>%s: retrieval moves held-out accuracy %.3f → %.3f over all problems; its largest drop is on %s, %.2f → %.2f.</p>",
-			html.EscapeString(st.Stage), zs.Overall, rt.Overall, html.EscapeString(groupName(res.World, zs.Levels[worst].Level, zs.Levels[worst].Name)),
+		fmt.Fprintf(b, "<p>%s: retrieval moves held-out accuracy %.3f → %.3f over all problems; ", html.EscapeString(st.Stage), zs.Overall, rt.Overall)
+		if worst < 0 {
+			fmt.Fprintf(b, "no %s dropped.</p>", group)
+			continue
+		}
+		fmt.Fprintf(b, "its largest drop is on %s, %.2f → %.2f.</p>", html.EscapeString(groupName(res.World, zs.Levels[worst].Level, zs.Levels[worst].Name)),
 			zs.Levels[worst].Accuracy, rt.Levels[worst].Accuracy)
 	}
 }

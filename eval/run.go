@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/feedback"
@@ -117,10 +120,15 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	}
 	var all []SampleLine
 	e := &evaluator{m: m, tk: tk, fb: fb, o: o}
+	// One line for the whole evaluation: a progress bar over every
+	// benchmark and mode on a terminal, else one summary line in the log
+	// (report) — lanpo train evaluates every eval.every steps, and a line
+	// per batch or per benchmark filled its log. Per batch: debug lines.
+	total, resumed := o.units(done)
+	bar := progress.New(o.Progress, "eval", total, resumed)
+	start, tokens, units := time.Now(), 0, resumed
 	for _, b := range o.Benchmarks {
 		for _, mode := range o.Modes {
-			bar := progress.New(o.Progress, b.Name+" "+mode, len(b.Problems), 0)
-			start, tokens := time.Now(), 0
 			for lo := 0; lo < len(b.Problems); lo += o.Batch {
 				hi := min(lo+o.Batch, len(b.Problems))
 				key := batchKey{b.Name, mode, lo}
@@ -134,18 +142,16 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 							return nil, err
 						}
 					}
+					units += hi - lo
+					for _, l := range lines {
+						tokens += l.Tokens
+					}
 				}
 				all = append(all, lines...)
-				for _, l := range lines {
-					tokens += l.Tokens
-				}
 				rate := float64(tokens) / time.Since(start).Seconds()
-				bar.Update(hi, fmt.Sprintf("%.0f tok/s", rate))
-				if o.Progress == nil {
-					log.Info().Str("bench", b.Name).Str("mode", mode).Int("done", hi).Int("of", len(b.Problems)).Msg("eval")
-				}
+				bar.Update(units, fmt.Sprintf("%s %s  %.0f tok/s", b.Name, mode, rate))
+				log.Debug().Str("bench", b.Name).Str("mode", mode).Int("done", hi).Int("of", len(b.Problems)).Msg("eval batch")
 			}
-			bar.Done("done")
 		}
 	}
 	sums := Summarize(all, o.K, o.Benchmarks, o.Modes, contamination)
@@ -160,7 +166,45 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 			return nil, err
 		}
 	}
+	secs := time.Since(start).Seconds()
+	bar.Done(fmt.Sprintf("%d problems of %d benchmarks, %s, %.0f tok/s", total/max(len(o.Modes), 1), len(o.Benchmarks), strings.Join(o.Modes, ", "), float64(tokens)/secs))
+	report(bar.Shown(), o.Out, sums, secs)
 	return sums, nil
+}
+
+// units counts the evaluation's problem runs (a problem in one mode), all
+// of them and those done before (the batches a resumed evaluation found).
+func (o *Options) units(done map[batchKey][]SampleLine) (total, resumed int) {
+	for _, b := range o.Benchmarks {
+		for _, mode := range o.Modes {
+			total += len(b.Problems)
+			for lo := 0; lo < len(b.Problems); lo += o.Batch {
+				if _, ok := done[batchKey{b.Name, mode, lo}]; ok {
+					resumed += min(lo+o.Batch, len(b.Problems)) - lo
+				}
+			}
+		}
+	}
+	return total, resumed
+}
+
+// report logs the evaluation's one line: mean@k per benchmark and mode
+// (BENCH/MODE, Flatten's names) — at info level where no progress bar
+// showed, at debug level under one (the bar's last line said it ended,
+// and lanpo eval prints the table).
+func report(barShown bool, out string, sums []Summary, secs float64) {
+	ev := log.Info()
+	if barShown {
+		ev = log.Debug()
+	}
+	mean := zerolog.Dict()
+	for _, s := range sums {
+		mean.Float64(s.Bench+"/"+s.Mode, math.Round(s.MeanAtK*1000)/1000)
+	}
+	if out != "" {
+		ev = ev.Str("results", out)
+	}
+	ev.Dict("mean@k", mean).Float64("seconds", math.Round(secs*10)/10).Msg("eval")
 }
 
 // CheckFit renders every benchmark problem's prompt and checks it against

@@ -2,11 +2,15 @@ package eval
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
@@ -271,4 +275,76 @@ func runLines(t *testing.T, m *model.Model, tk *tokenizer.Tokenizer, o Options) 
 		t.Fatal(err)
 	}
 	return lines
+}
+
+// TestEvalLogsOneLine: an evaluation over several benchmarks and modes
+// says so in one line — where no progress bar shows, one info line in the
+// log with every benchmark and mode's mean@k (the batches at debug level);
+// on a terminal, the bar's one line and no info line. Before, every batch
+// logged an info line: lanpo train's in-run evaluations filled the demo's
+// log with hundreds.
+func TestEvalLogsOneLine(t *testing.T) {
+	m, tk := tinyModel(t)
+	o := evalOptions(t, "", nil)
+	o.Modes, o.K, o.Batch = []string{ModeZeroShot, ModeSelfCorrect}, 1, 1
+	o.Sampling.Temperature, o.Sampling.MaxNewTokens = 0, 4
+	b := o.Benchmarks[0]
+	b.Problems = b.Problems[:3]
+	o.Benchmarks = nil
+	for _, name := range []string{"first", "second", "third"} {
+		b.Name = name
+		o.Benchmarks = append(o.Benchmarks, b)
+	}
+	batches := len(o.Benchmarks) * len(o.Modes) * len(b.Problems)
+	// capture runs the evaluation and returns its log's lines by level.
+	capture := func(t *testing.T, o Options) map[string][]map[string]any {
+		t.Helper()
+		var buf bytes.Buffer
+		was := log.Logger
+		log.Logger = zerolog.New(&buf).Level(zerolog.DebugLevel)
+		defer func() { log.Logger = was }()
+		if _, err := Run(m, tk, o); err != nil {
+			t.Fatal(err)
+		}
+		byLevel := map[string][]map[string]any{}
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if line == "" {
+				continue
+			}
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			lv, _ := ev["level"].(string)
+			byLevel[lv] = append(byLevel[lv], ev)
+		}
+		return byLevel
+	}
+	t.Run("log", func(t *testing.T) {
+		for range 2 { // one line per evaluation, each time
+			lines := capture(t, o)
+			if n := len(lines["info"]); n != 1 {
+				t.Fatalf("%d info lines, want 1: %v", n, lines["info"])
+			}
+			mean, _ := lines["info"][0]["mean@k"].(map[string]any)
+			if len(mean) != len(o.Benchmarks)*len(o.Modes) || mean["second/self-correct"] == nil {
+				t.Errorf("the info line's mean@k: %v, want every benchmark and mode", lines["info"][0])
+			}
+			if n := len(lines["debug"]); n != batches {
+				t.Errorf("%d debug lines, want one per batch (%d)", n, batches)
+			}
+		}
+	})
+	t.Run("terminal", func(t *testing.T) {
+		var term bytes.Buffer
+		o := o
+		o.Progress = &term
+		lines := capture(t, o)
+		if n := len(lines["info"]); n != 0 {
+			t.Errorf("%d info lines under a progress bar, want 0: %v", n, lines["info"])
+		}
+		if n := strings.Count(term.String(), "\n"); n != 1 || !strings.HasPrefix(term.String(), "\reval [") {
+			t.Errorf("the terminal shows %d lines, want the bar's 1: %q", n, term.String())
+		}
+	})
 }

@@ -165,15 +165,21 @@ func (r RolloutConfig) GenerateOptions() model.GenerateOptions {
 
 // AlgoConfig are GRPO's loss settings (LANPO's update is GRPO's).
 type AlgoConfig struct {
-	Name           string  `yaml:"name"` // a training method (method.go's table): grpo (the default), lanpo, …
-	AdvNoStd       bool    `yaml:"adv_no_std"`
-	ClipLow        float64 `yaml:"clip_low"`
-	ClipHigh       float64 `yaml:"clip_high"`
-	KLBeta         float64 `yaml:"kl_beta"`
-	KLEstimator    string  `yaml:"kl_estimator"`
-	LossAggMode    string  `yaml:"loss_agg_mode"`
-	Epochs         int     `yaml:"epochs"` // μ: passes over each batch
-	MicroBatchSize int     `yaml:"micro_batch_size"`
+	Name     string `yaml:"name"` // a training method (method.go's table): grpo (the default), lanpo, …
+	AdvNoStd bool   `yaml:"adv_no_std"`
+	// PolicyLoss is the policy surrogate: ppo (PPO's clipped token ratio,
+	// the default), gspo (a clipped sequence ratio) or cispo (the clipped
+	// token ratio as a detached weight on log π); loss_variants.go.
+	PolicyLoss string `yaml:"policy_loss"`
+	// ClipLow, ClipHigh are ε_low, ε_high; unset: the policy loss's own
+	// (ClipDefaults: ppo 0.2/0.28, gspo 3e-4/4e-4, cispo 1/0.2).
+	ClipLow        *float64 `yaml:"clip_low"`
+	ClipHigh       *float64 `yaml:"clip_high"`
+	KLBeta         float64  `yaml:"kl_beta"`
+	KLEstimator    string   `yaml:"kl_estimator"`
+	LossAggMode    string   `yaml:"loss_agg_mode"`
+	Epochs         int      `yaml:"epochs"` // μ: passes over each batch
+	MicroBatchSize int      `yaml:"micro_batch_size"`
 	// MaxTokensPerMicroBatch packs rollouts by length into micro-batches of
 	// at most this many padded tokens instead of micro_batch_size rollouts
 	// (0: off): long responses do not run out of memory, short ones do not
@@ -200,9 +206,47 @@ type AlgoConfig struct {
 	RefDevice string `yaml:"ref_device"`
 }
 
-// policyLossConfig is the policy loss's settings.
+// policyLossConfig is the policy loss's settings (clip ranges resolved).
 func (a AlgoConfig) policyLossConfig() PolicyLossConfig {
-	return PolicyLossConfig{ClipLow: a.ClipLow, ClipHigh: a.ClipHigh, Beta: a.KLBeta, KL: a.KLEstimator}
+	return PolicyLossConfig{Kind: a.PolicyLoss, ClipLow: *a.ClipLow, ClipHigh: *a.ClipHigh, Beta: a.KLBeta, KL: a.KLEstimator}
+}
+
+// resolveLoss checks algo.policy_loss and fills unset clip ranges with
+// its defaults.
+func (a *AlgoConfig) resolveLoss() error {
+	if a.PolicyLoss == "" {
+		a.PolicyLoss = LossPPO
+	}
+	lo, hi, err := ClipDefaults(a.PolicyLoss)
+	if err != nil {
+		return bad("algo.policy_loss", "%v", err)
+	}
+	if a.ClipLow == nil {
+		a.ClipLow = &lo
+	}
+	if a.ClipHigh == nil {
+		a.ClipHigh = &hi
+	}
+	// CISPO's lower bound may reach 0 (ε_low 1: no lower bound), a ratio's
+	// may not.
+	maxLow := 1.0
+	if a.PolicyLoss == LossCISPO {
+		maxLow = 1.0 + 1e-12
+	}
+	switch {
+	case !finite(*a.ClipLow) || *a.ClipLow < 0 || *a.ClipLow >= maxLow:
+		return bad("algo.clip_low", "must be in [0, 1) (cispo: [0, 1]), got %g", *a.ClipLow)
+	case !finite(*a.ClipHigh) || *a.ClipHigh < 0:
+		return bad("algo.clip_high", "must be ≥ 0, got %g", *a.ClipHigh)
+	}
+	return nil
+}
+
+// looseSequenceClip: GSPO with a clip range of a token ratio's size —
+// the sequence ratio (a geometric mean over the response) moves far less,
+// so such a range clips nothing.
+func (a AlgoConfig) looseSequenceClip() bool {
+	return a.PolicyLoss == LossGSPO && a.ClipLow != nil && a.ClipHigh != nil && (*a.ClipLow >= 0.01 || *a.ClipHigh >= 0.01)
 }
 
 // SFTConfig are the supervised fine-tuning settings.
@@ -272,7 +316,7 @@ func DefaultConfig() Config {
 		Seed: 1, MaxBadSteps: 3, Device: DeviceAuto,
 		Data:    DataConfig{PromptTemplate: "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."},
 		Rollout: RolloutConfig{PromptsPerStep: 8, SamplesPerPrompt: 8, Temperature: 1, TopP: 1, MaxNewTokens: 1024, GPUMemoryFraction: 0.9},
-		Algo: AlgoConfig{ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1, TISCap: 2,
+		Algo: AlgoConfig{PolicyLoss: LossPPO, KLEstimator: KLK3, LossAggMode: AggTokenMean, Epochs: 1, TISCap: 2,
 			MicroBatchSize: 8, MaxResample: 2},
 		SFT:        SFTConfig{MicroBatchSize: 4, GradAccum: 1},
 		Optim:      OptimConfig{LR: 1e-6, Schedule: "constant", MinLRRatio: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1},

@@ -35,6 +35,10 @@ func LoadConfig(path string, sets []string) (Config, error) {
 		log.Warn().Int("optim.warmup_steps", cfg.Optim.WarmupSteps).Int("total_steps", cfg.TotalSteps).
 			Msg("the warm-up is longer than the run: the learning rate never reaches optim.lr")
 	}
+	if cfg.Algo.looseSequenceClip() {
+		log.Warn().Float64("algo.clip_low", *cfg.Algo.ClipLow).Float64("algo.clip_high", *cfg.Algo.ClipHigh).
+			Msgf("algo.policy_loss gspo clips a sequence ratio, which moves far less than a token's: ranges of this size clip nothing (GSPO's own: %g/%g; unset the keys to get them)", GSPOClipLow, GSPOClipHigh)
+	}
 	return cfg, nil
 }
 
@@ -223,10 +227,6 @@ func (c *Config) Resolve() error {
 		return bad("rollout.max_batch_rows", "must be ≥ 0 (0: no cap)")
 	case c.Rollout.MaxBatchRows > 0 && c.Rollout.MaxBatchRows < c.Rollout.SamplesPerPrompt:
 		return bad("rollout.max_batch_rows", "%d is less than one prompt's group (samples_per_prompt %d)", c.Rollout.MaxBatchRows, c.Rollout.SamplesPerPrompt)
-	case c.Algo.ClipLow < 0 || c.Algo.ClipLow >= 1:
-		return bad("algo.clip_low", "must be in [0, 1)")
-	case c.Algo.ClipHigh < 0:
-		return bad("algo.clip_high", "must be ≥ 0")
 	case c.Algo.KLBeta < 0:
 		return bad("algo.kl_beta", "must be ≥ 0")
 	case c.Dist.ZeroStage < 0 || c.Dist.ZeroStage > 2:
@@ -265,6 +265,9 @@ func (c *Config) Resolve() error {
 		return bad("eval.k", "%d samples at eval.temperature 0 are all the same", c.Eval.K)
 	}
 	if err := c.checkMethods(); err != nil {
+		return err
+	}
+	if err := c.Algo.resolveLoss(); err != nil {
 		return err
 	}
 	if err := c.LoRA.Resolve(); err != nil {

@@ -128,10 +128,16 @@ type PolicyLossInput struct {
 	// behaviour policy differs from π_old (LANPO's original-prompt
 	// training); nil: all 1.
 	TIS *ts.Tensor
+	// Mask is 1 on each row's response tokens and 0 on its prompt and
+	// padding (batch.tmaskF), trained or not. Only GSPO reads it: its
+	// ratio is a mean over the response, whose length is a property of
+	// the sequence, not of how the loss is aggregated (Weight).
+	Mask *ts.Tensor
 }
 
-// PolicyLossConfig are the clipping and KL settings.
+// PolicyLossConfig are the surrogate, clipping and KL settings.
 type PolicyLossConfig struct {
+	Kind              string  // LossPPO ("" too), LossGSPO or LossCISPO (loss_variants.go)
 	ClipLow, ClipHigh float64 // ε_low, ε_high (clip-higher when ε_high > ε_low)
 	Beta              float64 // KL coefficient; 0 skips the reference
 	KL                string  // KLK1, KLK2 or KLK3
@@ -140,29 +146,33 @@ type PolicyLossConfig struct {
 // PolicyLossStats are the micro-batch's contributions to the step metrics,
 // already weighted like the loss, so they add up over micro-batches.
 type PolicyLossStats struct {
-	ClipFrac float64 // weighted fraction of tokens where the clipped term is used
+	ClipFrac float64 // weighted fraction of tokens where the clip decides (GSPO: whose sequence is clipped)
 	KL       float64 // weighted mean KL estimate
-	Ratio    float64 // weighted mean π/π_old
+	Ratio    float64 // weighted mean π/π_old (GSPO: of the sequence ratio s)
 }
 
-// PolicyLoss is the clipped surrogate with an optional KL penalty, summed
-// with the token weights: Σ w·tis·(max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)) +
-// β·kl), tis = 1 unless given. It returns the scalar loss (differentiable) and its statistics
-// (one host read: sync).
+// PolicyLoss is the policy surrogate of cfg.Kind (PPO's clipped surrogate,
+// GSPO's or CISPO's: loss_variants.go) with an optional KL penalty, summed
+// with the token weights: Σ w·tis·(ℓ + β·kl), tis = 1 unless given; for PPO
+// ℓ = max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)). It returns the scalar loss
+// (differentiable) and its statistics (one host read: sync).
 func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.Tensor, PolicyLossStats, error) {
-	logRatio := s.Keep(in.Logp.MustSub(in.OldLogp, false))
-	// Clamp log-ratios before exp: a token whose probability moved by e^20
-	// would overflow and its gradient is clipped anyway.
-	logRatio = s.Keep(logRatio.MustClamp(s.Float(-20), s.Float(20), false))
-	ratio := s.Keep(logRatio.MustExp(false))
-	negAdv := s.Keep(in.Adv.MustNeg(false))
-	pgLoss1 := s.Keep(negAdv.MustMul(ratio, false))
-	clipped := s.Keep(ratio.MustClamp(s.Float(1-cfg.ClipLow), s.Float(1+cfg.ClipHigh), false))
-	pgLoss2 := s.Keep(negAdv.MustMul(clipped, false))
-	pgLoss := s.Keep(pgLoss1.MustMaximum(pgLoss2, false))
-	clipUsed := s.Keep(s.Keep(pgLoss2.MustGtTensor(pgLoss1, false)).MustTotype(in.Weight.DType(), false))
+	var pg surrogate
+	switch cfg.Kind {
+	case LossPPO, "":
+		pg = ppoSurrogate(s, in, cfg)
+	case LossGSPO:
+		if in.Mask == nil {
+			return nil, PolicyLossStats{}, fmt.Errorf("policy loss %s: needs the response mask (PolicyLossInput.Mask)", cfg.Kind)
+		}
+		pg = gspoSurrogate(s, in, cfg)
+	case LossCISPO:
+		pg = cispoSurrogate(s, in, cfg)
+	default:
+		return nil, PolicyLossStats{}, unknownKind(cfg.Kind)
+	}
 
-	tokenLoss := pgLoss
+	tokenLoss := pg.loss
 	var kl *ts.Tensor
 	if cfg.Beta != 0 {
 		if in.RefLogp == nil {
@@ -172,7 +182,7 @@ func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.
 		if kl, err = klEstimate(s, in.Logp, in.RefLogp, cfg.KL); err != nil {
 			return nil, PolicyLossStats{}, err
 		}
-		tokenLoss = s.Keep(pgLoss.MustAdd(s.Keep(kl.MustMulScalar(s.Float(cfg.Beta), false)), false))
+		tokenLoss = s.Keep(pg.loss.MustAdd(s.Keep(kl.MustMulScalar(s.Float(cfg.Beta), false)), false))
 	}
 	if in.TIS != nil {
 		// The whole token loss is an expectation under the policy that the
@@ -186,7 +196,7 @@ func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.
 		d := s.Keep(x.MustDetach(false))
 		return s.Keep(s.Keep(d.MustMul(in.Weight, false)).MustSum(gotch.Double, false))
 	}
-	parts := []*ts.Tensor{weighted(clipUsed), weighted(ratio)}
+	parts := []*ts.Tensor{weighted(pg.clipUsed), weighted(pg.ratio)}
 	if kl != nil {
 		parts = append(parts, weighted(kl))
 	}
@@ -196,6 +206,31 @@ func PolicyLoss(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) (*ts.
 		st.KL = vals[2]
 	}
 	return loss, st, nil
+}
+
+// surrogate is a policy loss's per-token part [B, T], before the KL
+// penalty, TIS and the aggregation weights.
+type surrogate struct {
+	loss     *ts.Tensor // ℓ, differentiable
+	clipUsed *ts.Tensor // 1 where the clip decides, 0 elsewhere (Weight's dtype)
+	ratio    *ts.Tensor // the importance ratio the clip acts on (statistics only)
+}
+
+// ppoSurrogate is PPO's clipped surrogate per token, ρ = π/π_old:
+// max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)).
+func ppoSurrogate(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) surrogate {
+	logRatio := s.Keep(in.Logp.MustSub(in.OldLogp, false))
+	// Clamp log-ratios before exp: a token whose probability moved by e^20
+	// would overflow and its gradient is clipped anyway.
+	logRatio = s.Keep(logRatio.MustClamp(s.Float(-20), s.Float(20), false))
+	ratio := s.Keep(logRatio.MustExp(false))
+	negAdv := s.Keep(in.Adv.MustNeg(false))
+	pgLoss1 := s.Keep(negAdv.MustMul(ratio, false))
+	clipped := s.Keep(ratio.MustClamp(s.Float(1-cfg.ClipLow), s.Float(1+cfg.ClipHigh), false))
+	pgLoss2 := s.Keep(negAdv.MustMul(clipped, false))
+	pgLoss := s.Keep(pgLoss1.MustMaximum(pgLoss2, false))
+	clipUsed := s.Keep(s.Keep(pgLoss2.MustGtTensor(pgLoss1, false)).MustTotype(in.Weight.DType(), false))
+	return surrogate{loss: pgLoss, clipUsed: clipUsed, ratio: ratio}
 }
 
 // klEstimate returns the per-token KL estimate [B, T].

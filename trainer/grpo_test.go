@@ -76,34 +76,46 @@ func TestTokenWeights(t *testing.T) {
 // slowTokenLoss is GRPO's per-token objective written out in float64,
 // with its derivative with respect to log π.
 func slowTokenLoss(logp, old, ref, adv float64, cfg PolicyLossConfig) (loss, dLoss float64, clipped bool, kl float64) {
-	ratio := math.Exp(logp - old)
-	lo, hi := 1-cfg.ClipLow, 1+cfg.ClipHigh
-	c := math.Min(math.Max(ratio, lo), hi)
-	l1, l2 := -adv*ratio, -adv*c
-	if l2 > l1 {
-		loss, clipped = l2, true
-		// The clipped branch has zero gradient where the clamp is active.
-		if ratio > lo && ratio < hi {
-			dLoss = -adv * ratio
-		}
-	} else {
-		loss, dLoss = l1, -adv*ratio
-	}
+	loss, dLoss, clipped = slowClip(math.Exp(logp-old), adv, cfg)
 	if cfg.Beta != 0 {
-		d := logp - ref
 		var dk float64
-		switch cfg.KL {
-		case KLK1:
-			kl, dk = d, 1
-		case KLK2:
-			kl, dk = 0.5*d*d, d
-		case KLK3:
-			kl, dk = math.Exp(-d)+d-1, 1-math.Exp(-d)
-		}
+		kl, dk = slowKL(logp, ref, cfg.KL)
 		loss += cfg.Beta * kl
 		dLoss += cfg.Beta * dk
 	}
 	return loss, dLoss, clipped, kl
+}
+
+// slowClip is PPO's clipped term max(−A·r, −A·clip(r)) for a ratio r whose
+// derivative with respect to log π is r itself (a token's ratio, or GSPO's
+// s_{i,t}), with that derivative.
+func slowClip(ratio, adv float64, cfg PolicyLossConfig) (loss, dLoss float64, clipped bool) {
+	lo, hi := 1-cfg.ClipLow, 1+cfg.ClipHigh
+	c := math.Min(math.Max(ratio, lo), hi)
+	l1, l2 := -adv*ratio, -adv*c
+	if l2 > l1 {
+		// The clipped branch has zero gradient where the clamp is active.
+		if ratio > lo && ratio < hi {
+			dLoss = -adv * ratio
+		}
+		return l2, dLoss, true
+	}
+	return l1, -adv * ratio, false
+}
+
+// slowKL is the KL estimate of one token and its derivative with respect
+// to log π.
+func slowKL(logp, ref float64, kind string) (kl, dKL float64) {
+	d := logp - ref
+	switch kind {
+	case KLK1:
+		return d, 1
+	case KLK2:
+		return 0.5 * d * d, d
+	case KLK3:
+		return math.Exp(-d) + d - 1, 1 - math.Exp(-d)
+	}
+	panic("slowKL: kind " + kind)
 }
 
 func TestPolicyLossMatchesSlowReference(t *testing.T) {

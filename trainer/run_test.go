@@ -276,8 +276,32 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("a config without run_dir: run_dir %q, %v", cfg.RunDir, err)
 	}
 	cfg, err := LoadConfig(write(base), []string{"algo.clip_high=0.35", "rollout.max_new_tokens=7"})
-	if err != nil || cfg.Algo.ClipHigh != 0.35 || cfg.Rollout.MaxNewTokens != 7 || cfg.Algo.ClipLow != 0.2 {
+	if err != nil || *cfg.Algo.ClipHigh != 0.35 || cfg.Rollout.MaxNewTokens != 7 || *cfg.Algo.ClipLow != 0.2 {
 		t.Fatalf("overrides: %+v %v", cfg.Algo, err)
+	}
+	// Unset clip ranges are the policy loss's own; a set one stays.
+	for _, c := range []struct {
+		sets    []string
+		lo, hi  float64
+		wantErr string
+	}{
+		{nil, PPOClipLow, PPOClipHigh, ""},
+		{[]string{"algo.policy_loss=gspo"}, GSPOClipLow, GSPOClipHigh, ""},
+		{[]string{"algo.policy_loss=cispo"}, CISPOClipLow, CISPOClipHigh, ""},
+		{[]string{"algo.policy_loss=gspo", "algo.clip_high=1e-3"}, GSPOClipLow, 1e-3, ""},
+		{[]string{"algo.policy_loss=ppo", "algo.clip_low=1"}, 0, 0, "algo.clip_low"},
+		{[]string{"algo.policy_loss=grpo"}, 0, 0, "algo.policy_loss"},
+	} {
+		cfg, err := LoadConfig(write(base), c.sets)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: %v, want an error naming %s", c.sets, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || *cfg.Algo.ClipLow != c.lo || *cfg.Algo.ClipHigh != c.hi {
+			t.Errorf("%v: clip %v/%v, want %v/%v (%v)", c.sets, *cfg.Algo.ClipLow, *cfg.Algo.ClipHigh, c.lo, c.hi, err)
+		}
 	}
 	if cfg.LANPO.LessonOrder != "recency" {
 		t.Errorf("lanpo.lesson_order resolves to %q, want recency", cfg.LANPO.LessonOrder)

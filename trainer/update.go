@@ -351,7 +351,7 @@ func (g *grpoRun) microBatch(mb []*rollout, first int, lossCfg PolicyLossConfig,
 		if err != nil {
 			return nil, nil, err
 		}
-		in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis}
+		in := PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis, Mask: b.tmaskF}
 		l, mst, err := PolicyLoss(s, in, lossCfg)
 		if err != nil {
 			return nil, nil, err

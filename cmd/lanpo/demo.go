@@ -30,7 +30,8 @@ func demoCommand() *cli.Command {
 			"weights); lanpo-consolidate (sampled, lanpo.consolidate " + fmt.Sprint(demo.ConsolidateLambda) + "); lanpo-oracle (transfer world: the\n" +
 			"consolidation arm with the family's true rule as its plan once RL has found it — an upper bound, not a\n" +
 			"method); grpo-budget (GRPO with --budget-steps); grpo-lora (GRPO with LoRA adapters); sdpo and critique-grpo\n" +
-			"(the other language-feedback methods at their defaults, docs/feedback-methods.md). In the rule worlds the LANPO arms read lessons in outcome\n" +
+			"(the other language-feedback methods at their defaults, docs/feedback-methods.md); grpo-gspo and grpo-cispo (GRPO\n" +
+			"with algo.policy_loss gspo or cispo at its own clip range). In the rule worlds the LANPO arms read lessons in outcome\n" +
 			"order (the fair test's choice, docs/benchmarks.md). Default: " + strings.Join(demo.DefaultArms, ", ") + " (no oracle\n" +
 			"outside the transfer world); --compare runs " + strings.Join(demo.Arms, ", ") + ".\n" +
 			"--rl-seeds N runs every arm with N RL seeds from one SFT model (RUN_DIR, RUN_DIR/rl-2, …); `lanpo demo\n" +

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +44,11 @@ type docSubstitution struct {
 
 func literal(s string) *regexp.Regexp { return regexp.MustCompile(regexp.QuoteMeta(s)) }
 
-// docSubstitutions is the table, applied in order. The workspace
+// docSubstitutions is the table, applied in order (substituteDoc): a
+// later entry sees what earlier ones wrote (bench logprob's two). "{repo}"
+// in a replacement is the checkout's absolute path, put in only after the
+// whole table has run, so no entry rewrites a part of that path: the
+// checkout may live anywhere, /tmp/ included. The workspace
 // (exampleWorkspace) holds, under the names the documents use: qwen (a
 // random 1-layer Qwen3 with Qwen3's real tokenizer), tiny (the built-in
 // tiny model after 60 SFT steps: it answers one-digit arithmetic),
@@ -84,10 +90,73 @@ var docSubstitutions = []docSubstitution{
 		"--set rollout.max_new_tokens=32 --set rollout.prompts_per_step=4 --set lanpo.max_context_tokens=256", "2 steps from the 2-step SFT; the tiny model's context"},
 }
 
+// repoMark stands for "{repo}" while the table runs: a NUL, which no
+// document holds and no entry matches.
+const repoMark = "\x00repo\x00"
+
+// substituteDoc applies subs to an example in order, then puts in repo for
+// "{repo}" (docSubstitutions).
+func substituteDoc(text string, subs []docSubstitution, repo string) string {
+	for _, s := range subs {
+		text = s.from.ReplaceAllLiteralString(text, strings.ReplaceAll(s.to, "{repo}", repoMark))
+	}
+	return strings.ReplaceAll(text, repoMark, repo)
+}
+
 // docSetup are commands run in a document's workspace before its
 // examples: what the document assumes was done (README.md's steps).
 var docSetup = map[string][]string{
 	"lanpo.md": {"bin/lanpo --log-level warn train --config configs/tiny-lanpo.yaml"}, // README: "bin/lanpo train --config configs/tiny-lanpo.yaml"
+}
+
+// docChecks are what an example must have done beyond exiting 0: each
+// runs, in its document's workspace, after the examples whose text
+// contains its text.
+var docChecks = []struct {
+	text  string
+	check func(ws string) error
+}{
+	// README's LoRA example once started from random weights: every reward
+	// was 0, so every gradient, and the adapter it saved was its
+	// initialization (lora_B = 0; its merged export the base model).
+	{"--set run_dir=runs/tiny-lora", func(ws string) error {
+		return adapterMoved(filepath.Join(ws, "runs", "tiny-lora", "checkpoints", "step-000006", "adapter_model.safetensors"))
+	}},
+}
+
+// adapterMoved checks that every lora_B of a PEFT adapter file left its
+// initialization, 0.
+func adapterMoved(path string) error {
+	f, err := model.OpenSafetensors(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n := 0
+	for _, ti := range f.Tensors() {
+		if !strings.Contains(ti.Name, "lora_B") {
+			continue
+		}
+		if ti.DType != "F32" {
+			return fmt.Errorf("%s: %s is %s, want F32", path, ti.Name, ti.DType)
+		}
+		b, _, err := f.Bytes(ti.Name)
+		if err != nil {
+			return err
+		}
+		maxAbs := 0.0
+		for i := 0; i+4 <= len(b); i += 4 {
+			maxAbs = max(maxAbs, math.Abs(float64(math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))))
+		}
+		if maxAbs == 0 {
+			return fmt.Errorf("%s: %s is all zeros: the adapter did not train", path, ti.Name)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: no lora_B tensor", path)
+	}
+	return nil
 }
 
 // docExample is one command line a document shows (continuation lines
@@ -480,12 +549,7 @@ func TestDocExamples(t *testing.T) {
 	}
 	base, env := exampleWorkspace(t)
 	repo, _ := filepath.Abs("../..")
-	substitute := func(text string) string {
-		for _, s := range docSubstitutions {
-			text = s.from.ReplaceAllLiteralString(text, strings.ReplaceAll(s.to, "{repo}", repo))
-		}
-		return text
-	}
+	substitute := func(text string) string { return substituteDoc(text, docSubstitutions, repo) }
 	bash := func(ws, script string) ([]byte, error) {
 		cmd := exec.Command("bash", "-c", "set -eo pipefail\n"+script+"\n")
 		cmd.Dir, cmd.Env = ws, env
@@ -495,6 +559,7 @@ func TestDocExamples(t *testing.T) {
 	// following it would: in document order, later examples reading what
 	// earlier ones wrote.
 	workspaces := map[string]string{}
+	checked := make([]bool, len(docChecks))
 	for _, ex := range run {
 		doc := ex.where[:strings.LastIndexByte(ex.where, ':')]
 		ws, ok := workspaces[doc]
@@ -516,6 +581,20 @@ func TestDocExamples(t *testing.T) {
 		t.Logf("%s: %.1f s: %s", ex.where, time.Since(start).Seconds(), text)
 		if err != nil {
 			t.Errorf("%s: %s\nran: %s\n%v\n%s", ex.where, ex.text, text, err, tail(out, 3000))
+			continue
+		}
+		for i, c := range docChecks {
+			if strings.Contains(ex.text, c.text) {
+				checked[i] = true
+				if err := c.check(ws); err != nil {
+					t.Errorf("%s: %s: %v", ex.where, ex.text, err)
+				}
+			}
+		}
+	}
+	for i, c := range docChecks {
+		if !checked[i] {
+			t.Errorf("the check after %q ran after no example", c.text)
 		}
 	}
 	t.Logf("%d examples run, %d marked not runnable here:", len(run), len(marked))
@@ -559,6 +638,44 @@ func helpExamples(cmds []*cli.Command, prefix string) map[string][]string {
 		}
 	}
 	return out
+}
+
+// TestDocSubstitutionsIgnoreTheCheckout: an example comes out the same
+// wherever the checkout lives — a path put in for {repo} is not rewritten
+// by a later entry (/tmp/ made a clone under /tmp read
+// tmp/…/reward/testdata/), while entries still chain as the table means.
+func TestDocSubstitutionsIgnoreTheCheckout(t *testing.T) {
+	for _, c := range []struct{ repo, text, want string }{
+		{"/tmp/fresh", "make build && bin/lanpo bench verify --data reward/testdata/verify_corpus.jsonl --hf-python /tmp/mv/bin/python",
+			"bin/lanpo bench verify --data /tmp/fresh/reward/testdata/verify_corpus.jsonl --hf-python tmp/mv/bin/python"},
+		{"/tmp/DIR/step-000100/bench logprob", "bin/lanpo bench verify --data reward/testdata/x.jsonl",
+			"bin/lanpo bench verify --data /tmp/DIR/step-000100/bench logprob/reward/testdata/x.jsonl"},
+		{"/tmp/fresh", "bin/lanpo bench logprob --n 2048 --hidden 896 --v 151936", "bin/lanpo bench logprob --n 64 --hidden 32 --v 512"},
+	} {
+		if got := substituteDoc(c.text, docSubstitutions, c.repo); got != c.want {
+			t.Errorf("checkout %s: %q\nbecame %q\nwant   %q", c.repo, c.text, got, c.want)
+		}
+	}
+	// Every example of the documents, under two checkouts.
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range append(files, "../../README.md") {
+		for _, ex := range docExamples(t, f) {
+			text := strings.Join(append(ex.setup, ex.text), "\n")
+			a := strings.ReplaceAll(substituteDoc(text, docSubstitutions, "/work/lanpo"), "/work/lanpo", "{repo}")
+			b := strings.ReplaceAll(substituteDoc(text, docSubstitutions, "/tmp/DIR/lanpo"), "/tmp/DIR/lanpo", "{repo}")
+			if a != b {
+				t.Errorf("%s: %q depends on the checkout:\n%q\n%q", ex.where, ex.text, a, b)
+			}
+			n++
+		}
+	}
+	if n < 50 {
+		t.Fatalf("%d examples found: the scan is broken", n)
+	}
 }
 
 // TestHelpExamples: the commands every --help shows exist, with their
