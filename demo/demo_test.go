@@ -481,7 +481,7 @@ func TestDemoConfigsResolved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		arms := append(append([]string{}, Arms...), ArmGRPOBudget, ArmGRPOLoRA, ArmSDPO, ArmCritique)
+		arms := append(append([]string{}, Arms...), ArmGRPOBudget, ArmGRPOLoRA, ArmSDPO, ArmCritique, ArmGSPO, ArmCISPO)
 		if world == WorldTransfer {
 			arms = append(arms, ArmOracle)
 		} else if _, err := prepare(t.TempDir(), world, w, 1, 1, plan(world, true), []string{ArmOracle}, 0.75, "", nil); err == nil {
@@ -501,6 +501,16 @@ func TestDemoConfigsResolved(t *testing.T) {
 			c, g := d.arms[arm], d.arms[ArmGRPO]
 			if c.Algo.Name != arm || c.TotalSteps != g.TotalSteps || c.Optim.LR != g.Optim.LR || c.Rollout != g.Rollout || c.Data.Train != g.Data.Train {
 				t.Fatalf("%s: arm %s is not GRPO's run with algo.name %s: %+v", world, arm, arm, c.Algo)
+			}
+		}
+		// The policy losses: GRPO's run with another loss at its own clip
+		// range.
+		for arm, loss := range map[string]string{ArmGSPO: trainer.LossGSPO, ArmCISPO: trainer.LossCISPO} {
+			c, g := d.arms[arm], d.arms[ArmGRPO]
+			lo, hi, _ := trainer.ClipDefaults(loss)
+			if c.Algo.Name != trainer.AlgoGRPO || c.Algo.PolicyLoss != loss || *c.Algo.ClipLow != lo || *c.Algo.ClipHigh != hi ||
+				c.TotalSteps != g.TotalSteps || c.Optim.LR != g.Optim.LR || g.Algo.PolicyLoss != trainer.LossPPO {
+				t.Fatalf("%s: arm %s is not GRPO's run with policy_loss %s at its clip range: %+v", world, arm, loss, c.Algo)
 			}
 		}
 		if d.arms[ArmSDPO].SDPO.Lambda != 0.5 || d.arms[ArmGRPO].SDPO.Lambda == 0.5 {
