@@ -46,6 +46,9 @@ type Problem struct {
 	// teacher-forced log-likelihood under the bare prompt (reference_nll),
 	// a continuous measure of how close the model is to writing it.
 	Solution string `json:"solution,omitempty"`
+	// Record is the line as the file holds it (every field), for a user's
+	// reward (reward.Request.Problem).
+	Record map[string]any `json:"-"`
 }
 
 // Benchmark is a loaded benchmark (possibly a subset).
@@ -103,6 +106,9 @@ func LoadBenchmark(name, path string, limit int) (Benchmark, error) {
 	err := jsonl.File(path, func(n int, line []byte) error {
 		var p Problem
 		if err := json.Unmarshal(line, &p); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if err := json.Unmarshal(line, &p.Record); err != nil {
 			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
 		if strings.TrimSpace(p.Problem) == "" || strings.TrimSpace(p.Answer) == "" {

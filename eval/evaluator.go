@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -81,7 +82,7 @@ func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, e
 		}
 	}
 	if mode != ModeSelfCorrect {
-		return lines, nil
+		return e.score(probs, lines)
 	}
 	// Second attempts: each first attempt, shown with the training run's
 	// reflection prompt (which never says whether it was right).
@@ -108,6 +109,42 @@ func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, e
 			l := e.line(b, mode, lo, p, j, second[r], redo[r][0])
 			l.Stage = "reflect"
 			lines = append(lines, l)
+		}
+	}
+	return e.score(probs, lines)
+}
+
+// score sets every line's verdict through the reward kind (Options.Scorer),
+// one call for the batch's lines.
+func (e *evaluator) score(probs []Problem, lines []SampleLine) ([]SampleLine, error) {
+	byID := make(map[string]Problem, len(probs))
+	for _, p := range probs {
+		byID[p.ID] = p
+	}
+	scorer := e.o.Scorer
+	if scorer == nil {
+		scorer = reward.Math{}
+	}
+	_, math := scorer.(reward.Math)
+	reqs := make([]reward.Request, len(lines))
+	for i, l := range lines {
+		p := byID[l.ProblemID]
+		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Prompt: l.Prompt, Response: l.Response, Truncated: l.Truncated}
+	}
+	vs, err := scorer.Score(context.Background(), reqs)
+	if err == nil {
+		err = reward.CheckVerdicts(reqs, vs, func(i int) string { return "problem " + reqs[i].ID })
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reward: %w", err)
+	}
+	for i := range lines {
+		lines[i].Correct, lines[i].Extracted = vs[i].Correct, vs[i].Extracted
+		if !math {
+			lines[i].Reward, lines[i].Reason = vs[i].Reward, vs[i].Reason
+			if vs[i].Err != "" {
+				lines[i].Reason = "reward error: " + vs[i].Err
+			}
 		}
 	}
 	return lines, nil
@@ -140,13 +177,11 @@ func (e *evaluator) sample(b Benchmark, mode string, first int, prompts [][]int6
 
 func (e *evaluator) text(s model.Sample) string { return e.tk.Decode(tokenizer.Ints(s.IDs), true) }
 
-// line verifies one sample and describes it.
+// line describes one sample (score gives its verdict).
 func (e *evaluator) line(b Benchmark, mode string, lo int, p Problem, j int, prompt []int64, s model.Sample) SampleLine {
 	text := e.text(s)
-	truncated := s.FinishReason == "length"
-	v := reward.VerifyResponse(text, p.Answer, truncated, reward.Options{})
 	return SampleLine{Bench: b.Name, Mode: mode, Batch: lo, ProblemID: p.ID, Sample: j, Prompt: e.tk.Decode(tokenizer.Ints(prompt), false),
-		Response: text, Extracted: v.Extracted, Correct: v.Correct, Tokens: len(s.IDs), Truncated: truncated}
+		Response: text, Tokens: len(s.IDs), Truncated: s.FinishReason == "length"}
 }
 
 // reference scores the problems' reference solutions (Problem.Solution)

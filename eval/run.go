@@ -22,6 +22,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -64,6 +65,9 @@ type Options struct {
 	// generation budget exceed the model's context (counted in the
 	// summary) instead of refusing before the first forward pass.
 	SkipLongPrompts bool
+	// Scorer scores the samples (the run's reward kind; nil: the math
+	// verifier, reward.Math).
+	Scorer reward.Scorer
 	// ReferenceNLL: zero-shot, also score each problem's reference
 	// solution (Problem.Solution, where it has one) teacher-forced after
 	// its prompt (SampleLine.RefLogp; Summary.ReferenceNLL).
@@ -266,16 +270,20 @@ func (o *Options) validate() error {
 
 // SampleLine is one line of samples.jsonl: one sample of one problem.
 type SampleLine struct {
-	Bench     string  `json:"bench"`
-	Mode      string  `json:"mode"`
-	Batch     int     `json:"batch"` // index of the batch's first problem (resume unit)
-	ProblemID string  `json:"problem_id"`
-	Stage     string  `json:"stage,omitempty"` // self-correct: first or reflect
-	Sample    int     `json:"sample"`
-	Prompt    string  `json:"prompt"`
-	Response  string  `json:"response"`
-	Extracted string  `json:"extracted"`
-	Correct   bool    `json:"correct"`
+	Bench     string `json:"bench"`
+	Mode      string `json:"mode"`
+	Batch     int    `json:"batch"` // index of the batch's first problem (resume unit)
+	ProblemID string `json:"problem_id"`
+	Stage     string `json:"stage,omitempty"` // self-correct: first or reflect
+	Sample    int    `json:"sample"`
+	Prompt    string `json:"prompt"`
+	Response  string `json:"response"`
+	Extracted string `json:"extracted"`
+	Correct   bool   `json:"correct"`
+	// Reward and Reason: a user's reward kind's (reward.kind command or
+	// http; the math verifier's verdict is Correct and Extracted).
+	Reward    float64 `json:"reward,omitempty"`
+	Reason    string  `json:"reason,omitempty"`
 	Tokens    int     `json:"tokens"`
 	Truncated bool    `json:"truncated"`
 	Context   bool    `json:"context,omitempty"` // retrieval: the prompt carried a plan

@@ -2,11 +2,12 @@
 // whether they equal the gold answer (math-verify's job, in pure Go with
 // bounded work), and turns that into rewards for the trainer.
 //
-// The trainer's reward is the verdict (VerifyBatch: 1 for a verified
-// answer) plus, optionally, a weight times HasBoxedAnswer. There is no
-// reward-function interface: the loop needs each rollout's verdict and
-// extracted answer, not only a number, and verifies a whole batch on all
-// cores at once.
+// Rewards come from a Scorer (scorer.go), chosen by the reward: section
+// (Config): math — the verdict (VerifyBatch: 1 for a verified answer)
+// plus, optionally, a weight times HasBoxedAnswer, a whole batch on all
+// cores at once — or the user's own program (command) or server (http).
+// Each verdict carries the reward, whether it counts as correct and a
+// reason.
 package reward
 
 // HasBoxedAnswer reports whether the response states its answer in a

@@ -12,6 +12,9 @@ type Problem struct {
 	// System its system message, if any; Chat says so.
 	Chat   bool   `json:"-"`
 	System string `json:"-"`
+	// Record is the record as the data file holds it (every field), for a
+	// user's reward (reward.Request.Problem).
+	Record map[string]any `json:"-"`
 }
 
 // Prompt modes: from scratch (the problem alone), or with one of LANPO's

@@ -1,6 +1,7 @@
 package seed
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
 
@@ -120,7 +122,12 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) (map[string]*Stats,
 		return nil, err
 	}
 	defer out.Close()
-	s := &seeder{m: m, tk: tk, f: f, b: b, o: o, st: st}
+	scorer, err := trainer.NewScorer(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	defer scorer.Close()
+	s := &seeder{m: m, tk: tk, f: f, b: b, o: o, st: st, scorer: scorer}
 	batches := (len(o.Problems) + o.Batch - 1) / o.Batch
 	bar := progress.New(o.Progress, "seed", batches, st.Batches)
 	startBatch := st.Batches
@@ -259,6 +266,23 @@ type seeder struct {
 	o    Options
 	st   *state
 	step int // the batch: keys every random stream
+	// scorer is the run's reward kind (nil: the math verifier), which
+	// decides which attempts count as right.
+	scorer reward.Scorer
+}
+
+// correct reports whether the reward kind counts text, a response to pr
+// (cut: at the token limit), as solving it.
+func (s *seeder) correct(pr trainer.Problem, text string, cut bool) (bool, error) {
+	sc := s.scorer
+	if sc == nil {
+		sc = reward.Math{}
+	}
+	vs, err := sc.Score(context.Background(), []reward.Request{{Problem: pr.Record, ID: pr.ID, Answer: pr.Answer, Response: text, Truncated: cut}})
+	if err != nil {
+		return false, fmt.Errorf("reward: problem %s: %w", pr.ID, err)
+	}
+	return vs[0].Correct, nil
 }
 
 func (s *seeder) done() bool {

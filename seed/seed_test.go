@@ -77,10 +77,18 @@ func TestSeedFilters(t *testing.T) {
 
 	right, wrong := &attempt{text: "\\boxed{3}", correct: true}, &attempt{text: "\\boxed{9}"}
 	n := len(out)
-	s.keepReflection(pr, wrong, wrong.text, "Let me redo: \\boxed{4}", false, &out) // redo wrong
-	s.keepReflection(pr, right, right.text, "Checked: \\boxed{3}", false, &out)     // kept: right shown (0 vs 0)
-	s.keepReflection(pr, right, right.text, "Again \\boxed{3}", false, &out)        // balance: a second right before a wrong
-	s.keepReflection(pr, wrong, wrong.text, "Fixed: \\boxed{3}", false, &out)       // kept: wrong shown
+	if err := s.keepReflection(pr, wrong, wrong.text, "Let me redo: \\boxed{4}", false, &out); err != nil { // redo wrong
+		t.Fatal(err)
+	}
+	if err := s.keepReflection(pr, right, right.text, "Checked: \\boxed{3}", false, &out); err != nil { // kept: right shown (0 vs 0)
+		t.Fatal(err)
+	}
+	if err := s.keepReflection(pr, right, right.text, "Again \\boxed{3}", false, &out); err != nil { // balance: a second right before a wrong
+		t.Fatal(err)
+	}
+	if err := s.keepReflection(pr, wrong, wrong.text, "Fixed: \\boxed{3}", false, &out); err != nil { // kept: wrong shown
+		t.Fatal(err)
+	}
 	rs := st.Stats[SkillReflect]
 	if len(out)-n != 2 || rs.Rejected["redo wrong"] != 1 || rs.Rejected["outcome balance"] != 1 || st.RightShown != 1 || st.WrongShown != 1 {
 		t.Fatalf("reflections: kept %d, stats %+v, shown right %d wrong %d", len(out)-n, rs, st.RightShown, st.WrongShown)

@@ -7,7 +7,6 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
-	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 	"github.com/lanpo-rl/lanpo/trainer"
 )
@@ -83,7 +82,11 @@ func (s *seeder) answers(probs []trainer.Problem) ([]attempt, error) {
 	for i, r := range res {
 		text := s.tk.Decode(tokenizer.Ints(r.IDs), true)
 		cut := r.FinishReason == "length"
-		out[i] = attempt{problem: r.Prompt, text: text, cut: cut, correct: reward.VerifyResponse(text, probs[r.Prompt].Answer, cut, reward.Options{}).Correct}
+		ok, err := s.correct(probs[r.Prompt], text, cut)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = attempt{problem: r.Prompt, text: text, cut: cut, correct: ok}
 	}
 	return out, nil
 }
@@ -212,7 +215,9 @@ func (s *seeder) reflections(probs []trainer.Problem, atts []attempt, out *[]Exa
 	for _, r := range res {
 		it := items[r.Prompt]
 		redo := s.tk.Decode(tokenizer.Ints(r.IDs), true)
-		s.keepReflection(probs[it.a.problem], it.a, it.text, redo, r.FinishReason == "length", out)
+		if err := s.keepReflection(probs[it.a.problem], it.a, it.text, redo, r.FinishReason == "length", out); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -222,10 +227,14 @@ func (s *seeder) reflections(probs []trainer.Problem, atts []attempt, out *[]Exa
 // right-then-right only while there are at least as many wrong-then-right,
 // and the reverse. text is what the redo's prompt showed of the attempt;
 // the example shows the same.
-func (s *seeder) keepReflection(pr trainer.Problem, shown *attempt, text, redo string, cut bool, out *[]Example) {
+func (s *seeder) keepReflection(pr trainer.Problem, shown *attempt, text, redo string, cut bool, out *[]Example) error {
+	ok, err := s.correct(pr, redo, cut)
+	if err != nil {
+		return err
+	}
 	why := ""
 	switch {
-	case !reward.VerifyResponse(redo, pr.Answer, cut, reward.Options{}).Correct:
+	case !ok:
 		why = "redo wrong"
 	case shown.correct && s.st.RightShown > s.st.WrongShown, !shown.correct && s.st.WrongShown > s.st.RightShown:
 		why = "outcome balance"
@@ -237,6 +246,7 @@ func (s *seeder) keepReflection(pr trainer.Problem, shown *attempt, text, redo s
 			s.st.WrongShown++
 		}
 	}
+	return nil
 }
 
 // abstractions builds, for each problem, a plan from related problems of
@@ -275,7 +285,11 @@ func (s *seeder) abstractions(bi int, probs []trainer.Problem, out *[]Example) e
 		pr := probs[i]
 		sol := s.tk.Decode(tokenizer.Ints(r.IDs), true)
 		why := ""
-		if !reward.VerifyResponse(sol, pr.Answer, r.FinishReason == "length", reward.Options{}).Correct {
+		ok, err := s.correct(pr, sol, r.FinishReason == "length")
+		if err != nil {
+			return err
+		}
+		if !ok {
 			why = "solve with the plan wrong"
 		}
 		if s.o.Config.LANPO.GivesLessons() { // no condenser: the solve with the lessons alone

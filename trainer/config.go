@@ -5,6 +5,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/feedback"
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -34,6 +35,9 @@ type Config struct {
 	Log        LogConfig        `yaml:"log"`
 	Eval       EvalConfig       `yaml:"eval"`
 	Dist       DistConfig       `yaml:"dist"`
+	// Reward is how rollouts are scored (reward.Config: kind math — the
+	// verifier, the default — command or http, the user's own).
+	Reward reward.Config `yaml:"reward"`
 	// LoRA trains low-rank adapters on a frozen base (model/lora.go;
 	// docs/lora.md): off unless lora.r > 0 or lora.init_from is set.
 	LoRA model.LoRAConfig `yaml:"lora"`
@@ -126,6 +130,9 @@ type DataConfig struct {
 	// AnswerFormat: "" (the answer as it is) or gsm8k (a worked solution
 	// ending in "#### 72": the final answer is what follows).
 	AnswerFormat string `yaml:"answer_format"`
+	// answerOptional: a record may lack the answer (a reward kind other
+	// than math judges without one); Resolve sets it.
+	answerOptional bool
 }
 
 // RolloutConfig are the sampling settings of GRPO's rollouts.
@@ -324,6 +331,7 @@ func DefaultConfig() Config {
 		Eval:       EvalConfig{K: 1, TopP: 1, BatchSize: 8, Seed: 1},
 		Dist:       DistConfig{Timeout: "5m", BucketMB: 16},
 		Log:        LogConfig{PhaseEvery: "30s"},
+		Reward:     reward.DefaultConfig(),
 	}
 	for _, m := range methods { // each method's own section
 		if m.defaults != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/lanpo-rl/lanpo/eval"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
+	"github.com/lanpo-rl/lanpo/reward"
 )
 
 // LoadConfig reads a YAML file onto the defaults, applies --set overrides
@@ -270,6 +271,13 @@ func (c *Config) Resolve() error {
 	if err := c.Algo.resolveLoss(); err != nil {
 		return err
 	}
+	if err := c.Reward.Validate(); err != nil {
+		return err
+	}
+	if c.Reward.Kind != reward.KindMath && c.Algo.FormatReward != 0 {
+		return bad("algo.format_reward", "is the math verifier's \\boxed{} bonus; with reward.kind %s the reward is the program's or server's alone (set it 0)", c.Reward.Kind)
+	}
+	c.Data.answerOptional = c.Reward.Kind != reward.KindMath
 	if err := c.LoRA.Resolve(); err != nil {
 		return err
 	}

@@ -185,7 +185,9 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		refs[i] = j.ref
 	}
 	ph.Enter("reward")
-	v.step.score(refs)
+	if err := v.step.score(refs); err != nil {
+		return nil, nil, termRows{}, err
+	}
 	// 3. the mixed groups' advantages; a group is trained if it was kept,
 	// or if its refinement scored otherwise than its first attempts.
 	wasKept := map[*rollout]bool{}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 	"github.com/lanpo-rl/lanpo/optim"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -67,6 +68,7 @@ func critiqueRun(t *testing.T, correct [][]bool, sets ...string) (*critique, []*
 	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
 		t.Fatal(err)
 	}
+	g.scorer = reward.Math{}
 	c := &critique{v: g.view(), cfg: g.cfg.Critique}
 	var sampled []*rollout
 	for k, grp := range correct {

@@ -86,10 +86,13 @@ func ReadProblems(path string, d DataConfig) ([]Problem, error) {
 }
 
 // recordKeys say where a record's fields are.
-type recordKeys struct{ problem, answer, id, answerFormat string }
+type recordKeys struct {
+	problem, answer, id, answerFormat string
+	answerOptional                    bool
+}
 
 func (d DataConfig) keys() recordKeys {
-	k := recordKeys{d.ProblemKey, d.AnswerKey, d.IDKey, d.AnswerFormat}
+	k := recordKeys{d.ProblemKey, d.AnswerKey, d.IDKey, d.AnswerFormat, d.answerOptional}
 	if k.problem == "" {
 		k.problem = defaultProblemKey
 	}
@@ -110,7 +113,7 @@ func (k recordKeys) read(line []byte) (Problem, error) {
 	if err := dec.Decode(&rec); err != nil {
 		return Problem{}, err
 	}
-	var p Problem
+	p := Problem{Record: rec}
 	var err error
 	if msgs, ok := at(rec, k.problem).([]any); ok {
 		if p.Problem, p.System, err = chatProblem(msgs); err != nil {
@@ -120,10 +123,10 @@ func (k recordKeys) read(line []byte) (Problem, error) {
 	} else if p.Problem, err = k.text(rec, k.problem, "data.problem_key", true); err != nil {
 		return p, err
 	}
-	if p.Answer, err = k.text(rec, k.answer, "data.answer_key", true); err != nil {
+	if p.Answer, err = k.text(rec, k.answer, "data.answer_key", !k.answerOptional); err != nil {
 		return p, err
 	}
-	if k.answerFormat == AnswerGSM8K {
+	if k.answerFormat == AnswerGSM8K && p.Answer != "" {
 		if p.Answer, err = gsm8kAnswer(p.Answer); err != nil {
 			return p, fmt.Errorf("%q (data.answer_format gsm8k): %w", k.answer, err)
 		}

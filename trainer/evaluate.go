@@ -8,6 +8,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -39,7 +40,7 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	}
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
 		SkipLongPrompts: ec.SkipLongPrompts, ReferenceNLL: ec.ReferenceNLL, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: ec.MaxNewTokens, Seed: ec.Seed}}
-	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record}, nil
+	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record, reward: cfg.Reward}, nil
 }
 
 // trainingEvaluator is TrainingEvaluator's: the options of every
@@ -48,6 +49,7 @@ type trainingEvaluator struct {
 	o      eval.Options
 	runDir string
 	record bool
+	reward reward.Config // the run's reward kind, started for each evaluation
 }
 
 func (e trainingEvaluator) Check(m *model.Model, tk *tokenizer.Tokenizer) error {
@@ -60,6 +62,12 @@ func (e trainingEvaluator) Check(m *model.Model, tk *tokenizer.Tokenizer) error 
 func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error) {
 	o := e.o
 	o.Pool = p
+	scorer, err := reward.New(e.reward, 0) // no format bonus in an evaluation
+	if err != nil {
+		return nil, err
+	}
+	defer scorer.Close()
+	o.Scorer = scorer
 	if e.record {
 		o.Out, o.Resume = filepath.Join(e.runDir, "eval", fmt.Sprintf("step-%06d", step)), true
 	}
@@ -79,4 +87,10 @@ func withSpan(e Evaluator, span rl.Span) Evaluator {
 		return te
 	}
 	return e
+}
+
+// NewScorer is the scorer an evaluation with cfg's reward kind uses
+// (lanpo eval: without algo.format_reward's bonus); Close it after.
+func NewScorer(cfg Config) (reward.Scorer, error) {
+	return reward.New(cfg.Reward, 0)
 }

@@ -223,7 +223,13 @@ func ppoSurrogate(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) sur
 	// Clamp log-ratios before exp: a token whose probability moved by e^20
 	// would overflow and its gradient is clipped anyway.
 	logRatio = s.Keep(logRatio.MustClamp(s.Float(-20), s.Float(20), false))
-	ratio := s.Keep(logRatio.MustExp(false))
+	return clippedSurrogate(s, in, cfg, s.Keep(logRatio.MustExp(false)))
+}
+
+// clippedSurrogate is max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high)) for a ratio
+// r [B, T] (PPO's token ratio, GSPO's sequence ratio), with where the clip
+// decides.
+func clippedSurrogate(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig, ratio *ts.Tensor) surrogate {
 	negAdv := s.Keep(in.Adv.MustNeg(false))
 	pgLoss1 := s.Keep(negAdv.MustMul(ratio, false))
 	clipped := s.Keep(ratio.MustClamp(s.Float(1-cfg.ClipLow), s.Float(1+cfg.ClipHigh), false))

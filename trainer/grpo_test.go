@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -212,7 +213,7 @@ func TestPolicyLossMatchesSlowReference(t *testing.T) {
 func scoringRun(t *testing.T, sets ...string) *grpoRun {
 	t.Helper()
 	cfg := tinyConfig(t, append([]string{"rollout.samples_per_prompt=4"}, sets...)...)
-	return &grpoRun{session: &session{cfg: cfg, comm: dist.Single()}, problems: []Problem{
+	return &grpoRun{session: &session{cfg: cfg, comm: dist.Single()}, scorer: reward.Math{FormatWeight: cfg.Algo.FormatReward}, problems: []Problem{
 		{ID: "a", Problem: "1+1?", Answer: "2"}, {ID: "b", Problem: "2+2?", Answer: "4"}, {ID: "c", Problem: "3+3?", Answer: "6"}}}
 }
 
@@ -241,7 +242,9 @@ func TestScoreAndFilter(t *testing.T) {
 	t.Run("format reward", func(t *testing.T) {
 		g := scoringRun(t, "algo.format_reward=0.5")
 		b := batch()
-		g.score(b)
+		if err := g.score(b); err != nil {
+			t.Fatal(err)
+		}
 		want := []float64{1.5, 1.5, 1.5, 1.5, 1.5, 0.5, 1, 0.5, 0, 0, 0, 0.5}
 		for i, r := range b {
 			if r.Reward != want[i] {
@@ -263,7 +266,9 @@ func TestScoreAndFilter(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := scoringRun(t, c.sets...)
 			b := batch()
-			g.score(b)
+			if err := g.score(b); err != nil {
+				t.Fatal(err)
+			}
 			kept := g.filterGroups(b, c.lastRound)
 			var problems []int
 			for i := 0; i < len(kept); i += 4 {

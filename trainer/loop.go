@@ -114,7 +114,11 @@ func (s *session) stepLine(met StepMetrics, perStep time.Duration) {
 	}
 	left := time.Duration(s.cfg.TotalSteps-met.Step) * perStep
 	ev.Str("step", fmt.Sprintf("%d/%d", met.Step, s.cfg.TotalSteps)).Float64("reward", round3(met.RewardMean)).Float64("accuracy", round3(met.Accuracy)).
-		Float64("loss", met.Loss).Float64("s_per_step", round3(perStep.Seconds())).Str("eta", left.Round(time.Second).String()).Msg("step")
+		Float64("loss", met.Loss).Float64("s_per_step", round3(perStep.Seconds())).Str("eta", left.Round(time.Second).String())
+	if met.RewardErrors > 0 {
+		ev = ev.Int("reward_errors", met.RewardErrors)
+	}
+	ev.Msg("step")
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

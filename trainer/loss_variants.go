@@ -88,16 +88,9 @@ func gspoSurrogate(s *tensor.Scope, in PolicyLossInput, cfg PolicyLossConfig) su
 	// ∇log π(y_t).
 	tokenFactor := s.Keep(s.Keep(in.Logp.MustSub(logp, false)).MustExp(false))
 	ratio := s.Keep(tokenFactor.MustMul(seqRatio, false)) // s_{i,t} [B, T]
-
-	negAdv := s.Keep(in.Adv.MustNeg(false))
-	pgLoss1 := s.Keep(negAdv.MustMul(ratio, false))
-	clipped := s.Keep(ratio.MustClamp(s.Float(1-cfg.ClipLow), s.Float(1+cfg.ClipHigh), false))
-	pgLoss2 := s.Keep(negAdv.MustMul(clipped, false))
-	pgLoss := s.Keep(pgLoss1.MustMaximum(pgLoss2, false))
 	// Every token of a sequence has the same value of s and of A: the
 	// clip decides for all of them or for none.
-	clipUsed := s.Keep(s.Keep(pgLoss2.MustGtTensor(pgLoss1, false)).MustTotype(in.Weight.DType(), false))
-	return surrogate{loss: pgLoss, clipUsed: clipUsed, ratio: ratio}
+	return clippedSurrogate(s, in, cfg, ratio)
 }
 
 // cispoSurrogate is CISPO's surrogate (MiniMax-M1, arXiv 2506.13585, sec.

@@ -23,13 +23,16 @@ type StepMetrics struct {
 	// over every rollout sampled in the step (what the policy did); with
 	// dynamic sampling the *_kept values are over the groups the update
 	// trained on.
-	RewardMean     float64 `json:"reward_mean"`
-	RewardStd      float64 `json:"reward_std"`
-	Accuracy       float64 `json:"accuracy"`
-	ZeroVarFrac    float64 `json:"zero_variance_group_frac"`
-	RespLenMean    float64 `json:"response_length_mean,omitempty"`
-	RespLenMax     int     `json:"response_length_max,omitempty"`
-	TruncRatio     float64 `json:"truncation_ratio"`
+	RewardMean  float64 `json:"reward_mean"`
+	RewardStd   float64 `json:"reward_std"`
+	Accuracy    float64 `json:"accuracy"`
+	ZeroVarFrac float64 `json:"zero_variance_group_frac"`
+	RespLenMean float64 `json:"response_length_mean,omitempty"`
+	RespLenMax  int     `json:"response_length_max,omitempty"`
+	TruncRatio  float64 `json:"truncation_ratio"`
+	// RewardErrors are the step's rollouts the reward kind failed to score
+	// and scored 0 (reward.on_error zero; every rank's).
+	RewardErrors   int     `json:"reward_errors,omitempty"`
 	GroupsKept     int     `json:"groups_kept,omitempty"`
 	GroupsDropped  int     `json:"groups_dropped,omitempty"` // zero-variance groups dynamic sampling removed
 	RewardMeanKept float64 `json:"reward_mean_kept,omitempty"`
@@ -180,7 +183,7 @@ var tensorBoardGroups = map[string]string{
 	"response_length_mean": "rollout", "response_length_max": "rollout", "truncation_ratio": "rollout",
 	"groups_kept": "rollout", "groups_dropped": "rollout", "reward_mean_kept": "rollout", "accuracy_kept": "rollout",
 	"sampler_trainer_logp_max_abs_diff": "rollout", "sampler_logp_gap_mean": "rollout",
-	"sampler_logp_gap_max": "rollout", "sampler_tis_clipped_frac": "rollout",
+	"sampler_logp_gap_max": "rollout", "sampler_tis_clipped_frac": "rollout", "reward_errors": "rollout",
 
 	"tokens": "perf", "tokens_prefilled": "perf", "tokens_generated": "perf",
 	"tokens_trained": "perf", "tokens_per_s": "perf",

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -30,7 +31,11 @@ type rollout struct {
 	tis          []float32 // truncated importance weight of each token (nil: 1)
 	weight       float64   // loss weight of each of its tokens (TokenWeights)
 	auxPrompt    []int64   // a term's second prompt for the row (a teacher's)
-	span         []bool    // consolidation: its tokens in the run's diagnostic span (nil: none)
+	// reason is the reward's account of its verdict (the rollouts log);
+	// it knows the outcome, so it stays out of rl.Rollout, which an
+	// explorer sees.
+	reason string
+	span   []bool // consolidation: its tokens in the run's diagnostic span (nil: none)
 }
 
 // rolloutStat is what every rank learns of every rollout of the step: what
@@ -123,25 +128,52 @@ func (g *grpoRun) problemIDs(idx []int) string {
 	return strings.Join(ids, ", ")
 }
 
-// score sets each rollout's verdict and reward: 1 for a verified answer
-// (a truncated response needs an explicit one), plus algo.format_reward
-// when the answer is in a complete \boxed{}.
-func (g *grpoRun) score(batch []*rollout) {
-	pairs := make([]reward.Pair, len(batch))
-	for i, r := range batch {
-		pairs[i] = reward.Pair{Response: r.Text, Gold: g.problems[r.Prompt.Problem].Answer, Truncated: r.Truncated}
+// score sets each rollout's reward, verdict and reason through the run's
+// reward kind (reward.kind; math: 1 for a verified answer — a truncated
+// response needs an explicit one — plus algo.format_reward when the answer
+// is in a complete \boxed{}). The rollouts the kind failed to score and
+// scored 0 (reward.on_error zero) are counted in g.stepRewardErrors; a
+// batch none of which could be scored is an error.
+func (g *grpoRun) score(batch []*rollout) error {
+	if len(batch) == 0 {
+		return nil
 	}
-	verdicts := reward.VerifyBatch(pairs, 0, reward.Options{}) // on all cores: pure Go
+	reqs := make([]reward.Request, len(batch))
+	prompts := map[*rl.Prompt]string{}
 	for i, r := range batch {
-		r.Correct = verdicts[i].Correct
-		r.Reward = 0
-		if r.Correct {
-			r.Reward = 1
-		}
-		if w := g.cfg.Algo.FormatReward; w > 0 && reward.HasBoxedAnswer(r.Text, r.Truncated) {
-			r.Reward += w
+		p := g.problems[r.Prompt.Problem]
+		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Response: r.Text, Truncated: r.Truncated}
+		if g.cfg.Reward.Kind != reward.KindMath { // only a user's reward reads the prompt's text
+			text, ok := prompts[r.Prompt]
+			if !ok {
+				text = g.tk.Decode(tokenizer.Ints(r.Prompt.IDs), false)
+				prompts[r.Prompt] = text
+			}
+			reqs[i].Prompt = text
 		}
 	}
+	verdicts, err := g.scorer.Score(context.Background(), reqs)
+	if err == nil {
+		err = reward.CheckVerdicts(reqs, verdicts, func(i int) string { return g.problems[batch[i].Prompt.Problem].Where })
+	}
+	if err != nil {
+		return fmt.Errorf("reward (reward.kind %s): %w", g.cfg.Reward.Kind, err)
+	}
+	failed := 0
+	for i, r := range batch {
+		v := verdicts[i]
+		r.Reward, r.Correct, r.reason = v.Reward, v.Correct, v.Reason
+		if v.Err != "" {
+			failed++
+			r.reason = "reward error: " + v.Err
+		}
+	}
+	g.stepRewardErrors += failed
+	if failed == len(batch) {
+		return fmt.Errorf("reward (reward.kind %s): every one of %d rollouts failed to score (reward.on_error zero counts single failures, not this); the first: %s",
+			g.cfg.Reward.Kind, failed, verdicts[0].Err)
+	}
+	return nil
 }
 
 // filterGroups computes advantages group by group (G consecutive rollouts)

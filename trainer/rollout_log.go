@@ -23,8 +23,10 @@ type rolloutLine struct {
 	Response  string  `json:"response"`
 	Reward    float64 `json:"reward"`
 	Correct   bool    `json:"correct"`
-	Truncated bool    `json:"truncated"`
-	Tokens    int     `json:"tokens,omitempty"` // generated tokens
+	// Reason is the reward kind's account of its verdict.
+	Reason    string `json:"reason,omitempty"`
+	Truncated bool   `json:"truncated"`
+	Tokens    int    `json:"tokens,omitempty"` // generated tokens
 	// Related are an abstraction prompt's retrieval candidates (on the
 	// group's first sample only).
 	Related []rl.Related `json:"related,omitempty"`
@@ -51,7 +53,7 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 			prompts[r.Prompt] = text
 		}
 		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.Prompt.Problem].ID, Group: r.Prompt.Index, Sample: r.Sample, Mode: r.Prompt.Mode,
-			Prompt: text, Response: r.Text, Reward: r.Reward, Correct: r.Correct, Truncated: r.Truncated, Tokens: r.Tokens}
+			Prompt: text, Response: r.Text, Reward: r.Reward, Correct: r.Correct, Reason: r.reason, Truncated: r.Truncated, Tokens: r.Tokens}
 		if r.Sample == 0 {
 			rows[i].Related, rows[i].Lessons = r.Prompt.Related, r.Prompt.Lessons
 		}

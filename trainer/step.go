@@ -10,6 +10,7 @@ import (
 	"github.com/lanpo-rl/lanpo/dist"
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
 )
 
@@ -54,6 +55,10 @@ type grpoRun struct {
 	explorer    Explorer   // what the method changes while exploring (LANPO's feedback); nil for GRPO
 	term        updateTerm // rows and a loss beside the policy's (term.go); nil: none
 	stepTokens  struct{ prefilled, generated, trained int }
+	scorer      reward.Scorer // reward.kind's
+	// stepRewardErrors are this rank's rollouts of the step the reward
+	// kind failed to score (scored 0 under reward.on_error zero).
+	stepRewardErrors int
 }
 
 // RunGRPO runs (or resumes) GRPO or LANPO training (algo.name) as cfg
@@ -85,6 +90,10 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 	if g.eos, err = s.m.EOSTokenIDs(); err != nil {
 		return err
 	}
+	if g.scorer, err = reward.New(s.cfg.Reward, s.cfg.Algo.FormatReward); err != nil {
+		return ConfigError{err}
+	}
+	defer g.scorer.Close()
 	if err := g.loadReference(); err != nil {
 		return err
 	}
@@ -173,6 +182,7 @@ func (g *grpoRun) prefilled(n int) { g.stepTokens.prefilled += n }
 func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var met StepMetrics
 	g.stepTokens.prefilled, g.stepTokens.generated, g.stepTokens.trained = 0, 0, 0
+	g.stepRewardErrors = 0
 	kept, sampled, stats, err := g.collect(t)
 	if err != nil {
 		return met, err
@@ -208,11 +218,11 @@ func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 		g.stepTokens.prefilled += pre
 		g.stepTokens.generated += gen
 	}
-	tok, err := dist.SumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated), float64(g.stepTokens.trained)})
+	tok, err := dist.SumFloats(g.comm, []float64{float64(g.stepTokens.prefilled), float64(g.stepTokens.generated), float64(g.stepTokens.trained), float64(g.stepRewardErrors)})
 	if err != nil {
 		return met, err
 	}
-	met.PrefillTokens, met.GenTokens, met.TrainedTokens = int(tok[0]), int(tok[1]), int(tok[2])
+	met.PrefillTokens, met.GenTokens, met.TrainedTokens, met.RewardErrors = int(tok[0]), int(tok[1]), int(tok[2]), int(tok[3])
 	return met, nil
 }
 
@@ -262,7 +272,9 @@ func (g *grpoRun) collect(t *phaseTimer) (kept, sampled []*rollout, stats []roll
 			return nil, nil, nil, err
 		}
 		t.Enter("reward")
-		g.score(batch)
+		if err := g.score(batch); err != nil {
+			return nil, nil, nil, err
+		}
 		sampled = append(sampled, batch...)
 		k := g.filterGroups(batch, round == cfg.Algo.MaxResample)
 		kept = append(kept, k...)

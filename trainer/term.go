@@ -113,8 +113,8 @@ type stepServices interface {
 	// generate samples with the rollout's settings (maxNew tokens, the
 	// draw keyed by seed).
 	generate(reqs []model.Request, streams []int, maxNew int, seed uint64) ([]model.Sample, error)
-	// score verifies rollouts as the step's own.
-	score(rolls []*rollout)
+	// score scores rollouts as the step's own (the run's reward kind).
+	score(rolls []*rollout) error
 	// spanOf is the run's diagnostic span in a response (nil: none).
 	spanOf(problem int, ids []int64) []bool
 	// countTrained adds tokens of a trainer forward outside micro.

@@ -155,6 +155,10 @@ func runEval(c *cli.Context) error {
 	if isTerminal(os.Stderr) {
 		o.Progress = os.Stderr
 	}
+	if o.Scorer, err = trainer.NewScorer(cfg); err != nil {
+		return usageError{err}
+	}
+	defer o.Scorer.Close()
 	sums, err := eval.Run(m, tk, o)
 	if err != nil {
 		return err

@@ -32,9 +32,10 @@ func runFlags() []cli.Flag {
 func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "train",
-		Usage: "GRPO, LANPO, SDPO or Critique-GRPO training from verified math rewards (config file + overrides)",
+		Usage: "GRPO, LANPO, SDPO or Critique-GRPO training from verified math rewards or your own (config file + overrides)",
 		Description: "Runs GRPO as the config says: prompts from data.train ({\"id\",\"problem\",\"answer\"} JSONL) through the\n" +
-			"chat template, rollout.samples_per_prompt samples each, rewards from the math verifier, group-normalized\n" +
+			"chat template, rollout.samples_per_prompt samples each, rewards from reward.kind (math: the verifier, the\n" +
+			"default; command or http: your program or server, docs/rewards.md), group-normalized\n" +
 			"advantages, clipped policy loss (clip_low/clip_high), optional KL to the initial policy, AdamW.\n" +
 			"algo.name: lanpo adds LANPO: with probability lanpo.feedback_ratio a prompt carries feedback from the\n" +
 			"experience pool — the model's own earlier attempt to critique and redo (reflection) or a plan condensed\n" +

@@ -1,0 +1,23 @@
+//go:build unix
+
+package reward
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// setProcessGroup starts cmd in a process group of its own, so that
+// killGroup ends what it started too (a shell's children, a worker pool).
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// killGroup sends SIGKILL to p's process group (its id is p's pid), and
+// to p itself: should the group be gone, p must still not outlive the kill
+// (reaping it would wait forever).
+func killGroup(p *os.Process) {
+	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	_ = p.Kill()
+}

@@ -1,0 +1,85 @@
+package trainer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// rewardProgram is the reward.command of the test program
+// (testdata/reward_contains.py), with its arguments.
+func rewardProgram(t *testing.T, args ...string) string {
+	t.Helper()
+	script, err := filepath.Abs("testdata/reward_contains.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "reward.command=[" + strings.Join(append([]string{"python3", script}, args...), ", ") + "]"
+}
+
+// TestCommandRewardTrains: with reward.kind command the program's rewards
+// are the rollouts' (every rollout's reward, verdict and reason in the
+// rollouts log are the program's), and a run resumes bit for bit.
+func TestCommandRewardTrains(t *testing.T) {
+	sets := []string{"reward.kind=command", rewardProgram(t), "log.rollouts=true"}
+	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", stateFile}, sets...)
+	problems, err := ReadProblems(straight.Data.Train, straight.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := map[string]string{}
+	for _, p := range problems {
+		answer[p.ID] = p.Answer
+	}
+	rolls, rewarded := 0, 0
+	for step := 1; step <= 4; step++ {
+		f, err := os.Open(filepath.Join(straight.RunDir, "rollouts", checkpointName(step)+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var l rolloutLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			want := strings.Contains(l.Response, answer[l.ProblemID])
+			if l.Correct != want || (l.Reward == 1) != want || !strings.HasSuffix(l.Reason, answer[l.ProblemID]) {
+				t.Fatalf("step %d, %s: reward %v correct %v reason %q for %q (answer %s)", step, l.ProblemID, l.Reward, l.Correct, l.Reason, l.Response, answer[l.ProblemID])
+			}
+			rolls++
+			if want {
+				rewarded++
+			}
+		}
+		f.Close()
+	}
+	if rolls == 0 || rewarded == 0 || rewarded == rolls {
+		t.Fatalf("%d of %d rollouts rewarded: the test sees no variance", rewarded, rolls)
+	}
+}
+
+// TestCommandRewardFailures: a program that fails every batch stops the
+// step with its error (reward.on_error fail), and under on_error zero a
+// step where every reward failed stops the run too.
+func TestCommandRewardFailures(t *testing.T) {
+	for _, c := range []struct{ onError, want string }{
+		{"fail", "told to fail"},
+		{"zero", "every one of"},
+	} {
+		cfg := tinyConfig(t, "reward.kind=command", rewardProgram(t, "fail"), "reward.on_error="+c.onError, "total_steps=1")
+		err := RunGRPO(context.Background(), cfg, "", RunOptions{})
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "reward") {
+			t.Errorf("on_error %s: %v, want an error with %q", c.onError, err, c.want)
+		}
+	}
+	// The math verifier's bonus has no meaning for a user's reward.
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"reward.kind=command", rewardProgram(t), "algo.format_reward=0.1"}); err == nil || !strings.Contains(err.Error(), "algo.format_reward") {
+		t.Errorf("format_reward with a command reward: %v", err)
+	}
+}
