@@ -12,16 +12,20 @@ line back, {"verdicts": [{"reward": ..., "correct": ..., "reason": ...},
 ...]}, one verdict per request in order. stdout carries replies only:
 diagnostics go to stderr. At EOF on stdin the program exits.
 
-The reward here: 1 when the response's last non-empty line, trimmed, is
-the gold answer.
+The reward here: 1 when the response's last non-empty line, trimmed (and
+taken out of a \\boxed{...} if it holds one), is the gold answer.
 """
 import json
+import re
 import sys
 
 
 def score(req):
     lines = [l.strip() for l in req["response"].splitlines() if l.strip()]
     last = lines[-1] if lines else ""
+    boxed = re.search(r"\\boxed\{([^{}]*)\}", last)
+    if boxed:
+        last = boxed.group(1).strip()
     gold = req.get("answer", "").strip()
     if req["truncated"]:
         return {"reward": 0.0, "correct": False, "reason": "truncated"}
