@@ -66,8 +66,10 @@ type Options struct {
 	// summary) instead of refusing before the first forward pass.
 	SkipLongPrompts bool
 	// Scorer scores the samples (the run's reward kind; nil: the math
-	// verifier, reward.Math).
+	// verifier, reward.Math); Reward describes it (reward.Config.Describe:
+	// "" for math), so --resume does not mix two rewards' verdicts.
 	Scorer reward.Scorer
+	Reward string
 	// ReferenceNLL: zero-shot, also score each problem's reference
 	// solution (Problem.Solution, where it has one) teacher-forced after
 	// its prompt (SampleLine.RefLogp; Summary.ReferenceNLL).

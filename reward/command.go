@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -178,9 +179,12 @@ func (c *Command) fail(grace time.Duration, what string) error {
 	c.p = nil
 	exited, status := p.stop(grace)
 	msg := what
-	if exited && status != nil {
+	switch {
+	case exited && status != nil:
 		msg += fmt.Sprintf("; it exited (%v)", status)
-	} else {
+	case !exited && status != nil && strings.Contains(status.Error(), "not reaped"):
+		msg += "; it was sent SIGKILL, but " + status.Error()
+	default:
 		msg += "; it was killed"
 	}
 	msg += " and a fresh one scores the next batch"
@@ -306,7 +310,7 @@ func (p *process) stop(grace time.Duration) (exited bool, status error) {
 		select {
 		case status = <-waited:
 		case <-reap.C:
-			return false, fmt.Errorf("pid %d not reaped within %s of SIGKILL", p.cmd.Process.Pid, reapLimit)
+			return false, fmt.Errorf("pid %d not reaped within %s of SIGKILL (%s)", p.cmd.Process.Pid, reapLimit, procState(p.cmd.Process.Pid))
 		}
 	}
 	select {
@@ -348,4 +352,21 @@ func (t *tailBuffer) String() string {
 		s = "…" + s
 	}
 	return s
+}
+
+// procState is what /proc says of a process that would not die: its state
+// (D: uninterruptible sleep) and where it waits, for the error.
+func procState(pid int) string {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "no /proc entry"
+	}
+	state := "?"
+	if i := strings.LastIndexByte(string(stat), ')'); i > 0 {
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 0 {
+			state = f[0]
+		}
+	}
+	wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+	return fmt.Sprintf("state %s, waiting in %q", state, string(wchan))
 }

@@ -10,8 +10,11 @@ import (
 
 // setProcessGroup starts cmd in a process group of its own, so that
 // killGroup ends what it started too (a shell's children, a worker pool).
+// Pdeathsig kills the program when the thread that started it ends — the
+// trainer's torch thread, locked for the whole run, so in practice when
+// the trainer dies (SIGKILL included) and Close never runs.
 func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
 // killGroup sends SIGKILL to p's process group (its id is p's pid), and

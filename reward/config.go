@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -122,6 +123,19 @@ func (c *Config) Validate() error {
 		return bad("on_error", "%q: want %s or %s", c.OnError, OnErrorFail, OnErrorZero)
 	}
 	return nil
+}
+
+// Describe names the reward for records that must not mix two: "" for
+// math, else the kind and its program or server (the URL without user
+// information or query).
+func (c Config) Describe() string {
+	switch c.Kind {
+	case KindCommand:
+		return KindCommand + ": " + strings.Join(c.Command, " ")
+	case KindHTTP:
+		return KindHTTP + ": " + redactURL(c.URL)
+	}
+	return ""
 }
 
 // TimeoutDuration is Timeout parsed (after Validate).

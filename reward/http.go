@@ -43,7 +43,10 @@ type HTTP struct {
 
 func newHTTP(c Config, token string) *HTTP {
 	return &HTTP{url: c.URL, name: "reward server " + redactURL(c.URL), token: token,
-		client:  &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}, // Close drops only its own connections
+		// Close drops only its own connections. No redirect is followed: it
+		// would carry the token and the gold answers elsewhere.
+		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		timeout: c.TimeoutDuration(), retries: c.Retries, batchSize: c.BatchSize, onError: c.OnError,
 		backoff: 500 * time.Millisecond, maxBackoff: 10 * time.Second}
 }

@@ -293,3 +293,20 @@ func TestHTTPServerDown(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// TestHTTPNoRedirect: a redirect is not followed (it would carry the
+// token and the gold answers elsewhere): the batch fails naming it.
+func TestHTTPNoRedirect(t *testing.T) {
+	elsewhere := newRewardServer(t, func(http.ResponseWriter, *http.Request, int, []Request) bool { return false })
+	s := newRewardServer(t, func(w http.ResponseWriter, r *http.Request, _ int, _ []Request) bool {
+		http.Redirect(w, r, elsewhere.URL, http.StatusTemporaryRedirect)
+		return true
+	})
+	h := newHTTPScorer(t, s, Config{Retries: 0})
+	if _, err := h.Score(context.Background(), requests("4")); err == nil || !strings.Contains(err.Error(), "307") {
+		t.Fatalf("a redirect: %v, want an error naming its status", err)
+	}
+	if n := elsewhere.hits.Load(); n != 0 {
+		t.Fatalf("the redirect was followed: %d requests reached its target", n)
+	}
+}

@@ -29,6 +29,9 @@ type wireVerdict struct {
 	Reward  *rewardValue `json:"reward"` // a pointer: a missing reward is an error, not a 0
 	Correct bool         `json:"correct"`
 	Reason  string       `json:"reason"`
+	// Answer (optional) is the answer the reward took from the response:
+	// eval's majority vote (maj@k) counts it.
+	Answer string `json:"answer"`
 }
 
 // rewardValue is a reward as a number, or as one of the strings
@@ -120,7 +123,7 @@ func decodeReply(body []byte, reqs []Request, lo int) ([]Verdict, error) {
 		case math.IsNaN(float64(*w.Reward)) || math.IsInf(float64(*w.Reward), 0):
 			return nil, fmt.Errorf("rollout %d (problem %q): reward %v: want a finite number", lo+i, reqs[i].ID, float64(*w.Reward))
 		}
-		out[i] = Verdict{Reward: float64(*w.Reward), Correct: w.Correct, Reason: w.Reason}
+		out[i] = Verdict{Reward: float64(*w.Reward), Correct: w.Correct, Reason: w.Reason, Extracted: w.Answer}
 	}
 	return out, nil
 }

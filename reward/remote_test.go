@@ -23,8 +23,8 @@ func TestQuoteNonFinite(t *testing.T) {
 
 func TestDecodeReply(t *testing.T) {
 	reqs := requests("a", "b")
-	vs, err := decodeReply([]byte(`{"verdicts": [{"reward": 0.5, "correct": true, "reason": "NaN", "extra": 1}, {"reward": -1}]}`), reqs, 10)
-	if err != nil || fmt.Sprint(vs) != fmt.Sprint([]Verdict{{Reward: 0.5, Correct: true, Reason: "NaN"}, {Reward: -1}}) {
+	vs, err := decodeReply([]byte(`{"verdicts": [{"reward": 0.5, "correct": true, "reason": "NaN", "extra": 1, "answer": "42"}, {"reward": -1}]}`), reqs, 10)
+	if err != nil || fmt.Sprint(vs) != fmt.Sprint([]Verdict{{Reward: 0.5, Correct: true, Reason: "NaN", Extracted: "42"}, {Reward: -1}}) {
 		t.Fatalf("got %v, %v", vs, err)
 	}
 	for _, tc := range []struct{ reply, want string }{

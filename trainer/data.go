@@ -85,6 +85,12 @@ func ReadProblems(path string, d DataConfig) ([]Problem, error) {
 	return out, nil
 }
 
+// ReadRecord reads one data record (a JSON object) as ReadProblems does,
+// with d's keys; the id is "" where the record has none.
+func ReadRecord(line []byte, d DataConfig) (Problem, error) {
+	return d.keys().read(line)
+}
+
 // recordKeys say where a record's fields are.
 type recordKeys struct {
 	problem, answer, id, answerFormat string

@@ -67,7 +67,7 @@ func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Toke
 		return nil, err
 	}
 	defer scorer.Close()
-	o.Scorer = scorer
+	o.Scorer, o.Reward = scorer, e.reward.Describe()
 	if e.record {
 		o.Out, o.Resume = filepath.Join(e.runDir, "eval", fmt.Sprintf("step-%06d", step)), true
 	}

@@ -78,6 +78,14 @@ func TestCommandRewardFailures(t *testing.T) {
 			t.Errorf("on_error %s: %v, want an error with %q", c.onError, err, c.want)
 		}
 	}
+	// Under on_error zero a failed batch scores 0 and is counted; the run
+	// goes on.
+	cfg := tinyConfig(t, "reward.kind=command", rewardProgram(t, "failodd"), "reward.on_error=zero", "reward.batch_size=4", "total_steps=1")
+	runGRPO(t, cfg, "")
+	m := stableMetrics(t, cfg.RunDir)
+	if n := cfg.Rollout.PromptsPerStep * cfg.Rollout.SamplesPerPrompt; len(m) != 1 || m[0]["reward_errors"] != float64(n/2) {
+		t.Errorf("every other batch of 4 failing: metrics %v, want reward_errors %d", m, n/2)
+	}
 	// The math verifier's bonus has no meaning for a user's reward.
 	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"reward.kind=command", rewardProgram(t), "algo.format_reward=0.1"}); err == nil || !strings.Contains(err.Error(), "algo.format_reward") {
 		t.Errorf("format_reward with a command reward: %v", err)

@@ -132,8 +132,9 @@ func (g *grpoRun) problemIDs(idx []int) string {
 // reward kind (reward.kind; math: 1 for a verified answer — a truncated
 // response needs an explicit one — plus algo.format_reward when the answer
 // is in a complete \boxed{}). The rollouts the kind failed to score and
-// scored 0 (reward.on_error zero) are counted in g.stepRewardErrors; a
-// batch none of which could be scored is an error.
+// scored 0 (reward.on_error zero) are counted in g.stepRewardErrors (and
+// every rollout in g.stepScored): a step none of whose rollouts could be
+// scored stops the run (checkScored).
 func (g *grpoRun) score(batch []*rollout) error {
 	if len(batch) == 0 {
 		return nil
@@ -169,9 +170,36 @@ func (g *grpoRun) score(batch []*rollout) error {
 		}
 	}
 	g.stepRewardErrors += failed
-	if failed == len(batch) {
-		return fmt.Errorf("reward (reward.kind %s): every one of %d rollouts failed to score (reward.on_error zero counts single failures, not this); the first: %s",
-			g.cfg.Reward.Kind, failed, verdicts[0].Err)
+	g.stepScored += len(batch)
+	if failed > 0 && g.firstRewardErr == "" {
+		for _, v := range verdicts {
+			if v.Err != "" {
+				g.firstRewardErr = v.Err
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// checkScored stops the run when no rollout of the step, on any rank,
+// could be scored (reward.on_error zero scores single failures 0, but a
+// step of zeros from a dead reward would train on nothing real). A run
+// with the math verifier, which cannot fail, issues no collective.
+func (g *grpoRun) checkScored() error {
+	if g.cfg.Reward.Kind == reward.KindMath {
+		return nil
+	}
+	n, err := dist.SumFloats(g.comm, []float64{float64(g.stepRewardErrors), float64(g.stepScored)})
+	if err != nil {
+		return err
+	}
+	if n[0] > 0 && n[0] == n[1] {
+		first := g.firstRewardErr
+		if first == "" {
+			first = "(on another rank)"
+		}
+		return fmt.Errorf("reward (reward.kind %s): every one of the step's %d rollouts failed to score; this rank's first failure: %s", g.cfg.Reward.Kind, int(n[1]), first)
 	}
 	return nil
 }

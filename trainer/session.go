@@ -161,6 +161,10 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		if saved, err = readState(ckpt); err != nil {
 			return nil, err
 		}
+		// A Go-built config without algo.name once recorded kind "": grpo.
+		if saved.Kind == "" && kind == AlgoGRPO {
+			saved.Kind = AlgoGRPO
+		}
 		if saved.Kind != kind {
 			return nil, ConfigError{fmt.Errorf("--resume %s: a %s checkpoint, this is %s", ckpt, saved.Kind, kind)}
 		}

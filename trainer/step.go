@@ -57,8 +57,10 @@ type grpoRun struct {
 	stepTokens  struct{ prefilled, generated, trained int }
 	scorer      reward.Scorer // reward.kind's
 	// stepRewardErrors are this rank's rollouts of the step the reward
-	// kind failed to score (scored 0 under reward.on_error zero).
-	stepRewardErrors int
+	// kind failed to score (scored 0 under reward.on_error zero), of
+	// stepScored; firstRewardErr the first failure's reason.
+	stepRewardErrors, stepScored int
+	firstRewardErr               string
 }
 
 // RunGRPO runs (or resumes) GRPO or LANPO training (algo.name) as cfg
@@ -182,9 +184,12 @@ func (g *grpoRun) prefilled(n int) { g.stepTokens.prefilled += n }
 func (g *grpoRun) step(t *phaseTimer) (StepMetrics, error) {
 	var met StepMetrics
 	g.stepTokens.prefilled, g.stepTokens.generated, g.stepTokens.trained = 0, 0, 0
-	g.stepRewardErrors = 0
+	g.stepRewardErrors, g.stepScored, g.firstRewardErr = 0, 0, ""
 	kept, sampled, stats, err := g.collect(t)
 	if err != nil {
+		return met, err
+	}
+	if err := g.checkScored(); err != nil {
 		return met, err
 	}
 	g.fillMetrics(&met, stats)

@@ -136,7 +136,7 @@ func runEval(c *cli.Context) error {
 		}
 	}
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Pool: p, Resume: c.Bool("resume"), Batch: c.Int("batch-size"),
-		SkipLongPrompts: ec.SkipLongPrompts, NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training, ReferenceNLL: ec.ReferenceNLL,
+		SkipLongPrompts: ec.SkipLongPrompts, NearDuplicate: cfg.LANPO.NearDuplicate, Decontaminate: training, ReferenceNLL: ec.ReferenceNLL, Reward: cfg.Reward.Describe(),
 		Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: c.Float64("top-p"), TopK: c.Int64("top-k"), MaxNewTokens: ec.MaxNewTokens, Seed: c.Uint64("seed")}}
 	// With --adapter the adapter is what is evaluated: a LoRA run's
 	// checkpoint gets its results beside it, as a full one does.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/trainer"
 )
 
 func verifyCommand() *cli.Command {
@@ -27,19 +29,88 @@ func verifyCommand() *cli.Command {
 			"A line may also say that pred was cut off by the token limit: \"finish_reason\": \"length\" (as\n" +
 			"inference servers report it; any other value is a finished response) or \"truncated\": true. A\n" +
 			"truncated pred is correct only with an explicit, complete answer (\\boxed{..}, \"final answer is ..\",\n" +
-			"\"Answer: ..\"); its last number is never taken as one.",
+			"\"Answer: ..\"); its last number is never taken as one.\n\n" +
+			"With --config, each line is scored as training scores a rollout, by the config's reward: section\n" +
+			"(math, or your program or server: docs/rewards.md): {\"problem\": {the data record, mapped with the\n" +
+			"config's data.*_key}, \"response\": .., \"prompt\": .. (optional), \"finish_reason\" or \"truncated\"}\n" +
+			"in, {\"reward\": .., \"correct\": .., \"reason\": .., \"extracted\": ..} out (\"reward_error\" where\n" +
+			"reward.on_error zero scored a failure 0). Example: lanpo verify --config run.yaml < rollouts.jsonl",
 		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "score with this run config's reward: section (its algo.format_reward too) instead of pred/gold pairs"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a config key (with --config), e.g. --set reward.timeout=10s"},
 			&cli.IntFlag{Name: "workers", Usage: "parallel checks (default: all cores)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Second, Usage: "longest one check may take (then: not correct)"},
 			skipBadLinesFlag,
 		},
 		Action: func(c *cli.Context) error {
+			if path := c.String("config"); path != "" {
+				return rewardLines(c.App.Reader, c.App.Writer, path, c.StringSlice("set"), c.Bool("skip-bad-lines"))
+			}
 			return verifyLines(c.App.Reader, c.App.Writer, c.Int("workers"), reward.Options{Timeout: c.Duration("timeout")}, c.Bool("skip-bad-lines"))
 		},
 	}
 }
 
 const verifyBlock = 4096
+
+// rewardLines scores {"problem", "response"} lines with the reward kind of
+// the config at path (lanpo verify --config).
+func rewardLines(r io.Reader, w io.Writer, path string, sets []string, skipBad bool) error {
+	cfg, err := trainer.ReadConfig(path, sets)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := cfg.Resolve(); err != nil {
+		return usageError{fmt.Errorf("%s: %w", path, err)}
+	}
+	scorer, err := reward.New(cfg.Reward, cfg.Algo.FormatReward)
+	if err != nil {
+		return usageError{err}
+	}
+	defer scorer.Close()
+	s := newLineStream(w, skipBad)
+	parse := func(line []byte) (reward.Request, error) {
+		var rec struct {
+			Problem      json.RawMessage `json:"problem"`
+			Response     *string         `json:"response"`
+			Prompt       string          `json:"prompt"`
+			FinishReason string          `json:"finish_reason"`
+			Truncated    bool            `json:"truncated"`
+		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return reward.Request{}, err
+		}
+		if len(rec.Problem) == 0 || rec.Response == nil {
+			return reward.Request{}, fmt.Errorf("want {\"problem\": {the data record}, \"response\": string}")
+		}
+		p, err := trainer.ReadRecord(rec.Problem, cfg.Data)
+		if err != nil {
+			return reward.Request{}, fmt.Errorf("\"problem\": %w", err)
+		}
+		return reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Prompt: rec.Prompt, Response: *rec.Response,
+			Truncated: rec.Truncated || rec.FinishReason == "length"}, nil
+	}
+	type out struct {
+		reward.Verdict
+		RewardError string `json:"reward_error,omitempty"`
+	}
+	flush := func(reqs []reward.Request, lines []int) error {
+		vs, err := scorer.Score(context.Background(), reqs)
+		if err == nil {
+			err = reward.CheckVerdicts(reqs, vs, func(i int) string { return fmt.Sprintf("stdin line %d", lines[i]) })
+		}
+		if err != nil {
+			return err
+		}
+		for _, v := range vs {
+			if err := s.enc.Encode(out{v, v.Err}); err != nil {
+				return err
+			}
+		}
+		return s.out.Flush()
+	}
+	return s.done(jsonl.Batched(r, "stdin", verifyBlock, parse, flush, s.bad()))
+}
 
 func verifyLines(r io.Reader, w io.Writer, workers int, opt reward.Options, skipBad bool) error {
 	s := newLineStream(w, skipBad)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -76,5 +78,51 @@ func TestBenchVerifyWithoutBaseline(t *testing.T) {
 	}
 	if !strings.Contains(out, "verifications/s single-threaded") || !strings.Contains(out, "baseline: unavailable") {
 		t.Fatalf("output:\n%s", out)
+	}
+}
+
+// TestVerifyWithConfig: lanpo verify --config scores rollouts as training
+// does, by the config's reward kind — the math verifier, or the user's
+// program — with the record mapped by the config's data keys.
+func TestVerifyWithConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "run.yaml")
+	if err := os.WriteFile(cfg, []byte("model: builtin:tiny\ndata:\n  answer_key: solution.final\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := `{"problem": {"id": "a", "problem": "1+1?", "solution": {"final": "2"}}, "response": "so \\boxed{2}"}
+{"problem": {"id": "b", "problem": "2+2?", "solution": {"final": "4"}}, "response": "5", "finish_reason": "length"}
+`
+	out, err := runWithStdin(t, in, "--log-level", "error", "verify", "--config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"reward":1,"correct":true,"reason":"verified: 2","extracted":"2"}
+{"reward":0,"correct":false,"reason":"no final answer"}
+`
+	if out != want {
+		t.Fatalf("math: got\n%s\nwant\n%s", out, want)
+	}
+	script, err := filepath.Abs("../../reward/testdata/remote/exact_match.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = runWithStdin(t, in, "--log-level", "error", "verify", "--config", cfg, "--set", "reward.kind=command", "--set", "reward.command=[python3, "+script+"]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"reward":1,"correct":true,"reason":"matched 2"}
+{"reward":0,"correct":false,"reason":"truncated"}
+`
+	if out != want {
+		t.Fatalf("command: got\n%s\nwant\n%s", out, want)
+	}
+	for _, c := range []struct{ in, want string }{
+		{`{"problem": {"id": "a", "problem": "1+1?"}, "response": "2"}` + "\n", `stdin line 1: "problem": `},
+		{`{"response": "2"}` + "\n", `stdin line 1: want {"problem"`},
+	} {
+		if _, err := runWithStdin(t, c.in, "verify", "--config", cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want %q", c.in, err, c.want)
+		}
 	}
 }

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """A reward program for the trainer's tests (reward.kind: command): reward 1
 when the record's answer appears in the response, with the prompt and the
-record checked to arrive. argv[1] == "fail": every batch is an error."""
+record checked to arrive. argv[1] == "fail": every batch is an error;
+"failodd": every other batch (the second, the fourth, ...)."""
 import json
 import sys
 
-fail = len(sys.argv) > 1 and sys.argv[1] == "fail"
+mode = sys.argv[1] if len(sys.argv) > 1 else ""
+n = 0
 for line in sys.stdin:
     batch = json.loads(line)
-    if fail:
+    n += 1
+    if mode == "fail" or (mode == "failodd" and n % 2 == 0):
         print(json.dumps({"error": "told to fail"}), flush=True)
         continue
     out = []
