@@ -77,7 +77,8 @@ func (c *Config) Validate() error {
 		case c.TokenEnv != "":
 			return bad("token_env", "is set, but reward.kind is math (the default): it belongs to reward.kind: http")
 		}
-		return nil // the math verifier reads none of the other keys
+		// The math verifier reads none of the other keys, but a typo in
+		// them is still one (checked below).
 	case KindCommand:
 		switch {
 		case len(c.Command) == 0 || c.Command[0] == "":

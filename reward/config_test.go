@@ -101,3 +101,16 @@ func TestNew(t *testing.T) {
 		t.Errorf("http: got %#v, %v", s, err)
 	}
 }
+
+// TestMathConfigChecksItsKeys: with the default kind a typo in the
+// common keys is still an error naming the key.
+func TestMathConfigChecksItsKeys(t *testing.T) {
+	for key, c := range map[string]Config{
+		"reward.on_error": {Kind: KindMath, OnError: "zeroo", Timeout: "60s", BatchSize: 64},
+		"reward.timeout":  {Kind: KindMath, OnError: OnErrorFail, Timeout: "x", BatchSize: 64},
+	} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%+v: %v, want an error naming %s", c, err, key)
+		}
+	}
+}
