@@ -227,7 +227,7 @@ func TestConsolidationPerToken(t *testing.T) {
 	policy := consolidationUpdate(t, rolls, nil, sets...)
 	both := consolidationUpdate(t, rolls, distill, sets...)
 	want := policy.met.Loss*P/(P+D) + lambda*both.nll*D/(P+D)
-	if math.Abs(both.met.Loss-want) > 1e-9 || math.Abs(consMet(both.met).ConsolidateNLL-both.nll) > 1e-6*both.nll {
+	if math.Abs(both.met.Loss-want) > 1e-8*math.Abs(want) || math.Abs(consMet(both.met).ConsolidateNLL-both.nll) > 1e-6*both.nll {
 		t.Errorf("loss %v, want %v; consolidate_nll %v, want %v", both.met.Loss, want, consMet(both.met).ConsolidateNLL, both.nll)
 	}
 	if math.Abs(both.met.ClipFrac-policy.met.ClipFrac) > 1e-9 || math.Abs(both.met.Ratio-policy.met.Ratio) > 1e-9 {
