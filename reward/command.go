@@ -140,6 +140,7 @@ func (c *Command) batch(ctx context.Context, reqs []Request, lo int) ([]Verdict,
 	timer := time.NewTimer(c.timeout)
 	defer timer.Stop()
 	var reply []byte
+	lines := p.lines // nil once the reply is in: a second line stays for the next batch's check
 	for wrote != nil || reply == nil {
 		select {
 		case err := <-wrote:
@@ -147,14 +148,14 @@ func (c *Command) batch(ctx context.Context, reqs []Request, lo int) ([]Verdict,
 			if err != nil {
 				return nil, c.fail(exitGrace, fmt.Sprintf("could not write the request (%v)", err))
 			}
-		case l := <-p.lines:
+		case l := <-lines:
 			switch {
 			case errors.Is(l.err, io.EOF):
 				return nil, c.fail(exitGrace, "its stdout ended before a reply")
 			case l.err != nil:
 				return nil, c.fail(0, fmt.Sprintf("read its reply: %v", l.err))
 			}
-			reply = l.line
+			reply, lines = l.line, nil
 		case <-timer.C:
 			return nil, c.fail(0, fmt.Sprintf("no reply within %s (reward.timeout)", c.timeout))
 		case <-ctx.Done():
