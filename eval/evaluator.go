@@ -131,10 +131,7 @@ func (e *evaluator) score(probs []Problem, lines []SampleLine) ([]SampleLine, er
 		p := byID[l.ProblemID]
 		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Prompt: l.Prompt, Response: l.Response, Truncated: l.Truncated}
 	}
-	vs, err := scorer.Score(context.Background(), reqs)
-	if err == nil {
-		err = reward.CheckVerdicts(reqs, vs, func(i int) string { return "problem " + reqs[i].ID })
-	}
+	vs, err := reward.ScoreChecked(context.Background(), scorer, reqs, func(i int) string { return "problem " + reqs[i].ID })
 	if err != nil {
 		return nil, fmt.Errorf("reward: %w", err)
 	}

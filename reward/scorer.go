@@ -86,6 +86,19 @@ func (m Math) Score(_ context.Context, reqs []Request) ([]Verdict, error) {
 // Close does nothing.
 func (Math) Close() error { return nil }
 
+// ScoreChecked is s.Score with CheckVerdicts after it: what every caller
+// of a Scorer runs (where names request i for the error).
+func ScoreChecked(ctx context.Context, s Scorer, reqs []Request, where func(i int) string) ([]Verdict, error) {
+	vs, err := s.Score(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckVerdicts(reqs, vs, where); err != nil {
+		return nil, err
+	}
+	return vs, nil
+}
+
 // CheckVerdicts refuses a batch whose rewards are not finite numbers,
 // naming the problem (where: each request's file:line or id).
 func CheckVerdicts(reqs []Request, vs []Verdict, where func(i int) string) error {

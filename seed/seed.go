@@ -278,7 +278,8 @@ func (s *seeder) correct(pr trainer.Problem, text string, cut bool) (bool, error
 	if sc == nil {
 		sc = reward.Math{}
 	}
-	vs, err := sc.Score(context.Background(), []reward.Request{{Problem: pr.Record, ID: pr.ID, Answer: pr.Answer, Response: text, Truncated: cut}})
+	vs, err := reward.ScoreChecked(context.Background(), sc, []reward.Request{{Problem: pr.Record, ID: pr.ID, Answer: pr.Answer, Response: text, Truncated: cut}},
+		func(int) string { return pr.Where })
 	if err != nil {
 		return false, fmt.Errorf("reward: problem %s: %w", pr.ID, err)
 	}

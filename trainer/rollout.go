@@ -153,10 +153,7 @@ func (g *grpoRun) score(batch []*rollout) error {
 			reqs[i].Prompt = text
 		}
 	}
-	verdicts, err := g.scorer.Score(context.Background(), reqs)
-	if err == nil {
-		err = reward.CheckVerdicts(reqs, verdicts, func(i int) string { return g.problems[batch[i].Prompt.Problem].Where })
-	}
+	verdicts, err := reward.ScoreChecked(context.Background(), g.scorer, reqs, func(i int) string { return g.problems[batch[i].Prompt.Problem].Where })
 	if err != nil {
 		return fmt.Errorf("reward (reward.kind %s): %w", g.cfg.Reward.Kind, err)
 	}

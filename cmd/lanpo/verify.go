@@ -95,10 +95,7 @@ func rewardLines(r io.Reader, w io.Writer, path string, sets []string, skipBad b
 		RewardError string `json:"reward_error,omitempty"`
 	}
 	flush := func(reqs []reward.Request, lines []int) error {
-		vs, err := scorer.Score(context.Background(), reqs)
-		if err == nil {
-			err = reward.CheckVerdicts(reqs, vs, func(i int) string { return fmt.Sprintf("stdin line %d", lines[i]) })
-		}
+		vs, err := reward.ScoreChecked(context.Background(), scorer, reqs, func(i int) string { return fmt.Sprintf("stdin line %d", lines[i]) })
 		if err != nil {
 			return err
 		}
