@@ -14,7 +14,7 @@ import (
 // The math verifier is the default; command and http score with the
 // user's own reward (Command, HTTP; the protocol is in Command's doc).
 type Config struct {
-	Kind      string   `yaml:"kind"`       // math (default), command, http
+	Kind      string   `yaml:"kind"`       // math (default), code, command, http
 	Command   []string `yaml:"command"`    // command: the program and its arguments (argv; never through a shell)
 	URL       string   `yaml:"url"`        // http: where batches are POSTed
 	TokenEnv  string   `yaml:"token_env"`  // http: the environment variable holding a bearer token (the token itself is never in the config)
@@ -22,11 +22,17 @@ type Config struct {
 	BatchSize int      `yaml:"batch_size"` // rollouts per request, default 64
 	Retries   int      `yaml:"retries"`    // http: retries after the first try, with exponential backoff (default 3)
 	OnError   string   `yaml:"on_error"`   // fail (default): a failure stops the step naming the program's or server's error; zero: the failed rollouts score 0, Verdict.Err set, counted by the caller
+	// code: how candidates are isolated (namespaces, the default, or none:
+	// no isolation, only limits; never chosen for the user) and their
+	// limits.
+	Sandbox string     `yaml:"sandbox"`
+	Code    CodeConfig `yaml:"code"`
 }
 
 // Reward kinds and failure policies (Config.Kind, Config.OnError).
 const (
 	KindMath    = "math"
+	KindCode    = "code"
 	KindCommand = "command"
 	KindHTTP    = "http"
 
@@ -67,6 +73,14 @@ func (c *Config) Validate() error {
 	}
 
 	// Keys of another kind are mistakes: say which kind reads them.
+	if c.Kind != KindCode {
+		switch {
+		case c.Sandbox != "":
+			return bad("sandbox", "is set, but reward.kind is %s: it belongs to reward.kind: code", c.Kind)
+		case c.Code != (CodeConfig{}):
+			return bad("code", "is set, but reward.kind is %s: it belongs to reward.kind: code", c.Kind)
+		}
+	}
 	switch c.Kind {
 	case KindMath:
 		switch {
@@ -79,6 +93,22 @@ func (c *Config) Validate() error {
 		}
 		// The math verifier reads none of the other keys, but a typo in
 		// them is still one (checked below).
+	case KindCode:
+		switch {
+		case len(c.Command) > 0:
+			return bad("command", "is set, but reward.kind is code: it belongs to reward.kind: command")
+		case c.URL != "" || c.TokenEnv != "":
+			return bad("url", "is set, but reward.kind is code: it belongs to reward.kind: http")
+		}
+		if c.Sandbox == "" {
+			c.Sandbox = SandboxNamespaces
+		}
+		if c.Sandbox != SandboxNamespaces && c.Sandbox != SandboxNone {
+			return bad("sandbox", "%q: want %s (the default) or %s (no isolation: only for code you trust)", c.Sandbox, SandboxNamespaces, SandboxNone)
+		}
+		if err := c.Code.validate(bad); err != nil {
+			return err
+		}
 	case KindCommand:
 		switch {
 		case len(c.Command) == 0 || c.Command[0] == "":
@@ -107,7 +137,7 @@ func (c *Config) Validate() error {
 			return bad("token_env", "want the name of an environment variable (letters, digits and _) that holds the token, not the token")
 		}
 	default:
-		return bad("kind", "%q: want %s, %s or %s", c.Kind, KindMath, KindCommand, KindHTTP)
+		return bad("kind", "%q: want %s, %s, %s or %s", c.Kind, KindMath, KindCode, KindCommand, KindHTTP)
 	}
 
 	d, err := time.ParseDuration(c.Timeout)
@@ -131,6 +161,8 @@ func (c *Config) Validate() error {
 // information or query).
 func (c Config) Describe() string {
 	switch c.Kind {
+	case KindCode:
+		return KindCode + " (sandbox " + c.Sandbox + ")"
 	case KindCommand:
 		return KindCommand + ": " + strings.Join(c.Command, " ")
 	case KindHTTP:
@@ -146,7 +178,8 @@ func (c Config) TimeoutDuration() time.Duration {
 }
 
 // New is the Scorer of c (validated here): Math{FormatWeight: formatWeight}
-// for math, else a Command or an HTTP. formatWeight (algo.format_reward)
+// for math, else a Code (its sandbox tried once: NewSandbox), a Command or
+// an HTTP. formatWeight (algo.format_reward)
 // applies to math only. A command's program is looked up now and started
 // on the first Score; an http scorer reads its token now.
 func New(c Config, formatWeight float64) (Scorer, error) {
@@ -158,6 +191,13 @@ func New(c Config, formatWeight float64) (Scorer, error) {
 	}
 	if formatWeight != 0 {
 		return nil, fmt.Errorf("config key algo.format_reward: %g applies to reward.kind: math only (a %s reward scores the format itself, if it wants)", formatWeight, c.Kind)
+	}
+	if c.Kind == KindCode {
+		sb, err := NewSandbox(c.Sandbox, c.Code)
+		if err != nil {
+			return nil, err
+		}
+		return NewCode(sb, c.OnError), nil
 	}
 	if c.Kind == KindCommand {
 		if _, err := exec.LookPath(c.Command[0]); err != nil {

@@ -28,7 +28,7 @@ func TestConfigValidateErrors(t *testing.T) {
 		c    Config
 		want string // in the error, with the key
 	}{
-		{"unknown kind", Config{Kind: "python"}, `config key reward.kind: "python": want math, command or http`},
+		{"unknown kind", Config{Kind: "python"}, `config key reward.kind: "python": want math, code, command or http`},
 		{"math with command", Config{Command: []string{"prog"}}, "config key reward.command: is set, but reward.kind is math"},
 		{"math with url", Config{URL: "http://x"}, "config key reward.url: is set, but reward.kind is math"},
 		{"math with token_env", Config{TokenEnv: "TOKEN"}, "config key reward.token_env: is set, but reward.kind is math"},

@@ -8,7 +8,7 @@ import (
 
 // A reward kind scores rollouts: the trainer's step, lanpo eval, LANPO's
 // pool (a rollout's outcome) and lanpo seed go through a Scorer and never
-// know which kind it is (reward.kind: math, command, http; Config).
+// know which kind it is (reward.kind: math, code, command, http; Config).
 
 // Request is one rollout to score.
 type Request struct {

@@ -1,0 +1,244 @@
+package reward
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testSandbox is a namespaces sandbox with short limits.
+func testSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the namespaces sandbox is Linux only")
+	}
+	c := DefaultCodeConfig()
+	c.CPUSeconds, c.WallSeconds, c.MemoryMB, c.Concurrency = 2, 6, 512, 2
+	s, err := NewSandbox(SandboxNamespaces, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// correct and wrong are a candidate function for the checks below.
+const (
+	correctF = "def f(x):\n    return x + 1\n"
+	wrongF   = "def f(x):\n    return x\n"
+	checksF  = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(41) == 42\n"
+)
+
+// leakIf is a program that defines f correctly only when cond (Python)
+// holds after attempt ran: a pass means the attempt worked.
+func leakIf(attempt, cond string) string {
+	return "import os, sys, socket\nWON = False\ntry:\n" + indent(attempt) + "\nexcept BaseException as e:\n    pass\n" +
+		"if " + cond + ":\n" + indent(correctF) + "\nelse:\n" + indent(wrongF) + "\n"
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "    " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestSandboxAdversarial is the adversarial suite (docs/rewards.md): every
+// case scores 0, or, for correct code with a side effect, passes without
+// the side effect; the test process survives; nothing is left behind.
+func TestSandboxAdversarial(t *testing.T) {
+	s := testSandbox(t)
+	secret := fmt.Sprintf("lanpo-secret-%d", time.Now().UnixNano())
+	t.Setenv("LANPO_ADVERSARIAL_SECRET", secret)
+	host := t.TempDir()
+	_ = os.Chmod(host, 0o777)
+	before := listings(t)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	sock := filepath.Join(host, "s.sock")
+	uln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uln.Close()
+	_ = os.Chmod(sock, 0o777)
+	go func() {
+		for {
+			c, err := uln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	outside := filepath.Join(host, "escaped")
+
+	cases := []struct {
+		name, program string
+		pass          bool   // correct code whose side effect must not happen
+		reason        string // in the reason, when set
+	}{
+		{"infinite loop", "def f(x):\n    while True:\n        pass\n", false, "CPU time"},
+		{"sleep forever", "import time\ntime.sleep(10**6)\n" + correctF, false, "wall cap"},
+		{"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", false, ""},
+		{"memory bomb", "x = []\nwhile True:\n    x.append(bytearray(10**7))\n", false, "MemoryError"},
+		{"one huge allocation", "x = bytearray(10**10)\n" + correctF, false, "MemoryError"},
+		{"setsid and a double fork", "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\n" + correctF, true, ""},
+		{"kill the parent", "import os, signal\ntry:\n    os.kill(os.getppid(), 9)\nexcept OSError:\n    pass\nfor p in range(1, 400):\n    try:\n        os.kill(p, 9)\n    except OSError:\n        pass\n" + correctF, true, ""},
+		{"os._exit(0) before the checks", wrongF + "import os\nos._exit(0)\n", false, "before the checks"},
+		{"sys.exit(0) before the checks", wrongF + "import sys\nsys.exit(0)\n", false, "SystemExit"},
+		{"a printed fake success", wrongF + "import os\nprint('PASS')\nprint('passed')\nos.write(4, b'PASS 00000000000000000000000000000000\\n')\nos.write(1, b'PASS\\n')\n", false, ""},
+		{"redefining check", wrongF + "def check(candidate):\n    pass\n", false, "assertion"},
+		{"redefining AssertionError", wrongF + "import builtins\nclass AE(Exception):\n    pass\nbuiltins.AssertionError = AE\nAssertionError = AE\n", false, "assertion"},
+		{"rebinding a builtin the tests use", "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return 0\n", false, "assertion"},
+		{"atexit", wrongF + "import atexit, os\natexit.register(lambda: os.write(4, b'PASS x\\n'))\natexit.register(lambda: os._exit(0))\n", false, ""},
+		{"signals", "import signal\nfor s in (signal.SIGXCPU, signal.SIGTERM, signal.SIGINT, signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\ndef f(x):\n    while True:\n        pass\n", false, ""},
+		{"the trainer's environment", leakIf(
+			"for p in ['/proc/1/environ', '/proc/%d/environ' % os.getppid(), '/proc/1/cmdline']:\n    try:\n        if '"+secret+"' in open(p).read():\n            WON = True\n    except OSError:\n        pass\nWON = WON or any('"+secret+"' in v for v in os.environ.values())\nfor d in os.listdir('/proc'):\n    for n in ('environ', 'cmdline'):\n        try:\n            if '"+secret+"' in open('/proc/%s/%s' % (d, n), errors='replace').read():\n                WON = True\n        except OSError:\n            pass",
+			"WON"), false, "assertion"},
+		{"the nonce from frames, gc and descriptors", leakIf(
+			"import gc, re\nfound = set()\nf = sys._getframe()\nwhile f is not None:\n    found |= set(re.findall(r'[0-9a-f]{32}', repr(f.f_locals)))\n    f = f.f_back\ntry:\n    for o in gc.get_objects():\n        found |= set(re.findall(r'[0-9a-f]{32}', repr(o)[:10000]))\nexcept RuntimeError:\n    pass\nfor fd in range(3, 64):\n    try:\n        found |= set(re.findall(r'[0-9a-f]{32}', os.read(fd, 1<<16).decode('latin1')))\n    except OSError:\n        pass\nfor p in ('/proc/1/cmdline', '/proc/self/cmdline', '/proc/1/environ'):\n    try:\n        found |= set(re.findall(r'[0-9a-f]{32}', open(p, errors='replace').read()))\n    except OSError:\n        pass\nfor n in found:\n    os.write(4, ('PASS ' + n + '\\n').encode())",
+			"False"), false, ""},
+		{"ctypes and a trace function", leakIf("import ctypes\nWON = True", "WON") + "import sys\ntry:\n    sys.settrace(lambda *a: None)\nexcept RuntimeError:\n    pass\n", false, ""},
+		{"TCP to a loopback listener", leakIf(fmt.Sprintf("c = socket.create_connection(('127.0.0.1', %d), timeout=1)\nWON = True", port), "WON"), false, "assertion"},
+		{"a Unix socket in the filesystem", leakIf("c = socket.socket(socket.AF_UNIX)\nc.connect('"+sock+"')\nWON = True", "WON"), false, "assertion"},
+		{"writing to /tmp, /dev/shm and outside its directory", leakIf(
+			"for p in ['/tmp/x', '/dev/shm/x', '/usr/x', '/x', '/etc/x', '"+outside+"', os.path.expanduser('~/../x')]:\n    try:\n        open(p, 'w').write('x')\n        WON = True\n    except OSError:\n        pass",
+			"WON"), false, "assertion"},
+		{"many small files", "import os\nfor i in range(100000):\n    try:\n        open(os.path.join(os.environ['HOME'], str(i)), 'w').close()\n    except OSError:\n        break\n" + correctF, true, ""},
+		{"a 100 MB print", "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 10**6)\n" + correctF, true, ""},
+		{"a child left running", "import subprocess\nsubprocess.Popen(['sleep', '1000'])\nimport os\nif os.fork() == 0:\n    while True:\n        pass\n" + correctF, true, ""},
+		{"correct code", correctF, true, ""},
+	}
+	// All at once: the sandbox runs Concurrency of them at a time, and a
+	// verdict must not depend on what runs beside it.
+	outs := make([]CodeOutcome, len(cases))
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = s.Run(context.Background(), CodeRequest{Program: c.program, Tests: checksF, EntryPoint: "f"})
+		}()
+	}
+	wg.Wait()
+	for i, c := range cases {
+		o, err := outs[i], errs[i]
+		if err != nil {
+			t.Errorf("%s: sandbox error %v", c.name, err)
+			continue
+		}
+		if o.Passed != c.pass {
+			t.Errorf("%s: passed %v, want %v (%s; stdout %.200q)", c.name, o.Passed, c.pass, o.Reason, o.Stdout)
+		}
+		if c.reason != "" && !strings.Contains(o.Reason, c.reason) {
+			t.Errorf("%s: reason %q, want it to say %q", c.name, o.Reason, c.reason)
+		}
+		if o.Wall > time.Duration(s.cfg.WallSeconds+5)*time.Second {
+			t.Errorf("%s: took %s, beyond the wall cap", c.name, o.Wall)
+		}
+		t.Logf("%-52s passed=%-5v %6.2fs  %s", c.name, o.Passed, o.Wall.Seconds(), o.Reason)
+	}
+	select {
+	case <-accepted:
+		t.Error("a candidate reached a listener of the host")
+	default:
+	}
+	if _, err := os.Stat(outside); err == nil {
+		t.Errorf("a candidate wrote %s", outside)
+	}
+	if after := listings(t); after != before {
+		t.Errorf("/tmp or /dev/shm changed:\nbefore %s\nafter  %s", before, after)
+	}
+	leftovers(t, s.cfg.UID)
+}
+
+// listings is what /tmp and /dev/shm hold (names), to see a candidate's
+// writes.
+func listings(t *testing.T) string {
+	var b strings.Builder
+	for _, d := range []string{"/tmp", "/dev/shm"} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "Test") && !strings.HasPrefix(e.Name(), "go-build") {
+				b.WriteString(d + "/" + e.Name() + " ")
+			}
+		}
+	}
+	return b.String()
+}
+
+// leftovers fails on any process of the sandbox's uid (when lanpo runs as
+// root) and on any zombie child of this process: a candidate's processes
+// must all be gone once its run returned.
+func leftovers(t *testing.T, uid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var bad []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			status, err := os.ReadFile("/proc/" + e.Name() + "/status")
+			if err != nil {
+				continue
+			}
+			st := string(status)
+			if os.Geteuid() == 0 && strings.Contains(st, fmt.Sprintf("\nUid:\t%d\t", uid)) {
+				bad = append(bad, "pid "+e.Name()+" of uid "+fmt.Sprint(uid))
+			}
+			if strings.Contains(st, fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) && strings.Contains(st, "State:\tZ") {
+				bad = append(bad, "zombie "+e.Name())
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left behind: %s", strings.Join(bad, ", "))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestNaiveHarnessIsFooled shows why success is a nonce: a harness that
+// takes exit status 0 for success passes a program that exits before its
+// checks; the sandbox does not.
+func TestNaiveHarnessIsFooled(t *testing.T) {
+	s := testSandbox(t)
+	program := wrongF + "import os\nos._exit(0)\n"
+	naive := exec.Command(s.python, "-c", program+checksF+"check(f)\n")
+	if err := naive.Run(); err != nil {
+		t.Fatalf("the naive harness should take exit 0 for a pass: %v", err)
+	}
+	o, err := s.Run(context.Background(), CodeRequest{Program: program, Tests: checksF, EntryPoint: "f"})
+	if err != nil || o.Passed {
+		t.Fatalf("sandbox: passed %v, err %v: want a failure", o.Passed, err)
+	}
+}
