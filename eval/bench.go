@@ -14,7 +14,8 @@ import (
 )
 
 // Benchmarks lanpo knows by name, and the file each is in (JSONL of
-// {"id","problem","answer"}; ../shared/data in lanpo's own environment,
+// {"id","problem","answer"}, or for code HumanEval's {"task_id","prompt",
+// "test","entry_point"}; ../shared/data in lanpo's own environment,
 // docs/eval.md for where to get them).
 var Benchmarks = map[string]string{
 	"aime24":        "aime24.jsonl",
@@ -22,6 +23,7 @@ var Benchmarks = map[string]string{
 	"amc23":         "amc23.jsonl",
 	"math500":       "math500.jsonl",
 	"gsm8k":         "gsm8k_test.jsonl",
+	"humaneval":     "humaneval.jsonl",
 	"minerva":       "minerva_math.jsonl",
 	"olympiadbench": "olympiadbench.jsonl",
 }
@@ -51,6 +53,25 @@ type Problem struct {
 	Record map[string]any `json:"-"`
 }
 
+// codeProblem: a record with tests and no answer is a code problem
+// (reward.CodeTask reads its fields); its text is "problem", else
+// HumanEval's "prompt", and its id "id", else "task_id".
+func codeProblem(p *Problem) bool {
+	_, test := p.Record["test"]
+	_, tests := p.Record["tests"]
+	if !(test || tests) || strings.TrimSpace(p.Answer) != "" {
+		return false
+	}
+	if strings.TrimSpace(p.Problem) == "" {
+		p.Problem, _ = p.Record["prompt"].(string)
+	}
+	p.Problem = strings.TrimSpace(p.Problem)
+	if p.ID == "" {
+		p.ID, _ = p.Record["task_id"].(string)
+	}
+	return true
+}
+
 // Benchmark is a loaded benchmark (possibly a subset).
 type Benchmark struct {
 	Name     string
@@ -60,6 +81,9 @@ type Benchmark struct {
 	// SkippedLong: problems left out because their prompt and the
 	// generation budget exceed the model's context (--skip-long-prompts).
 	SkippedLong int
+	// Code: the problems are programs to write, scored by running their
+	// tests (reward.kind code; Options.CodeScorer), not answers.
+	Code bool
 }
 
 // DataDirEnv names the directory benchmark names resolve in when --data-dir
@@ -96,6 +120,13 @@ func ResolveBenchmark(spec, dataDir string) (name, path string, err error) {
 		spec, file, strings.Join(looked, " and "), DataDirEnv)
 }
 
+func kindName(code bool) string {
+	if code {
+		return "code"
+	}
+	return "math"
+}
+
 // LoadBenchmark reads a benchmark file; limit > 0 keeps that many problems,
 // evenly spaced through the file (the same subset every time, spread over
 // the file's order, which often follows difficulty or year). A malformed
@@ -111,8 +142,18 @@ func LoadBenchmark(name, path string, limit int) (Benchmark, error) {
 		if err := json.Unmarshal(line, &p.Record); err != nil {
 			return fmt.Errorf("%s:%d: %w", path, n, err)
 		}
-		if strings.TrimSpace(p.Problem) == "" || strings.TrimSpace(p.Answer) == "" {
-			return fmt.Errorf("%s:%d: want non-empty \"problem\" and \"answer\" strings", path, n)
+		code := codeProblem(&p)
+		switch {
+		case n == 1:
+			b.Code = code
+		case code != b.Code:
+			return fmt.Errorf("%s:%d: a %s problem in a file whose first line is a %s problem", path, n, kindName(code), kindName(b.Code))
+		}
+		if code && strings.TrimSpace(p.Problem) == "" {
+			return fmt.Errorf("%s:%d: a code problem (it has tests) wants a non-empty \"problem\" or \"prompt\" string", path, n)
+		}
+		if !code && (strings.TrimSpace(p.Problem) == "" || strings.TrimSpace(p.Answer) == "") {
+			return fmt.Errorf("%s:%d: want non-empty \"problem\" and \"answer\" strings (or, for code, \"prompt\" with \"test\"/\"tests\")", path, n)
 		}
 		if p.ID == "" {
 			p.ID = fmt.Sprintf("%s-%d", name, n)

@@ -18,8 +18,9 @@ import (
 type evaluator struct {
 	m  *model.Model
 	tk *tokenizer.Tokenizer
-	fb *feedback.Builder
-	o  Options
+	fbFor func(Benchmark) *feedback.Builder
+	fb    *feedback.Builder // the batch's benchmark's (batch sets it)
+	o     Options
 }
 
 // streamBase keys a benchmark and mode's random streams.
@@ -32,6 +33,7 @@ func streamSeed(seed uint64, bench, mode string) uint64 {
 // batch evaluates problems [lo, hi) of b in one mode.
 func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, error) {
 	probs := b.Problems[lo:hi]
+	e.fb = e.fbFor(b)
 	prompts := make([][]int64, len(probs))
 	withContext := make([]bool, len(probs))
 	for i, p := range probs {
@@ -82,7 +84,7 @@ func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, e
 		}
 	}
 	if mode != ModeSelfCorrect {
-		return e.score(probs, lines)
+		return e.score(b, probs, lines)
 	}
 	// Second attempts: each first attempt, shown with the training run's
 	// reflection prompt (which never says whether it was right).
@@ -111,17 +113,20 @@ func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, e
 			lines = append(lines, l)
 		}
 	}
-	return e.score(probs, lines)
+	return e.score(b, probs, lines)
 }
 
 // score sets every line's verdict through the reward kind (Options.Scorer),
 // one call for the batch's lines.
-func (e *evaluator) score(probs []Problem, lines []SampleLine) ([]SampleLine, error) {
+func (e *evaluator) score(b Benchmark, probs []Problem, lines []SampleLine) ([]SampleLine, error) {
 	byID := make(map[string]Problem, len(probs))
 	for _, p := range probs {
 		byID[p.ID] = p
 	}
 	scorer := e.o.Scorer
+	if b.Code {
+		scorer = e.o.CodeScorer
+	}
 	if scorer == nil {
 		scorer = reward.Math{}
 	}

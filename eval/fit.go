@@ -15,10 +15,12 @@ import (
 // counted (Benchmark.SkippedLong, the summary's skipped_long_prompts).
 // Prompts with context (a plan, an attempt to reflect on) shorten or fall
 // back to the solve prompt on their own.
-func checkFit(benches []Benchmark, fb *feedback.Builder, skip bool) ([]Benchmark, error) {
+func checkFit(benches []Benchmark, fbFor func(Benchmark) *feedback.Builder, skip bool) ([]Benchmark, error) {
+	var fb *feedback.Builder
 	var long []string
 	out := make([]Benchmark, len(benches))
 	for i, b := range benches {
+		fb = fbFor(b)
 		keep := b.Problems[:0:0]
 		for _, p := range b.Problems {
 			n, fits, err := fb.SolveFits(p.Problem)

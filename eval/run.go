@@ -70,6 +70,10 @@ type Options struct {
 	// "" for math), so --resume does not mix two rewards' verdicts.
 	Scorer reward.Scorer
 	Reward string
+	// CodeScorer scores code benchmarks (Benchmark.Code; reward.Code) and
+	// CodePromptTemplate is their user message ("": the Feedback format's).
+	CodeScorer         reward.Scorer
+	CodePromptTemplate string
 	// ReferenceNLL: zero-shot, also score each problem's reference
 	// solution (Problem.Solution, where it has one) teacher-forced after
 	// its prompt (SampleLine.RefLogp; Summary.ReferenceNLL).
@@ -105,7 +109,7 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	if o.Benchmarks, contamination.Dropped, err = Decontaminate(o.Benchmarks, o.Decontaminate, contamination.NearDuplicate); err != nil {
 		return nil, err
 	}
-	fb, err := o.builder(m, tk)
+	fb, err := o.builders(m, tk)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +129,7 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 		defer out.Close()
 	}
 	var all []SampleLine
-	e := &evaluator{m: m, tk: tk, fb: fb, o: o}
+	e := &evaluator{m: m, tk: tk, fbFor: fb, o: o}
 	// One line for the whole evaluation: a progress bar over every
 	// benchmark and mode on a terminal, else one summary line in the log
 	// (report) — lanpo train evaluates every eval.every steps, and a line
@@ -219,7 +223,7 @@ func report(barShown bool, out string, sums []Summary, secs float64) {
 // eval.every), so a problem that cannot fit stops the run at its start,
 // not at its first evaluation.
 func CheckFit(m *model.Model, tk *tokenizer.Tokenizer, o Options) error {
-	fb, err := o.builder(m, tk)
+	fb, err := o.builders(m, tk)
 	if err != nil {
 		return err
 	}
@@ -227,12 +231,38 @@ func CheckFit(m *model.Model, tk *tokenizer.Tokenizer, o Options) error {
 	return err
 }
 
-// builder is the evaluation's prompt builder: the feedback settings with
-// the evaluation's generation budget, and its pool (retrieval's).
-func (o *Options) builder(m *model.Model, tk *tokenizer.Tokenizer) (*feedback.Builder, error) {
+// builders are the evaluation's prompt builders: the feedback settings
+// with the evaluation's generation budget, and its pool (retrieval's); a
+// code benchmark's with CodePromptTemplate.
+func (o *Options) builders(m *model.Model, tk *tokenizer.Tokenizer) (func(Benchmark) *feedback.Builder, error) {
 	fs := o.Feedback
 	fs.MaxNewTokens = o.Sampling.MaxNewTokens
-	return feedback.NewBuilder(m, tk, fs, o.Pool)
+	fb, err := feedback.NewBuilder(m, tk, fs, o.Pool)
+	if err != nil {
+		return nil, err
+	}
+	code := fb
+	if o.CodePromptTemplate != "" {
+		fs.Format.PromptTemplate = o.CodePromptTemplate
+		if code, err = feedback.NewBuilder(m, tk, fs, o.Pool); err != nil {
+			return nil, err
+		}
+	}
+	return func(b Benchmark) *feedback.Builder {
+		if b.Code {
+			return code
+		}
+		return fb
+	}, nil
+}
+
+func (o *Options) hasCode() bool {
+	for _, b := range o.Benchmarks {
+		if b.Code {
+			return true
+		}
+	}
+	return false
 }
 
 // nearDuplicate is the twin threshold in use (Options.NearDuplicate).
@@ -254,6 +284,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--k must be ≥ 1, got %d", o.K)
 	case o.Sampling.Temperature == 0 && o.K > 1:
 		return fmt.Errorf("--k %d with --temperature 0: greedy samples are all the same; use --k 1 or a temperature", o.K)
+	case o.hasCode() && o.CodeScorer == nil:
+		return errors.New("a code benchmark needs a code scorer (reward.kind: code)")
 	case o.Batch < 1:
 		return fmt.Errorf("--batch-size must be ≥ 1, got %d", o.Batch)
 	case o.NearDuplicate < 0 || o.NearDuplicate > 1:

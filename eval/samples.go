@@ -27,8 +27,10 @@ type runRecord struct {
 	Seed        uint64   `json:"seed"`
 	Batch       int      `json:"batch"`
 	Template    string   `json:"prompt_template"`
-	Reward      string   `json:"reward,omitempty"` // Options.Reward: "" the math verifier
-	System      string   `json:"system_prompt"`
+	// CodeTemplate: code benchmarks' user message (Options.CodePromptTemplate).
+	CodeTemplate string `json:"code_prompt_template,omitempty"`
+	Reward       string `json:"reward,omitempty"` // Options.Reward: "" the math verifier
+	System       string `json:"system_prompt"`
 	// Decontaminate: the training files benchmark problems were checked
 	// against (Benchmarks counts what is left).
 	Decontaminate []string `json:"decontaminate,omitempty"`
@@ -38,6 +40,9 @@ func (o *Options) record() runRecord {
 	r := runRecord{Modes: o.Modes, K: o.K, Temperature: o.Sampling.Temperature, TopP: o.Sampling.TopP, TopK: o.Sampling.TopK,
 		MaxNew: o.Sampling.MaxNewTokens, Seed: o.Sampling.Seed, Batch: o.Batch, Template: o.Feedback.Format.PromptTemplate, System: o.Feedback.Format.SystemPrompt,
 		Decontaminate: o.Decontaminate, Reward: o.Reward}
+	if o.hasCode() {
+		r.CodeTemplate = o.CodePromptTemplate
+	}
 	for _, b := range o.Benchmarks {
 		r.Benchmarks = append(r.Benchmarks, fmt.Sprintf("%s=%s:%d", b.Name, b.Path, len(b.Problems)))
 	}

@@ -40,6 +40,11 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	}
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
 		SkipLongPrompts: ec.SkipLongPrompts, ReferenceNLL: ec.ReferenceNLL, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: ec.MaxNewTokens, Seed: ec.Seed}}
+	for _, b := range benches {
+		if b.Code {
+			o.CodePromptTemplate = CodeTemplate(cfg)
+		}
+	}
 	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record, reward: cfg.Reward}, nil
 }
 
@@ -68,6 +73,12 @@ func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Toke
 	}
 	defer scorer.Close()
 	o.Scorer, o.Reward = scorer, e.reward.Describe()
+	if o.CodePromptTemplate != "" {
+		if o.CodeScorer, err = newCodeScorer(e.reward, scorer); err != nil {
+			return nil, err
+		}
+		defer o.CodeScorer.Close()
+	}
 	if e.record {
 		o.Out, o.Resume = filepath.Join(e.runDir, "eval", fmt.Sprintf("step-%06d", step)), true
 	}
@@ -94,3 +105,45 @@ func withSpan(e Evaluator, span rl.Span) Evaluator {
 func NewScorer(cfg Config) (reward.Scorer, error) {
 	return reward.New(cfg.Reward, 0)
 }
+
+// CodePromptTemplate is the user message of code problems where the run
+// leaves data.prompt_template at its (math) default: EvalPlus's
+// instruction for chat models, which Qwen2.5-Coder's publishers evaluate
+// HumanEval with (docs/rewards.md).
+const CodePromptTemplate = "Please provide a self-contained Python script that solves the following problem in a markdown code block:\n```\n{problem}\n```"
+
+// CodeTemplate is the user message of code benchmarks in an evaluation
+// under cfg: the run's own when its reward is code (Resolve gave it
+// CodePromptTemplate unless it set one), else CodePromptTemplate.
+func CodeTemplate(cfg Config) string {
+	if cfg.Reward.Kind == reward.KindCode {
+		return cfg.Data.PromptTemplate
+	}
+	return CodePromptTemplate
+}
+
+// NewCodeScorer scores code benchmarks in an evaluation under cfg: a
+// second scorer beside NewScorer's, with reward.code's sandbox when the
+// run's reward is code, else the default sandbox. Close it after.
+func NewCodeScorer(cfg Config) (reward.Scorer, error) {
+	return newCodeScorer(cfg.Reward, nil)
+}
+
+// newCodeScorer is run's own scorer when its kind is code (then Close
+// is a no-op on it: the caller closes run), else a new one.
+func newCodeScorer(rc reward.Config, run reward.Scorer) (reward.Scorer, error) {
+	if rc.Kind == reward.KindCode {
+		if run != nil {
+			return nopClose{run}, nil
+		}
+		return reward.New(rc, 0)
+	}
+	c := reward.DefaultConfig()
+	c.Kind, c.OnError = reward.KindCode, rc.OnError
+	return reward.New(c, 0)
+}
+
+// nopClose is a scorer shared with another owner, who closes it.
+type nopClose struct{ reward.Scorer }
+
+func (nopClose) Close() error { return nil }

@@ -126,3 +126,30 @@ func TestVerifyWithConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyCode scores programs by hand as training's code reward does:
+// a HumanEval record as it is, the plain form, a fenced answer, and a
+// problem without tests (an error naming it).
+func TestVerifyCode(t *testing.T) {
+	in := `{"problem": {"tests": "assert f(1) == 2"}, "response": "def f(x):\n    return x + 1"}
+{"problem": {"tests": ["assert f(1) == 2", "assert f(2) == 3"]}, "response": "Here:\n` + "```python" + `\ndef f(x):\n    return x\n` + "```" + `"}
+{"problem": {"task_id": "HumanEval/0", "prompt": "def f(x):\n    \"\"\"add one\"\"\"\n", "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "f"}, "response": "    return x + 1\n"}
+{"problem": {"tests": "assert f(1) == 2"}, "response": "import os\nos._exit(0)"}
+`
+	out, err := runWithStdin(t, in, "--log-level", "error", "verify", "--code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"reward":1,"correct":true,"reason":"passed"}
+{"reward":0,"correct":false,"reason":"assertion failed"}
+{"reward":1,"correct":true,"reason":"passed"}
+{"reward":0,"correct":false,"reason":"exited with status 0 before the checks returned"}
+`
+	if out != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	_, err = runWithStdin(t, `{"problem": {"task_id": "T/1", "prompt": "x"}, "response": "y"}`+"\n", "verify", "--code")
+	if err == nil || !strings.Contains(err.Error(), "problem T/1: no tests") {
+		t.Fatalf("err = %v, want one naming the problem and its missing tests", err)
+	}
+}
