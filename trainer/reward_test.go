@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lanpo-rl/lanpo/reward"
 )
 
 // rewardProgram is the reward.command of the test program
@@ -89,5 +91,47 @@ func TestCommandRewardFailures(t *testing.T) {
 	// The math verifier's bonus has no meaning for a user's reward.
 	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"reward.kind=command", rewardProgram(t), "algo.format_reward=0.1"}); err == nil || !strings.Contains(err.Error(), "algo.format_reward") {
 		t.Errorf("format_reward with a command reward: %v", err)
+	}
+}
+
+// TestCodeRewardTrains: with reward.kind code each rollout is run in the
+// sandbox against its problem's tests (the rollouts log shows the
+// sandbox's verdicts), and a run resumes bit for bit — verdicts depend on
+// the program, not on the machine's load. The problems put the response
+// on a comment line after a function that passes: a one-line response
+// passes, one that spills onto the next line mostly does not compile.
+func TestCodeRewardTrains(t *testing.T) {
+	if _, err := reward.NewSandbox(reward.SandboxNamespaces, reward.DefaultCodeConfig()); err != nil {
+		t.Fatalf("the code reward's sandbox: %v", err)
+	}
+	sets := []string{"reward.kind=code", "data.train=testdata/code_arith.jsonl", "log.rollouts=true", "rollout.max_new_tokens=24"}
+	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", stateFile}, sets...)
+	rolls, passed := 0, 0
+	for step := 1; step <= 4; step++ {
+		f, err := os.Open(filepath.Join(straight.RunDir, "rollouts", checkpointName(step)+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var l rolloutLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			oneLine := !strings.Contains(l.Response, "\n")
+			if l.Correct != (l.Reward == 1) || (oneLine && !l.Correct) || l.Reason == "" {
+				t.Fatalf("step %d, %s: reward %v correct %v reason %q for %q", step, l.ProblemID, l.Reward, l.Correct, l.Reason, l.Response)
+			}
+			rolls++
+			if l.Correct {
+				passed++
+			}
+		}
+		f.Close()
+	}
+	t.Logf("%d of %d rollouts passed", passed, rolls)
+	if rolls == 0 || passed == 0 || passed == rolls {
+		t.Fatalf("%d of %d rollouts passed: the test sees no variance", passed, rolls)
 	}
 }
