@@ -242,3 +242,68 @@ func TestNaiveHarnessIsFooled(t *testing.T) {
 		t.Fatalf("sandbox: passed %v, err %v: want a failure", o.Passed, err)
 	}
 }
+
+// TestSandboxNone: reward.sandbox none runs the same harness with the
+// limits but no isolation, in a work directory of its own that is removed
+// after each run, and removes directories a dead process left at start.
+func TestSandboxNone(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	dir := filepath.Join(os.TempDir(), "lanpo-sandbox")
+	stale := filepath.Join(dir, "999999999-1")
+	if err := os.MkdirAll(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultCodeConfig()
+	c.CPUSeconds, c.WallSeconds = 1, 5
+	s, err := NewSandbox(SandboxNone, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("the stale directory %s is still there", stale)
+	}
+	for _, c := range []struct {
+		program string
+		pass    bool
+	}{
+		{correctF, true},
+		{wrongF, false},
+		{wrongF + "import os\nos._exit(0)\n", false},
+		{"open('x', 'w').write('x')\n" + correctF, true},
+		{"def f(x):\n    while True:\n        pass\n", false},
+	} {
+		o, err := s.Run(context.Background(), CodeRequest{Program: c.program, Tests: checksF, EntryPoint: "f"})
+		if err != nil || o.Passed != c.pass {
+			t.Errorf("%q: passed %v (%s), err %v; want %v", c.program, o.Passed, o.Reason, err, c.pass)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("%s holds %d entries after the runs, want none", dir, len(ents))
+	}
+}
+
+// TestSandboxConfig: bad reward.code keys name themselves.
+func TestSandboxConfig(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Sandbox = "docker" }, `config key reward.sandbox: "docker"`},
+		{func(c *Config) { c.Code.WallSeconds = 2 }, "config key reward.code.wall_seconds: 2 must be larger than code.cpu_seconds"},
+		{func(c *Config) { c.Code.MemoryMB = 10 }, "config key reward.code.memory_mb: must be ≥ 64"},
+		{func(c *Config) { c.Kind = KindMath; c.Sandbox = "none" }, "config key reward.sandbox: is set, but reward.kind is math"},
+		{func(c *Config) { c.Kind = KindCommand; c.Command = []string{"x"}; c.Code.CPUSeconds = 5 }, "config key reward.code: is set, but reward.kind is command"},
+	} {
+		cfg := DefaultConfig()
+		cfg.Kind = KindCode
+		c.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err = %v, want %q", err, c.want)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Kind = KindCode
+	if err := cfg.Validate(); err != nil || cfg.Sandbox != SandboxNamespaces || cfg.Code != DefaultCodeConfig() {
+		t.Errorf("defaults: err %v, sandbox %q, code %+v", err, cfg.Sandbox, cfg.Code)
+	}
+}
