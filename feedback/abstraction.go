@@ -113,7 +113,7 @@ func (f *Builder) abstraction(ph rl.Phases, items []abstractionItem) (res []abst
 	for j, i := range waiting {
 		// No foreign answers in the plan either: a condenser may copy one
 		// from a lesson in a form the lesson's stripping did not catch.
-		plan := pool.StripAnswers(f.modelText(plans[j]), items[i].problem, related[j]...)
+		plan := pool.StripForeign(f.modelText(plans[j]), items[i].problem, f.cfg.Code, related[j]...)
 		if plan == "" {
 			f.met.FallbackNotRelevant++
 			continue
@@ -304,7 +304,17 @@ func (f *Builder) Plans(ids, problems []string, indexes []int) ([]Plan, error) {
 }
 
 // relatedLessons are the lessons abstraction reads of a related problem:
-// lanpo.lessons_per_problem of its pool entries, in lanpo.lesson_order.
+// lanpo.lessons_per_problem of its pool entries, in lanpo.lesson_order. In
+// a code run their code goes here too, whatever the pool's own
+// Config.Code: lanpo eval loads its retrieval pool with the default pool
+// config. StripCode changes nothing it has already stripped, so a code
+// pool's lessons come out as Lessons gave them.
 func relatedLessons(p *pool.Pool, problemID, gold string, cfg Config) []pool.Lesson {
-	return p.Lessons(problemID, cfg.LessonsPerProblem, gold, cfg.LessonOrder == orderOutcome)
+	lessons := p.Lessons(problemID, cfg.LessonsPerProblem, gold, cfg.LessonOrder == orderOutcome)
+	if cfg.Code {
+		for i, l := range lessons {
+			lessons[i].Principles, lessons[i].Pitfalls = pool.StripCode(l.Principles), pool.StripCode(l.Pitfalls)
+		}
+	}
+	return lessons
 }

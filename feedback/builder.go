@@ -57,13 +57,11 @@ type Settings struct {
 // wanted.
 func NewBuilder(m *model.Model, tk *tokenizer.Tokenizer, s Settings, p *pool.Pool) (*Builder, error) {
 	f := &Builder{m: m, tk: tk, cfg: s.LANPO, format: s.Format, maxNew: s.MaxNewTokens,
-		pool: p, prompts: pool.DefaultPrompts(), seed: s.Seed, genOpt: s.Generate}
+		pool: p, seed: s.Seed, genOpt: s.Generate}
 	f.cfg.Resolve(s.MaxNewTokens)
 	var err error
-	if f.cfg.Prompts != "" {
-		if f.prompts, err = pool.LoadPrompts(f.cfg.Prompts); err != nil {
-			return nil, fmt.Errorf("config key lanpo.prompts: %w", err)
-		}
+	if f.prompts, err = pool.PromptsFor(f.cfg.Code, f.cfg.Prompts); err != nil {
+		return nil, fmt.Errorf("config key lanpo.prompts: %w", err)
 	}
 	eos, err := m.EOSTokenIDs()
 	if err != nil {
@@ -204,7 +202,8 @@ func (f *Builder) SetStep(step int) { f.step = step }
 // Pool is the builder's pool (nil: none).
 func (f *Builder) Pool() *pool.Pool { return f.pool }
 
-// Prompts are the prompt texts in use (lanpo.prompts or the defaults).
+// Prompts are the prompt texts in use (lanpo.prompts over the defaults:
+// pool.CodePrompts in a code run, else pool.DefaultPrompts).
 func (f *Builder) Prompts() pool.Prompts { return f.prompts }
 
 // ModelText is text a model wrote as a prompt would show it: added-token

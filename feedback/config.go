@@ -138,6 +138,14 @@ type Config struct {
 	Prompts string `yaml:"prompts"`
 	// InitialPool is a pool.jsonl to start a fresh run from.
 	InitialPool string `yaml:"initial_pool"`
+	// Code is set for a code run (reward.kind: code) by the trainer's
+	// config loading, never by the user (no YAML key: it follows the
+	// reward). With it the prompts are pool.CodePrompts (lanpo.prompts
+	// overrides apply over them), and lessons, plans and stored summaries
+	// lose their code as well as their answers (pool.StripCode). Here rather
+	// than in Settings so that every pool built from PoolConfig, and lanpo
+	// seed's renderer, follow it too.
+	Code bool `yaml:"-"`
 }
 
 // Modes weigh the feedback modes; nil: the default.
@@ -201,7 +209,7 @@ func Default() Config {
 // PoolConfig is the pool's part of the section.
 func (l Config) PoolConfig() pool.Config {
 	return pool.Config{MaxEntriesPerProblem: l.MaxEntriesPerProblem, MaxBytes: l.MaxPoolBytes, Eviction: l.Eviction,
-		MaxAttemptChars: l.MaxAttemptChars, NearDuplicate: l.NearDuplicate}
+		MaxAttemptChars: l.MaxAttemptChars, NearDuplicate: l.NearDuplicate, Code: l.Code}
 }
 
 // GivesLessons reports whether abstraction shows the solver the lessons

@@ -300,8 +300,9 @@ func (l *Explorer) use(p *rl.Prompt, ids []int64, mode string) {
 // summary of each, in global group order. Which rollouts are stored is a
 // seeded draw that does not look at outcomes: storing failed attempts
 // preferentially would make "the attempt shown is usually wrong" true.
-// The problem's gold answer is stripped from the principles and pitfalls
-// as they enter the pool, so lessons never carry it, whoever reads the
+// The problem's gold answer (and in a code run its code, pool.StripCode)
+// is stripped from the principles and pitfalls as they enter the pool, so
+// lessons never carry it, whoever reads the
 // pool (lanpo eval does not know the training answers).
 func (l *Explorer) write(sampled []*rl.Rollout) error {
 	G := l.run.SamplesPerPrompt
@@ -338,7 +339,7 @@ func (l *Explorer) write(sampled []*rl.Rollout) error {
 			pr := l.run.Problems[r.Prompt.Problem]
 			text, _ := l.tk.StripAddedTokens(r.Text)
 			sum := sums[i]
-			sum.Principles, sum.Pitfalls = pool.StripAnswers(sum.Principles, pr.Problem, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Problem, pr.Answer)
+			sum.Principles, sum.Pitfalls = pool.StripForeign(sum.Principles, pr.Problem, l.cfg.Code, pr.Answer), pool.StripForeign(sum.Pitfalls, pr.Problem, l.cfg.Code, pr.Answer)
 			mine = append(mine, newEntry{Problem: r.Prompt.Problem, Order: order[i], Entry: pool.Entry{ProblemID: pr.ID, Step: l.step + 1,
 				Attempt: text, Summary: sum, Correct: r.Correct, Reward: r.Reward, Truncated: r.Truncated, ResponseTokens: r.Tokens,
 				Group: r.Prompt.Index, Sample: r.Sample}})

@@ -13,11 +13,13 @@
 //     can leak whether the attempt was right.
 //   - No foreign answers: Lessons hand out only principles and pitfalls,
 //     with boxed answers and the other problems' gold answers, where
-//     stated as answers, removed.
+//     stated as answers, removed — and in a code run (Config.Code) the
+//     programs they quote.
 //
 // Files: entry.go (what the pool stores), pool.go (storage, eviction,
 // attempts, lessons), bm25.go (retrieval), dedup.go and dedup_text.go
 // (near-duplicates: the same problem reworded), overlap.go (copied text),
-// strip.go (answer stripping, summary fields' ends), prompts.go (prompt
-// text), io.go (save and load).
+// strip.go (answer stripping, summary fields' ends), strip_code.go (code
+// stripping, for code runs), prompts.go (prompt text: DefaultPrompts and
+// CodePrompts), io.go (save and load).
 package pool

@@ -65,7 +65,8 @@ type Attempt struct {
 
 // Lesson is what abstraction may use of another problem's entry: its
 // principles and pitfalls (summaries may know the outcome: they are about
-// another problem), with final answers removed.
+// another problem), with final answers removed (and, in a code run, the
+// code they quote).
 type Lesson struct {
 	ProblemID  string
 	Principles string

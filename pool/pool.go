@@ -33,6 +33,11 @@ type Config struct {
 	// hand-labelled MATH pairs (TestTwins): every MATH-500 twin is at or
 	// above it and every template below.
 	NearDuplicate float64 `json:"near_duplicate_threshold"`
+	// Code is set for a code run (reward.kind: code; the trainer sets it
+	// through lanpo's Config): Lessons then remove the programs the
+	// summaries quote (StripCode) besides answers. omitempty: a math
+	// pool's header is written as before.
+	Code bool `json:"code,omitempty"`
 }
 
 // Eviction policies.
@@ -229,7 +234,8 @@ func pick(u float64, n int) int {
 
 // Lessons returns up to max lessons of a problem, newest first, with
 // boxed answers and the problem's gold answer where stated removed
-// (StripAnswers, strip.go). With correctFirst, the lessons of
+// (StripAnswers, strip.go), and with Config.Code its code too (StripCode,
+// strip_code.go). With correctFirst, the lessons of
 // verified-correct attempts come first (newest first), then the others.
 func (p *Pool) Lessons(problemID string, max int, gold string, correctFirst bool) []Lesson {
 	pr := p.byID[problemID]
@@ -243,7 +249,8 @@ func (p *Pool) Lessons(problemID string, max int, gold string, correctFirst bool
 			if correctFirst && e.Correct != correct {
 				continue
 			}
-			l := Lesson{ProblemID: problemID, Principles: StripAnswers(e.Summary.Principles, pr.text, gold), Pitfalls: StripAnswers(e.Summary.Pitfalls, pr.text, gold)}
+			l := Lesson{ProblemID: problemID, Principles: StripForeign(e.Summary.Principles, pr.text, p.cfg.Code, gold),
+				Pitfalls: StripForeign(e.Summary.Pitfalls, pr.text, p.cfg.Code, gold)}
 			if l.Principles != "" || l.Pitfalls != "" {
 				out = append(out, l)
 			}

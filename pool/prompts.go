@@ -87,10 +87,63 @@ func DefaultPrompts() Prompts {
 	}
 }
 
-// LoadPrompts reads overrides from a YAML file onto the defaults; unknown
-// keys are errors with their line.
-func LoadPrompts(path string) (Prompts, error) {
+// CodePrompts are lanpo's prompts for a code run (reward.kind: code), where
+// a problem asks for a Python function and a response is a program that is
+// right when the problem's tests pass. They ask what DefaultPrompts ask, in
+// a programmer's words: reflection reviews an earlier program (bugs,
+// unhandled cases) and writes it again, without saying whether it passed;
+// plans name algorithms, idioms and edge cases and hold no code (StripCode
+// removes what a plan or lesson copies anyway); the summarizer is told the
+// outcome, as for math — that the program passed or failed the tests,
+// never which assertion failed or the reward's reason. The summary headers,
+// plan header and rating prefix are DefaultPrompts', so the summarizer's
+// and relevance scorer's parsing is the same for both.
+func CodePrompts() Prompts {
 	p := DefaultPrompts()
+	p.Reflection = "Here is an earlier program written for this problem:\n\n<attempt>\n{attempt}\n</attempt>\n\n" +
+		"Review the program step by step: point out bugs, inputs or edge cases it does not handle " +
+		"(empty input, boundaries, duplicates, large values) and anything the problem asks for that it misses. " +
+		"Then write the program again from the beginning."
+	p.Abstraction = "A plan drawn from related programming problems you have worked on:\n{plan}"
+	p.Lessons = "While working on related programming problems you noted these principles and pitfalls:\n\n{lessons}\n\n" +
+		"First work out which of them apply to this problem and how, then write the program."
+	p.Condense = "You are about to write a program for this problem:\n\n{problem}\n\n" +
+		"While working on related programming problems you noted these principles and pitfalls:\n\n{lessons}\n\n" +
+		"Write a short plan (at most five sentences) for the problem above: which algorithms, data structures or Python idioms apply " +
+		"and which edge cases to watch (empty input, boundaries, duplicates, large values). Do not write code."
+	p.Summarize = "Problem:\n{problem}\n\nAn attempt at it:\n<attempt>\n{attempt}\n</attempt>\n\n{outcome}\n\n" +
+		"Summarize the attempt for your future self in two parts, one or two sentences each, in words and without code: " +
+		"the principles worth reusing on other problems (algorithms, idioms), and the pitfalls (bugs or unhandled cases that did or could make a program fail)."
+	p.OutcomeCorrect = "Its program was run against the problem's tests and passed."
+	p.OutcomeWrong = "Its program was run against the problem's tests and failed."
+	p.Relevance = "Problem A:\n{query}\n\nProblem B:\n{candidate}\n\n" +
+		"Would the ideas that solve Problem B (its algorithm, data structures, edge cases) help to solve Problem A? " +
+		"Rate from 0 (not at all) to 9 (the same ideas apply). Answer with one digit."
+	return p
+}
+
+// PromptsFor are a run's prompts: CodePrompts for a code run, else
+// DefaultPrompts, with the overrides in the YAML file at path ("": none).
+func PromptsFor(code bool, path string) (Prompts, error) {
+	base := DefaultPrompts()
+	if code {
+		base = CodePrompts()
+	}
+	if path == "" {
+		return base, nil
+	}
+	return LoadPromptsOver(path, base)
+}
+
+// LoadPrompts reads overrides from a YAML file onto DefaultPrompts;
+// unknown keys are errors with their line.
+func LoadPrompts(path string) (Prompts, error) { return LoadPromptsOver(path, DefaultPrompts()) }
+
+// LoadPromptsOver reads overrides from a YAML file onto base (DefaultPrompts
+// or CodePrompts): a key the file sets replaces base's text, the others
+// stay base's. Unknown keys are errors with their line.
+func LoadPromptsOver(path string, base Prompts) (Prompts, error) {
+	p := base
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return p, err

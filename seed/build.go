@@ -49,14 +49,11 @@ type Builder struct {
 // and lanpo.prompts; tk strips chat-control strings from model-written
 // text (as the trainer does before text enters a prompt).
 func NewBuilder(cfg trainer.Config, tk *tokenizer.Tokenizer) (*Builder, error) {
-	b := &Builder{data: cfg.Data, prompts: pool.DefaultPrompts(), tk: tk}
-	if cfg.LANPO.Prompts != "" {
-		var err error
-		if b.prompts, err = pool.LoadPrompts(cfg.LANPO.Prompts); err != nil {
-			return nil, err
-		}
+	prompts, err := pool.PromptsFor(cfg.LANPO.Code, cfg.LANPO.Prompts)
+	if err != nil {
+		return nil, err
 	}
-	return b, nil
+	return &Builder{data: cfg.Data, prompts: prompts, tk: tk}, nil
 }
 
 // Prompts are the builder's prompt texts.

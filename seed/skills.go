@@ -144,7 +144,8 @@ func (s *seeder) keepSummary(pr trainer.Problem, a *attempt, sum pool.Summary, o
 	why := s.checkSummary(sum, a.text)
 	if why == "" {
 		clean := sum
-		clean.Principles, clean.Pitfalls = pool.StripAnswers(sum.Principles, pr.Problem, pr.Answer), pool.StripAnswers(sum.Pitfalls, pr.Problem, pr.Answer)
+		code := s.o.Config.LANPO.Code
+		clean.Principles, clean.Pitfalls = pool.StripForeign(sum.Principles, pr.Problem, code, pr.Answer), pool.StripForeign(sum.Pitfalls, pr.Problem, code, pr.Answer)
 		s.f.Pool().Add(pr.Problem, pool.Entry{ProblemID: pr.ID, Attempt: a.text, Summary: clean, Correct: a.correct, Truncated: a.cut})
 	}
 	if s.want(SkillSummarize) || why != "" {

@@ -278,6 +278,10 @@ func (c *Config) Resolve() error {
 		return bad("algo.format_reward", "is the math verifier's \\boxed{} bonus; with reward.kind %s the reward is the program's or server's alone (set it 0)", c.Reward.Kind)
 	}
 	c.Data.answerOptional = c.Reward.Kind != reward.KindMath
+	// LANPO's prompts and answer stripping for code (pool.CodePrompts,
+	// pool.StripCode): a code run's lessons never carry another problem's
+	// program.
+	c.LANPO.Code = c.Reward.Kind == reward.KindCode
 	if c.Reward.Kind == reward.KindCode && c.Data.PromptTemplate == DefaultConfig().Data.PromptTemplate {
 		c.Data.PromptTemplate = CodePromptTemplate
 	}

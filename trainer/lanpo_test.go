@@ -126,7 +126,10 @@ func TestLANPOExactResume(t *testing.T) {
 	}{{"full", nil, "model.safetensors"}, {"LoRA", []string{"lora.r=4", "optim.lr=1e-2"}, model.AdapterWeightsFile},
 		// Consolidation in steps of its own: its moment group is in the
 		// optimizer's state, and resumes with it.
-		{"own consolidation step", []string{"lanpo.consolidate=1", "lanpo.consolidate_lr=3e-3", "rollout.samples_per_prompt=8"}, "model.safetensors"}} {
+		{"own consolidation step", []string{"lanpo.consolidate=1", "lanpo.consolidate_lr=3e-3", "rollout.samples_per_prompt=8"}, "model.safetensors"},
+		// Code rewards: candidates run in the sandbox, the pool keeps
+		// programs, LANPO's prompts are code's (pool.CodePrompts).
+		{"code", []string{"reward.kind=code", "data.train=testdata/code_arith.jsonl"}, "model.safetensors"}} {
 		t.Run(c.name, func(t *testing.T) {
 			straight := lanpoConfig(t, c.sets...)
 			runGRPO(t, straight, "")
@@ -140,6 +143,12 @@ func TestLANPOExactResume(t *testing.T) {
 				y, _ := os.ReadFile(filepath.Join(b, f))
 				if len(x) == 0 || !bytes.Equal(x, y) {
 					t.Fatalf("%s differs between the straight and the resumed run", f)
+				}
+			}
+			if straight.Reward.Kind == "code" {
+				raw, _ := os.ReadFile(filepath.Join(b, pool.File))
+				if !bytes.Contains(raw, []byte(`"code":true`)) {
+					t.Fatalf("a code run's pool does not say so: its lessons would keep their programs")
 				}
 			}
 			ma, mb := stableMetrics(t, straight.RunDir), stableMetrics(t, split.RunDir)
