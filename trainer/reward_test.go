@@ -135,3 +135,27 @@ func TestCodeRewardTrains(t *testing.T) {
 		t.Fatalf("%d of %d rollouts passed: the test sees no variance", passed, rolls)
 	}
 }
+
+// TestCodeConfigs: configs/code-*.yaml load as written, as code runs with
+// the code prompt and LANPO's code prompts.
+func TestCodeConfigs(t *testing.T) {
+	for _, f := range []string{"../configs/code-grpo.yaml", "../configs/code-lanpo.yaml"} {
+		cfg, err := LoadConfig(f, []string{"data.train=../configs/data/humaneval-train.jsonl", "eval.bench=[../configs/data/humaneval-heldout.jsonl]"})
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := cfg.Resolve(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if cfg.Reward.Kind != reward.KindCode || cfg.Data.PromptTemplate != CodePromptTemplate || !cfg.LANPO.Code {
+			t.Errorf("%s: reward %q, template %q, lanpo code %v", f, cfg.Reward.Kind, cfg.Data.PromptTemplate, cfg.LANPO.Code)
+		}
+		ps, err := ReadProblems(cfg.Data.Train, cfg.Data)
+		if err != nil || len(ps) != 100 {
+			t.Fatalf("%s: %d problems, %v", f, len(ps), err)
+		}
+		if _, err := reward.CodeTask(ps[0].Record, "    return []\n"); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
