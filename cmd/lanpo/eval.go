@@ -22,7 +22,7 @@ import (
 func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "eval",
-		Usage: "math benchmarks (mean@k, pass@k, maj@k) in LANPO's three inference modes",
+		Usage: "math and code benchmarks (mean@k, pass@k, maj@k) in LANPO's three inference modes",
 		Description: "Samples --k answers to every problem of each benchmark, verifies them (the trainer's verifier) and\n" +
 			"prints a table: mean@k (average accuracy over the k samples; greedy: --k 1 --temperature 0), unbiased\n" +
 			"pass@k for k = 1, 2, 4, …, maj@k (majority over extracted answers, equivalence-aware), mean response\n" +
