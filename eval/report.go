@@ -200,7 +200,11 @@ func writeEvalTable(b *strings.Builder, sums []Summary) {
 		case ModeRetrieval:
 			notes = fmt.Sprintf("plan for %d of %d; %d with a near-duplicate in the pool", s.WithContext, s.N, s.NearDuplicates)
 		}
-		fmt.Fprintf(b, "<td>%.3f</td><td>%.0f</td><td>%.3f</td><td>%s</td></tr>", s.MajAtK, s.ResponseTokens, s.Truncated, html.EscapeString(notes))
+		maj := fmt.Sprintf("%.3f", s.MajAtK)
+		if s.Code {
+			maj = "—"
+		}
+		fmt.Fprintf(b, "<td>%s</td><td>%.0f</td><td>%.3f</td><td>%s</td></tr>", maj, s.ResponseTokens, s.Truncated, html.EscapeString(notes))
 	}
 	b.WriteString("</table>")
 }

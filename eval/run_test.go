@@ -18,6 +18,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/pool"
+	"github.com/lanpo-rl/lanpo/reward"
 )
 
 // Set by main_test.go (package eval_test, which may import trainer; this
@@ -347,4 +348,57 @@ func TestEvalLogsOneLine(t *testing.T) {
 			t.Errorf("the terminal shows %d lines, want the bar's 1: %q", n, term.String())
 		}
 	})
+}
+
+// TestEvalCode: a code benchmark beside a math one in one evaluation. The
+// code problems (HumanEval's fields) put the response on a comment line
+// after a function that passes, so a printable one-line response passes
+// and one that breaks the line does not: the verdicts are the sandbox's, the prompt is the
+// code template, and maj@k is left out for code.
+func TestEvalCode(t *testing.T) {
+	m, tk := tinyModel(t)
+	o := evalOptions(t, "", nil)
+	o.Modes = []string{ModeZeroShot}
+	o.Sampling.MaxNewTokens = 1 // one random byte: printable (a comment), or not
+	code, err := LoadBenchmark("code_mini", "testdata/code_mini.jsonl", 0)
+	if err != nil || !code.Code || code.Problems[1].ID != "Mini/1" || !strings.HasPrefix(code.Problems[1].Problem, "def f():") {
+		t.Fatalf("code benchmark: %+v, %v", code, err)
+	}
+	o.Benchmarks = append(o.Benchmarks, code)
+	if _, err := Run(m, tk, o); err == nil || !strings.Contains(err.Error(), "code scorer") {
+		t.Fatalf("a code benchmark without a code scorer: %v", err)
+	}
+	sb, err := reward.NewSandbox(reward.SandboxNamespaces, reward.DefaultCodeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.CodeScorer, o.CodePromptTemplate = reward.NewCode(sb, reward.OnErrorFail), "Write it:\n```\n{problem}\n```"
+	lines := runLines(t, m, tk, o)
+	passed, codeLines := 0, 0
+	for _, l := range lines {
+		if l.Bench != "code_mini" {
+			if strings.Contains(l.Prompt, "Write it:") || l.Reason != "" {
+				t.Fatalf("a math line with the code prompt or a code verdict: %+v", l)
+			}
+			continue
+		}
+		codeLines++
+		printable := l.Response != "" && strings.IndexFunc(l.Response, func(r rune) bool { return r < ' ' || r > '~' }) < 0
+		if !strings.Contains(l.Prompt, "Write it:") || l.Reason == "" || l.Correct != (l.Reason == "passed") || (printable && !l.Correct) {
+			t.Fatalf("code line: %+v", l)
+		}
+		if l.Correct {
+			passed++
+		}
+	}
+	if codeLines != 4*o.K || passed == 0 {
+		t.Fatalf("%d code lines, %d passed", codeLines, passed)
+	}
+	sums := Summarize(lines, o.K, o.Benchmarks, o.Modes, Contamination{})
+	if !sums[1].Code || sums[1].MeanAtK != float64(passed)/float64(codeLines) {
+		t.Fatalf("code summary %+v, want mean@k %d/%d", sums[1], passed, codeLines)
+	}
+	if _, ok := Flatten(sums)["code_mini/zero-shot/maj@k"]; ok {
+		t.Fatal("maj@k reported for code")
+	}
 }

@@ -16,7 +16,10 @@ type Summary struct {
 	// paper's mean@32). In self-correct it is after reflection.
 	MeanAtK float64  `json:"mean_at_k"`
 	PassAtK []KValue `json:"pass_at_k"` // unbiased, for k = 1, 2, 4, …
-	MajAtK  float64  `json:"maj_at_k"`  // majority vote over extracted answers
+	MajAtK  float64  `json:"maj_at_k"`  // majority vote over extracted answers (0 for code: no answer to vote on)
+	// Code: a code benchmark (programs run against tests): maj@k has no
+	// meaning there, and the table and metrics leave it out.
+	Code bool `json:"code,omitempty"`
 	// Responses: mean length in tokens, share cut off by the token limit.
 	ResponseTokens float64 `json:"response_tokens_mean"`
 	Truncated      float64 `json:"truncation_rate"`
@@ -72,7 +75,7 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 	var out []Summary
 	for _, b := range benches {
 		for _, mode := range modes {
-			s := Summary{Bench: b.Name, Mode: mode, K: k, SkippedLong: b.SkippedLong}
+			s := Summary{Bench: b.Name, Mode: mode, K: k, SkippedLong: b.SkippedLong, Code: b.Code}
 			for _, d := range cont.Dropped {
 				if d.Bench == b.Name {
 					s.Decontaminated++
@@ -128,7 +131,7 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 						pass[i] += PassAtK(len(final), c, kk)
 					}
 				}
-				if majorityCorrect(votes) {
+				if !b.Code && majorityCorrect(votes) {
 					s.MajAtK++
 				}
 				if mode == ModeRetrieval {
@@ -210,7 +213,11 @@ func PrintTable(w io.Writer, sums []Summary) {
 		if s.SkippedLong > 0 {
 			notes = strings.TrimPrefix(notes+fmt.Sprintf("; %d skipped: prompt longer than the context allows", s.SkippedLong), "; ")
 		}
-		row = append(row, fmt.Sprintf("%.3f", s.MajAtK), fmt.Sprintf("%.0f", s.ResponseTokens), fmt.Sprintf("%.3f", s.Truncated), notes)
+		maj := fmt.Sprintf("%.3f", s.MajAtK)
+		if s.Code {
+			maj = "—"
+		}
+		row = append(row, maj, fmt.Sprintf("%.0f", s.ResponseTokens), fmt.Sprintf("%.3f", s.Truncated), notes)
 		rows = append(rows, row)
 	}
 	width := make([]int, len(head))
@@ -239,7 +246,9 @@ func Flatten(sums []Summary) map[string]float64 {
 	for _, s := range sums {
 		pre := s.Bench + "/" + s.Mode + "/"
 		out[pre+"mean@k"] = s.MeanAtK
-		out[pre+"maj@k"] = s.MajAtK
+		if !s.Code {
+			out[pre+"maj@k"] = s.MajAtK
+		}
 		for _, kv := range s.PassAtK {
 			out[fmt.Sprintf("%spass@%d", pre, kv.K)] = kv.Value
 		}
