@@ -144,7 +144,7 @@ func (g *grpoRun) score(batch []*rollout) error {
 	for i, r := range batch {
 		p := g.problems[r.Prompt.Problem]
 		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Response: r.Text, Truncated: r.Truncated}
-		if g.cfg.Reward.Kind != reward.KindMath { // only a user's reward reads the prompt's text
+		if k := g.cfg.Reward.Kind; k == reward.KindCommand || k == reward.KindHTTP { // only a user's reward reads the prompt's text
 			text, ok := prompts[r.Prompt]
 			if !ok {
 				text = g.tk.Decode(tokenizer.Ints(r.Prompt.IDs), false)
