@@ -68,16 +68,17 @@ func TestSandboxAdversarial(t *testing.T) {
 	}
 	defer ln.Close()
 	accepted := make(chan struct{}, 16)
-	go func() {
+	countAccepts := func(l net.Listener) {
 		for {
-			c, err := ln.Accept()
+			c, err := l.Accept()
 			if err != nil {
 				return
 			}
 			accepted <- struct{}{}
 			c.Close()
 		}
-	}()
+	}
+	go countAccepts(ln)
 	sock := filepath.Join(host, "s.sock")
 	uln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -85,16 +86,7 @@ func TestSandboxAdversarial(t *testing.T) {
 	}
 	defer uln.Close()
 	_ = os.Chmod(sock, 0o777)
-	go func() {
-		for {
-			c, err := uln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- struct{}{}
-			c.Close()
-		}
-	}()
+	go countAccepts(uln)
 	port := ln.Addr().(*net.TCPAddr).Port
 	outside := filepath.Join(host, "escaped")
 

@@ -23,6 +23,28 @@ func rewardProgram(t *testing.T, args ...string) string {
 	return "reward.command=[" + strings.Join(append([]string{"python3", script}, args...), ", ") + "]"
 }
 
+// eachRollout calls fn with every line of a run's rollouts logs, steps 1
+// to steps.
+func eachRollout(t *testing.T, runDir string, steps int, fn func(step int, l rolloutLine)) {
+	t.Helper()
+	for step := 1; step <= steps; step++ {
+		f, err := os.Open(filepath.Join(runDir, "rollouts", checkpointName(step)+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var l rolloutLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			fn(step, l)
+		}
+		f.Close()
+	}
+}
+
 // TestCommandRewardTrains: with reward.kind command the program's rewards
 // are the rollouts' (every rollout's reward, verdict and reason in the
 // rollouts log are the program's), and a run resumes bit for bit.
@@ -38,29 +60,16 @@ func TestCommandRewardTrains(t *testing.T) {
 		answer[p.ID] = p.Answer
 	}
 	rolls, rewarded := 0, 0
-	for step := 1; step <= 4; step++ {
-		f, err := os.Open(filepath.Join(straight.RunDir, "rollouts", checkpointName(step)+".jsonl"))
-		if err != nil {
-			t.Fatal(err)
+	eachRollout(t, straight.RunDir, 4, func(step int, l rolloutLine) {
+		want := strings.Contains(l.Response, answer[l.ProblemID])
+		if l.Correct != want || (l.Reward == 1) != want || !strings.HasSuffix(l.Reason, answer[l.ProblemID]) {
+			t.Fatalf("step %d, %s: reward %v correct %v reason %q for %q (answer %s)", step, l.ProblemID, l.Reward, l.Correct, l.Reason, l.Response, answer[l.ProblemID])
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			var l rolloutLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatal(err)
-			}
-			want := strings.Contains(l.Response, answer[l.ProblemID])
-			if l.Correct != want || (l.Reward == 1) != want || !strings.HasSuffix(l.Reason, answer[l.ProblemID]) {
-				t.Fatalf("step %d, %s: reward %v correct %v reason %q for %q (answer %s)", step, l.ProblemID, l.Reward, l.Correct, l.Reason, l.Response, answer[l.ProblemID])
-			}
-			rolls++
-			if want {
-				rewarded++
-			}
+		rolls++
+		if want {
+			rewarded++
 		}
-		f.Close()
-	}
+	})
 	if rolls == 0 || rewarded == 0 || rewarded == rolls {
 		t.Fatalf("%d of %d rollouts rewarded: the test sees no variance", rewarded, rolls)
 	}
@@ -107,29 +116,16 @@ func TestCodeRewardTrains(t *testing.T) {
 	sets := []string{"reward.kind=code", "data.train=testdata/code_arith.jsonl", "log.rollouts=true", "rollout.max_new_tokens=24"}
 	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", stateFile}, sets...)
 	rolls, passed := 0, 0
-	for step := 1; step <= 4; step++ {
-		f, err := os.Open(filepath.Join(straight.RunDir, "rollouts", checkpointName(step)+".jsonl"))
-		if err != nil {
-			t.Fatal(err)
+	eachRollout(t, straight.RunDir, 4, func(step int, l rolloutLine) {
+		oneLine := !strings.Contains(l.Response, "\n")
+		if l.Correct != (l.Reward == 1) || (oneLine && !l.Correct) || l.Reason == "" {
+			t.Fatalf("step %d, %s: reward %v correct %v reason %q for %q", step, l.ProblemID, l.Reward, l.Correct, l.Reason, l.Response)
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			var l rolloutLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatal(err)
-			}
-			oneLine := !strings.Contains(l.Response, "\n")
-			if l.Correct != (l.Reward == 1) || (oneLine && !l.Correct) || l.Reason == "" {
-				t.Fatalf("step %d, %s: reward %v correct %v reason %q for %q", step, l.ProblemID, l.Reward, l.Correct, l.Reason, l.Response)
-			}
-			rolls++
-			if l.Correct {
-				passed++
-			}
+		rolls++
+		if l.Correct {
+			passed++
 		}
-		f.Close()
-	}
+	})
 	t.Logf("%d of %d rollouts passed", passed, rolls)
 	if rolls == 0 || passed == 0 || passed == rolls {
 		t.Fatalf("%d of %d rollouts passed: the test sees no variance", passed, rolls)
