@@ -317,24 +317,37 @@ func (s *Sandbox) run(ctx context.Context, r CodeRequest) (CodeOutcome, error) {
 		inW.Close()
 	}()
 	lines := make(chan []string, 1)
-	go func() { lines <- readOutcome(outR) }()
+	started := make(chan struct{})
+	go func() { lines <- readOutcome(outR, started) }()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	timer := time.NewTimer(wall)
+	// The wall cap counts from the harness's start: a set-up slowed by a
+	// loaded machine does not eat the candidate's time (setupLimit bounds
+	// the set-up itself).
+	timer := time.NewTimer(setupLimit)
 	defer timer.Stop()
 	var waitErr error
-	walled := false
-	select {
-	case waitErr = <-waited:
-	case <-timer.C:
-		walled = true
-	case <-ctx.Done():
+	walled, setupSlow := false, false
+wait:
+	for {
+		select {
+		case waitErr = <-waited:
+			break wait
+		case <-started:
+			started = nil
+			timer.Reset(wall)
+		case <-timer.C:
+			walled, setupSlow = started == nil, started != nil
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	// The harness is gone or is killed now; in namespaces mode so is all
 	// it started (a PID namespace ends with its first process). In none
 	// mode its process group goes.
 	killSandbox(cmd.Process, s.mode)
-	if walled || ctx.Err() != nil {
+	if walled || setupSlow || ctx.Err() != nil {
 		select {
 		case waitErr = <-waited:
 		case <-time.After(reapLimit):
@@ -352,6 +365,9 @@ func (s *Sandbox) run(ctx context.Context, r CodeRequest) (CodeOutcome, error) {
 		got = <-lines
 	}
 	o := CodeOutcome{Stdout: stdout.String(), Stderr: stderr.String()}
+	if setupSlow {
+		return o, fmt.Errorf("%w: the sandbox did not start within %s", errSetup, setupLimit)
+	}
 	if len(got) == 0 || got[0] != "START" {
 		if len(got) > 0 && strings.HasPrefix(got[0], "SETUP ") {
 			return o, fmt.Errorf("%w: %s", errSetup, strings.TrimPrefix(got[0], "SETUP "))
@@ -380,16 +396,23 @@ func (s *Sandbox) run(ctx context.Context, r CodeRequest) (CodeOutcome, error) {
 	return o, nil
 }
 
-// readOutcome reads the harness's lines (fd 4) to its end, at most 64 KiB.
-// The harness writes "START" first (init.py "SETUP <error>" instead), so
-// nothing the candidate writes there comes first.
-func readOutcome(r io.Reader) []string {
+// setupLimit bounds a sandbox's set-up, before the harness starts.
+const setupLimit = 60 * time.Second
+
+// readOutcome reads the harness's lines (fd 4) to its end, at most 64 KiB,
+// closing started at the harness's "START". The harness writes "START"
+// first (init.py "SETUP <error>" instead), so nothing the candidate writes
+// there comes first.
+func readOutcome(r io.Reader, started chan struct{}) []string {
 	var out []string
 	br := bufio.NewReader(io.LimitReader(r, 64<<10))
 	for {
 		line, err := br.ReadString('\n')
 		if line = strings.TrimRight(line, "\n"); line != "" || err == nil {
 			out = append(out, line)
+			if len(out) == 1 && line == "START" {
+				close(started)
+			}
 		}
 		if err != nil {
 			_, _ = io.Copy(io.Discard, r)

@@ -20,6 +20,12 @@ func sandboxAttr(mode string, uid int) (attr *syscall.SysProcAttr, switchUID boo
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
 		Pdeathsig: syscall.SIGKILL,
+		// A session of its own: kill(0, …) from inside reaches only its
+		// own processes. In the trainer's process group, a candidate's
+		// os.kill(os.getppid(), 9) — getppid() is 0 in a PID namespace —
+		// killed the candidates of other sandboxes running beside it (the
+		// same uid), and their verdicts depended on what ran beside them.
+		Setsid: true,
 	}
 	if os.Geteuid() == 0 {
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: uid, HostID: uid, Size: 1}}

@@ -21,7 +21,7 @@ func testSandbox(t *testing.T) *Sandbox {
 		t.Skip("the namespaces sandbox is Linux only")
 	}
 	c := DefaultCodeConfig()
-	c.CPUSeconds, c.WallSeconds, c.MemoryMB, c.Concurrency = 2, 6, 512, 2
+	c.CPUSeconds, c.WallSeconds, c.MemoryMB, c.Concurrency = 2, 8, 512, 2
 	s, err := NewSandbox(SandboxNamespaces, c)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,10 @@ func TestSandboxAdversarial(t *testing.T) {
 	t.Setenv("LANPO_ADVERSARIAL_SECRET", secret)
 	host := t.TempDir()
 	_ = os.Chmod(host, 0o777)
-	before := listings(t)
+	// What candidates try to write, named for this run (other tests write
+	// to /tmp meanwhile).
+	marker := fmt.Sprintf("lanpo-adversarial-%d", time.Now().UnixNano())
+	written := []string{"/tmp/" + marker, "/dev/shm/" + marker, "/usr/" + marker, "/" + marker, "/etc/" + marker, filepath.Join(host, marker)}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -88,7 +91,6 @@ func TestSandboxAdversarial(t *testing.T) {
 	_ = os.Chmod(sock, 0o777)
 	go countAccepts(uln)
 	port := ln.Addr().(*net.TCPAddr).Port
-	outside := filepath.Join(host, "escaped")
 
 	cases := []struct {
 		name, program string
@@ -120,7 +122,7 @@ func TestSandboxAdversarial(t *testing.T) {
 		{"TCP to a loopback listener", leakIf(fmt.Sprintf("c = socket.create_connection(('127.0.0.1', %d), timeout=1)\nWON = True", port), "WON"), false, "assertion"},
 		{"a Unix socket in the filesystem", leakIf("c = socket.socket(socket.AF_UNIX)\nc.connect('"+sock+"')\nWON = True", "WON"), false, "assertion"},
 		{"writing to /tmp, /dev/shm and outside its directory", leakIf(
-			"for p in ['/tmp/x', '/dev/shm/x', '/usr/x', '/x', '/etc/x', '"+outside+"', os.path.expanduser('~/../x')]:\n    try:\n        open(p, 'w').write('x')\n        WON = True\n    except OSError:\n        pass",
+			"for p in ['"+strings.Join(written, "', '")+"', os.path.expanduser('~/../"+marker+"')]:\n    try:\n        open(p, 'w').write('x')\n        WON = True\n    except OSError:\n        pass",
 			"WON"), false, "assertion"},
 		{"many small files", "import os\nfor i in range(100000):\n    try:\n        open(os.path.join(os.environ['HOME'], str(i)), 'w').close()\n    except OSError:\n        break\n" + correctF, true, ""},
 		{"a 100 MB print", "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 10**6)\n" + correctF, true, ""},
@@ -162,28 +164,13 @@ func TestSandboxAdversarial(t *testing.T) {
 		t.Error("a candidate reached a listener of the host")
 	default:
 	}
-	if _, err := os.Stat(outside); err == nil {
-		t.Errorf("a candidate wrote %s", outside)
-	}
-	if after := listings(t); after != before {
-		t.Errorf("/tmp or /dev/shm changed:\nbefore %s\nafter  %s", before, after)
-	}
-	leftovers(t, s.cfg.UID)
-}
-
-// listings is what /tmp and /dev/shm hold (names), to see a candidate's
-// writes.
-func listings(t *testing.T) string {
-	var b strings.Builder
-	for _, d := range []string{"/tmp", "/dev/shm"} {
-		ents, _ := os.ReadDir(d)
-		for _, e := range ents {
-			if !strings.HasPrefix(e.Name(), "Test") && !strings.HasPrefix(e.Name(), "go-build") {
-				b.WriteString(d + "/" + e.Name() + " ")
-			}
+	for _, p := range written {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("a candidate wrote %s", p)
+			os.Remove(p)
 		}
 	}
-	return b.String()
+	leftovers(t, s.cfg.UID)
 }
 
 // leftovers fails on any process of the sandbox's uid (when lanpo runs as
@@ -297,5 +284,29 @@ func TestSandboxConfig(t *testing.T) {
 	cfg.Kind = KindCode
 	if err := cfg.Validate(); err != nil || cfg.Sandbox != SandboxNamespaces || cfg.Code != DefaultCodeConfig() {
 		t.Errorf("defaults: err %v, sandbox %q, code %+v", err, cfg.Sandbox, cfg.Code)
+	}
+}
+
+// TestSandboxNeighbours: a candidate that signals its process group (kill
+// 0 — what os.kill(os.getppid(), 9) is in a PID namespace) does not reach
+// a candidate running beside it as the same uid: each sandbox is a session
+// of its own. Without that, the neighbour died and its verdict depended on
+// what ran beside it.
+func TestSandboxNeighbours(t *testing.T) {
+	s := testSandbox(t)
+	var wg sync.WaitGroup
+	var slow CodeOutcome
+	var slowErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		slow, slowErr = s.Run(context.Background(), CodeRequest{Program: "import time\ntime.sleep(1.5)\n" + correctF, Tests: checksF, EntryPoint: "f"})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	killer := "import os, signal, time\nfor _ in range(40):\n    for g in (0, os.getpgrp()):\n        try:\n            os.kill(-g if g else 0, signal.SIGKILL)\n        except OSError:\n            pass\n    time.sleep(0.05)\n" + correctF
+	o, err := s.Run(context.Background(), CodeRequest{Program: killer, Tests: checksF, EntryPoint: "f"})
+	wg.Wait()
+	if err != nil || slowErr != nil || !slow.Passed {
+		t.Fatalf("the neighbour: passed %v (%s), err %v; the killer: %+v, %v", slow.Passed, slow.Reason, slowErr, o, err)
 	}
 }
