@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -23,13 +24,17 @@ import (
 // prompt (Qwen2.5-Math, -Coder). Any other template is an error that says
 // so, unless the caller names the family with SetChatFormat.
 
-// Message is one chat turn, as in Hugging Face's messages lists.
+// Message is one chat turn, as in Hugging Face's messages lists. Role is
+// system, user, assistant or tool (tool: the Qwen families only).
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 	// ReasoningContent is Qwen3's separate reasoning field (nil: absent);
 	// other templates ignore it, as their Jinja does.
 	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	// ToolCalls are an assistant turn's function calls, rendered after
+	// Content (the Qwen families only).
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // ChatOptions are the template variables besides messages.
@@ -39,18 +44,28 @@ type ChatOptions struct {
 	// EnableThinking is Qwen3's switch; nil leaves it undefined (thinking
 	// on). Other families ignore it, as their templates do.
 	EnableThinking *bool
+	// Tools are the function declarations the template's tools variable
+	// holds, each a JSON object such as {"type": "function", "function":
+	// {"name": ..., "description": ..., "parameters": {...}}}, written into
+	// the system turn with tojson in their own key order. Empty: no tools,
+	// as the template's "if tools" (the Qwen families only).
+	Tools []json.RawMessage
 }
 
 type chatFormat struct {
 	name   string
 	render func(t *Tokenizer, msgs []Message, opt ChatOptions) (string, error)
+	// tools: the renderer renders tools, tool calls and tool messages.
+	tools bool
 }
 
-// ChatFormats are the families with a native renderer.
+// ChatFormats are the families with a native renderer. llama3 is Llama-3's
+// original template, which has no tool use (Llama-3.1's ipython role is a
+// different template, not recognised).
 var chatFormats = map[string]chatFormat{
-	"qwen3":   {"qwen3", renderQwen3},
-	"qwen2.5": {"qwen2.5", renderQwen25(qwen25DefaultSystem)},
-	"llama3":  {"llama3", renderLlama3},
+	"qwen3":   {"qwen3", renderQwen3, true},
+	"qwen2.5": {"qwen2.5", renderQwen25(qwen25DefaultSystem), true},
+	"llama3":  {"llama3", renderLlama3, false},
 }
 
 // ChatFormatNames lists the families SetChatFormat accepts.
@@ -114,7 +129,7 @@ func (t *Tokenizer) format() (chatFormat, error) {
 		return chatFormats[name], nil
 	}
 	if sys, ok := qwen25Variant(t.template); ok {
-		return chatFormat{"qwen2.5", renderQwen25(sys)}, nil
+		return chatFormat{"qwen2.5", renderQwen25(sys), true}, nil
 	}
 	return chatFormat{}, fmt.Errorf("%s: this chat template (sha256 %s) is not one lanpo renders natively; if it is equivalent to one of %s, choose it with --chat-format",
 		t.templateSource, hash[:16], strings.Join(ChatFormatNames(), ", "))
@@ -180,10 +195,13 @@ func (t *Tokenizer) Chat(msgs []Message, opt ChatOptions) (string, error) {
 	}
 	for i, m := range msgs {
 		switch m.Role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		default:
-			return "", fmt.Errorf("messages[%d].role %q is not supported (want system, user or assistant)", i, m.Role)
+			return "", fmt.Errorf("messages[%d].role %q is not supported (want system, user, assistant or tool)", i, m.Role)
 		}
+	}
+	if err := checkToolUse(f, msgs, opt); err != nil {
+		return "", err
 	}
 	return f.render(t, msgs, opt)
 }
@@ -208,12 +226,36 @@ func renderQwen25(defaultSystem string) func(*Tokenizer, []Message, ChatOptions)
 		} else {
 			sb.WriteString(defaultSystem)
 		}
-		sb.WriteString("<|im_end|>\n")
-		for i, m := range msgs {
-			if m.Role == "system" && i == 0 {
-				continue
+		if len(opt.Tools) > 0 {
+			tools, err := qwenToolsPrompt(opt.Tools)
+			if err != nil {
+				return "", err
 			}
-			sb.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+			sb.WriteString("\n\n" + tools)
+		} else {
+			sb.WriteString("<|im_end|>\n")
+		}
+		for i, m := range msgs {
+			switch {
+			case m.Role == "system" && i == 0:
+			case m.Role == "tool":
+				writeQwenToolResponse(&sb, msgs, i)
+			case m.Role == "assistant" && len(m.ToolCalls) > 0:
+				sb.WriteString("<|im_start|>assistant")
+				if m.Content != "" {
+					sb.WriteString("\n" + m.Content)
+				}
+				for j, c := range m.ToolCalls {
+					block, err := qwenToolCall(c, false)
+					if err != nil {
+						return "", fmt.Errorf("messages[%d].tool_calls[%d]: %w", i, j, err)
+					}
+					sb.WriteString("\n" + block)
+				}
+				sb.WriteString("<|im_end|>\n")
+			default:
+				sb.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+			}
 		}
 		if opt.AddGenerationPrompt {
 			sb.WriteString("<|im_start|>assistant\n")
@@ -224,11 +266,22 @@ func renderQwen25(defaultSystem string) func(*Tokenizer, []Message, ChatOptions)
 
 func renderQwen3(_ *Tokenizer, msgs []Message, opt ChatOptions) (string, error) {
 	var sb strings.Builder
-	if msgs[0].Role == "system" {
+	if len(opt.Tools) > 0 {
+		tools, err := qwenToolsPrompt(opt.Tools)
+		if err != nil {
+			return "", err
+		}
+		sb.WriteString("<|im_start|>system\n")
+		if msgs[0].Role == "system" {
+			sb.WriteString(msgs[0].Content + "\n\n")
+		}
+		sb.WriteString(tools)
+	} else if msgs[0].Role == "system" {
 		sb.WriteString("<|im_start|>system\n" + msgs[0].Content + "<|im_end|>\n")
 	}
-	// The last user turn that is not a tool response; reasoning is kept
-	// only for assistant turns after it.
+	// The last user turn that is not a tool response written as user text
+	// (tool messages are not user turns); reasoning is kept only for
+	// assistant turns after it.
 	lastQuery := len(msgs) - 1
 	for i := len(msgs) - 1; i >= 0; i-- {
 		c := msgs[i].Content
@@ -256,7 +309,21 @@ func renderQwen3(_ *Tokenizer, msgs []Message, opt ChatOptions) (string, error) 
 			} else {
 				sb.WriteString("<|im_start|>assistant\n" + content)
 			}
+			for j, c := range m.ToolCalls {
+				// The template tests content, not the left-stripped text it
+				// wrote: content "\n" still gets a newline before the call.
+				if j > 0 || content != "" {
+					sb.WriteString("\n")
+				}
+				block, err := qwenToolCall(c, true)
+				if err != nil {
+					return "", fmt.Errorf("messages[%d].tool_calls[%d]: %w", i, j, err)
+				}
+				sb.WriteString(block)
+			}
 			sb.WriteString("<|im_end|>\n")
+		case m.Role == "tool":
+			writeQwenToolResponse(&sb, msgs, i)
 		}
 	}
 	if opt.AddGenerationPrompt {

@@ -94,8 +94,8 @@ func TestChatTemplateRecognition(t *testing.T) {
 	if _, err := none.Chat([]Message{{Role: "user", Content: "x"}}, ChatOptions{}); err == nil || !strings.Contains(err.Error(), "no chat template") {
 		t.Fatalf("no template: err = %v", err)
 	}
-	if _, err := tk.Chat([]Message{{Role: "tool", Content: "x"}}, ChatOptions{}); err == nil || !strings.Contains(err.Error(), "messages[0].role") {
-		t.Fatalf("tool role: err = %v", err)
+	if _, err := tk.Chat([]Message{{Role: "ipython", Content: "x"}}, ChatOptions{}); err == nil || !strings.Contains(err.Error(), "messages[0].role") {
+		t.Fatalf("ipython role: err = %v", err)
 	}
 }
 
