@@ -115,7 +115,7 @@ func TestTokenizeCLINamesBadLines(t *testing.T) {
 		{"{\"text\": \"ok\"}\n{\"text\": \"bad \xff\"}\n", nil, "stdin line 2: not valid UTF-8"},
 		{"{\"text\": \"ok\"}\n{\"txt\": \"x\"}\n", nil, "stdin line 2: no \"text\" field"},
 		{"{\"text\": \"ok\"}\nnot json\n", nil, "stdin line 2: invalid character"},
-		{"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}\n", []string{"--chat"}, "stdin line 1: messages[0].role \"tool\""},
+		{"{\"messages\": [{\"role\": \"ipython\", \"content\": \"x\"}]}\n", []string{"--chat"}, "stdin line 1: messages[0].role \"ipython\""},
 		{"{\"text\": \"x\"}\n", []string{"--chat"}, "stdin line 1: no \"messages\" field"},
 	}
 	for _, c := range cases {
