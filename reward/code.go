@@ -88,9 +88,13 @@ var (
 // ExtractCode is the program in a response: the last fenced block (``` or
 // ```python; an unclosed last fence runs to the end, as a cut-off response
 // leaves it), or the whole response when it has no fence.
-func ExtractCode(response string) string {
-	var last string
-	found := false
+func ExtractCode(response string) string { return extractCode(response, nil) }
+
+// extractCode is ExtractCode preferring the last block that defines
+// (defines non-nil): a solution followed by a usage example is the
+// solution.
+func extractCode(response string, defines *regexp.Regexp) string {
+	var blocks []string
 	rest := response
 	for {
 		loc := fenceRe.FindStringIndex(rest)
@@ -99,18 +103,24 @@ func ExtractCode(response string) string {
 		}
 		body := rest[loc[1]:]
 		end := fenceEndRe.FindStringIndex(body)
-		found = true
 		if end == nil {
-			last = body
+			blocks = append(blocks, body)
 			break
 		}
-		last = body[:end[0]]
+		blocks = append(blocks, body[:end[0]])
 		rest = body[end[1]:]
 	}
-	if !found {
+	if len(blocks) == 0 {
 		return response
 	}
-	return last
+	if defines != nil {
+		for i := len(blocks) - 1; i >= 0; i-- {
+			if defines.MatchString(blocks[i]) {
+				return blocks[i]
+			}
+		}
+	}
+	return blocks[len(blocks)-1]
 }
 
 // CodeTask is the program and checks of one response to problem (its
@@ -171,9 +181,12 @@ func CodeTask(problem map[string]any, response string) (CodeRequest, error) {
 	if err != nil {
 		return CodeRequest{}, err
 	}
-	program := ExtractCode(response)
+	var def *regexp.Regexp
+	if entry != "" {
+		def = regexp.MustCompile(`(?m)^[ \t]*(async[ \t]+)?def[ \t]+` + entry + `[ \t]*\(`)
+	}
+	program := extractCode(response, def)
 	if entry != "" && prefix != "" {
-		def := regexp.MustCompile(`(?m)^[ \t]*(async[ \t]+)?def[ \t]+` + entry + `[ \t]*\(`)
 		if !def.MatchString(program) {
 			program = prefix + program // a completion of the body
 		} else {

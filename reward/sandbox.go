@@ -44,7 +44,7 @@ const (
 type CodeConfig struct {
 	Python       string `yaml:"python"`         // the interpreter, looked up on PATH (default python3; ≥ 3.8)
 	CPUSeconds   int    `yaml:"cpu_seconds"`    // CPU time of each process (default 3, HumanEval's timeout)
-	WallSeconds  int    `yaml:"wall_seconds"`   // wall cap for the whole candidate, killing all it started (default 30)
+	WallSeconds  int    `yaml:"wall_seconds"`   // wall cap for the whole candidate from the harness's start, killing all it started (default 10)
 	MemoryMB     int    `yaml:"memory_mb"`      // address space of each process (default 1024)
 	MaxProcs     int    `yaml:"max_procs"`      // processes and threads of the sandbox's uid (default 8)
 	MaxOpenFiles int    `yaml:"max_open_files"` // descriptors per process (default 64)
@@ -60,7 +60,7 @@ type CodeConfig struct {
 // MiB); concurrency 2 keeps two such beside a model in 24 GiB only when
 // candidates are not adversarial in both ways at once — docs/rewards.md.
 func DefaultCodeConfig() CodeConfig {
-	return CodeConfig{Python: "python3", CPUSeconds: 3, WallSeconds: 30, MemoryMB: 1024, MaxProcs: 8,
+	return CodeConfig{Python: "python3", CPUSeconds: 3, WallSeconds: 10, MemoryMB: 1024, MaxProcs: 8,
 		MaxOpenFiles: 64, FileMB: 16, TmpfsMB: 32, MaxFiles: 512, Concurrency: 2, UID: 65534}
 }
 
@@ -81,6 +81,9 @@ func (c *CodeConfig) validate(bad func(key, format string, args ...any) error) e
 		{"tmpfs_mb", &c.TmpfsMB, def.TmpfsMB, 1}, {"max_files", &c.MaxFiles, def.MaxFiles, 16},
 		{"concurrency", &c.Concurrency, def.Concurrency, 1}, {"uid", &c.UID, def.UID, 1},
 	} {
+		if f.key == "uid" && *f.v > 1<<31-2 {
+			return bad("code.uid", "%d is not a uid", *f.v)
+		}
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -190,6 +193,11 @@ func NewSandbox(mode string, c CodeConfig) (*Sandbox, error) {
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, fmt.Errorf("reward.sandbox: none: %w", err)
 		}
+		// Stale entries are removed from it: it must be this user's own
+		// directory, not a link someone put there (on a shared /tmp).
+		if err := ownDir(s.dir); err != nil {
+			return nil, fmt.Errorf("reward.sandbox: none: %w", err)
+		}
 		removeStale(s.dir)
 	} else if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("config key reward.sandbox: namespaces needs Linux (this is %s); set reward.sandbox: none to run candidates without isolation", runtime.GOOS)
@@ -205,6 +213,25 @@ func NewSandbox(mode string, c CodeConfig) (*Sandbox, error) {
 		return nil, fmt.Errorf("config key reward.sandbox: %s: a trivial program did not pass (%s; stderr %q)", mode, o.Reason, o.Stderr)
 	}
 	return s, nil
+}
+
+// ownDir checks that dir is a directory (not a symbolic link) owned by
+// this process's user and closed to others.
+func ownDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory (a symbolic link?): remove it, or set TMPDIR elsewhere", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this user (%d): remove it, or set TMPDIR elsewhere", dir, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%s is open to other users (mode %o): want 0700", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // removeStale removes work directories left by processes that are gone

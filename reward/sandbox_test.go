@@ -119,6 +119,12 @@ func TestSandboxAdversarial(t *testing.T) {
 			"import gc, re\nfound = set()\nf = sys._getframe()\nwhile f is not None:\n    found |= set(re.findall(r'[0-9a-f]{32}', repr(f.f_locals)))\n    f = f.f_back\ntry:\n    for o in gc.get_objects():\n        found |= set(re.findall(r'[0-9a-f]{32}', repr(o)[:10000]))\nexcept RuntimeError:\n    pass\nfor fd in range(3, 64):\n    try:\n        found |= set(re.findall(r'[0-9a-f]{32}', os.read(fd, 1<<16).decode('latin1')))\n    except OSError:\n        pass\nfor p in ('/proc/1/cmdline', '/proc/self/cmdline', '/proc/1/environ'):\n    try:\n        found |= set(re.findall(r'[0-9a-f]{32}', open(p, errors='replace').read()))\n    except OSError:\n        pass\nfor n in found:\n    os.write(4, ('PASS ' + n + '\\n').encode())",
 			"False"), false, ""},
 		{"ctypes and a trace function", leakIf("import ctypes\nWON = True", "WON") + "import sys\ntry:\n    sys.settrace(lambda *a: None)\nexcept RuntimeError:\n    pass\n", false, ""},
+		{"an exception whose __str__ raises the reveal event", wrongF + "import functools, sys\nclass E(Exception):\n    __str__ = functools.partial(sys.audit, 'lanpo.checks_returned')\nraise E()\n", false, ""},
+		{"finalizers that raise the reveal event", wrongF + "import gc, sys, functools\ngc.disable()\nclass D:\n    __del__ = functools.partial(sys.audit, 'lanpo.checks_returned')\nfor i in range(3):\n    a = D()\n    a.self = a\ndel a\ngc.enable()\ngc.set_threshold(1)\n", false, "assertion"},
+		{"the harness's frame", leakIf("f = sys._getframe(1)\nf.f_locals['tests'] = compile('', 'x', 'exec')\nWON = True", "WON"), false, "assertion"},
+		{"the harness's memory", leakIf("import re\nfor pid in ('self', '1'):\n    try:\n        maps = open(b'/proc/%s/maps' % pid.encode(), 'rb').read()\n        m = open(b'/proc/%s/mem' % pid.encode(), 'rb', buffering=0)\n    except OSError:\n        continue\n    for line in maps.splitlines():\n        a, perm = line.split()[:2]\n        lo, hi = [int(x, 16) for x in a.split(b'-')]\n        if not perm.startswith(b'r') or hi - lo > 1 << 28:\n            continue\n        try:\n            m.seek(lo)\n            for t in re.findall(rb'PASS [0-9a-f]{32}\\n', m.read(hi - lo)):\n                os.write(4, t)\n                WON = True\n        except OSError:\n            pass", "False"), false, "assertion"},
+		{"a shared object of its own", leakIf("import _json, shutil, importlib.util\nshutil.copy(_json.__file__, os.environ['HOME'] + '/_json.so')\nspec = importlib.util.spec_from_file_location('_json', os.environ['HOME'] + '/_json.so')\nimportlib.util.module_from_spec(spec)\nWON = True", "WON"), false, "assertion"},
+		{"a nested user namespace", leakIf("import subprocess\nWON = subprocess.run(['unshare', '-Urm', 'true']).returncode == 0", "WON"), false, "assertion"},
 		{"TCP to a loopback listener", leakIf(fmt.Sprintf("c = socket.create_connection(('127.0.0.1', %d), timeout=1)\nWON = True", port), "WON"), false, "assertion"},
 		{"a Unix socket in the filesystem", leakIf("c = socket.socket(socket.AF_UNIX)\nc.connect('"+sock+"')\nWON = True", "WON"), false, "assertion"},
 		{"writing to /tmp, /dev/shm and outside its directory", leakIf(
@@ -308,5 +314,61 @@ func TestSandboxNeighbours(t *testing.T) {
 	wg.Wait()
 	if err != nil || slowErr != nil || !slow.Passed {
 		t.Fatalf("the neighbour: passed %v (%s), err %v; the killer: %+v, %v", slow.Passed, slow.Reason, slowErr, o, err)
+	}
+}
+
+// TestCodeTask: the program a response and its problem make.
+func TestCodeTask(t *testing.T) {
+	he := map[string]any{"prompt": "import math\n\ndef f(x):\n    \"\"\"doc\"\"\"\n", "test": "def check(c): pass", "entry_point": "f"}
+	for _, c := range []struct {
+		problem  map[string]any
+		response string
+		program  string
+	}{
+		{he, "    return x\n", he["prompt"].(string) + "    return x\n"},
+		{he, "Sure:\n```python\ndef f(x):\n    return x\n```\nUse it:\n```python\nprint(f(1))\n```\n", he["prompt"].(string) + "\ndef f(x):\n    return x\n"},
+		{he, "```python\ndef f(x):\n    return math.floor(x)\n", he["prompt"].(string) + "\ndef f(x):\n    return math.floor(x)\n"},
+		{map[string]any{"tests": []any{"assert g() == 1"}}, "```\nfirst\n```\n```py\ndef g():\n    return 1\n```", "def g():\n    return 1\n"},
+	} {
+		task, err := CodeTask(c.problem, c.response)
+		if err != nil || task.Program != c.program {
+			t.Errorf("%q: program %q (%v), want %q", c.response, task.Program, err, c.program)
+		}
+	}
+	for _, c := range []struct {
+		problem map[string]any
+		want    string
+	}{
+		{map[string]any{"prompt": "x"}, "no tests"},
+		{map[string]any{"test": "def check(c): pass"}, "needs \"entry_point\""},
+		{map[string]any{"tests": "assert 1", "test": "x", "entry_point": "f"}, "both"},
+		{map[string]any{"tests": 3}, "want a string or a list"},
+		{map[string]any{"tests": "assert 1", "entry_point": "f(x)"}, "not a Python name"},
+		{nil, "no problem record"},
+	} {
+		if _, err := CodeTask(c.problem, "x"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want %q", c.problem, err, c.want)
+		}
+	}
+}
+
+// TestSandboxNoneRefusesALink: none mode removes stale entries from its
+// directory, so a symbolic link there (someone else's, on a shared /tmp)
+// is refused rather than followed.
+func TestSandboxNoneRefusesALink(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	victim := filepath.Join(tmp, "victim")
+	if err := os.MkdirAll(filepath.Join(victim, "123-1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(tmp, "lanpo-sandbox")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewSandbox(SandboxNone, DefaultCodeConfig()); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("err = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(victim, "123-1")); err != nil {
+		t.Fatalf("the link's target lost its contents: %v", err)
 	}
 }

@@ -1,14 +1,18 @@
 # lanpo's code harness: runs a candidate program and its checks, inside the
 # sandbox, as the sandbox's uid. fd 3 holds the request (JSON: program,
 # tests, entry_point, nonce); fd 4 takes the outcome. Success is the line
-# "PASS <nonce>" on fd 4, written by an audit hook, and only when the call
-# that follows the checks comes from this function's own frame: the checks
-# returned. The nonce lives only in that hook's closure (no frame, global,
-# argument, environment variable, descriptor or file holds it once the
-# candidate runs), and the hook refuses what would reach it: gc's object
-# walks, ctypes, trace and profile functions, reading /proc/*/mem.
-# Anything else is one "FAIL <reason>" line (the candidate can write lines
-# too: they never count). docs/rewards.md states the threat model.
+# "PASS <nonce>" on fd 4, written by an audit hook, and only for the event
+# raised by the one call that follows the checks: from this function's own
+# frame, at that call's instruction (a C callable the candidate planted —
+# an exception's __str__, a finalizer — runs in this frame too, but at
+# another instruction). The nonce lives only in that hook's closure (no
+# frame, global, argument, environment variable, descriptor or file holds it
+# once the candidate runs); the process is not dumpable (no /proc/*/mem, no
+# ptrace), and the hook refuses what would reach the nonce or this frame:
+# frames (sys._getframe, tb_frame and its kin), gc's object walks, ctypes,
+# trace and profile functions. Anything else is one "FAIL <reason>" line
+# (the candidate can write lines too: they never count). docs/rewards.md
+# states the threat model.
 def _main():
     import builtins, os, sys, json
     _exec, _compile, _getframe, _audit, _write, _exit = exec, compile, sys._getframe, sys.audit, os.write, os._exit
@@ -51,12 +55,31 @@ def _main():
     # A tuple: the candidate can reach this frame's locals, not change them.
     pristine = tuple(builtins.__dict__.items())
     me = _getframe()
+    # The offset of the one call that may reveal the nonce: the call after
+    # the event name's constant in this function's code.
+    import dis
+    ins = list(dis.get_instructions(me.f_code))
+    at = [i for i, x in enumerate(ins) if x.argval == "lanpo.checks_returned"]
+    reveal_at = next(x.offset for x in ins[at[0]:] if x.opname.startswith("CALL"))
+    del dis, ins, at
+    # Not dumpable: /proc/<pid>/mem and ptrace need the owner's dumpable
+    # process (or a capability nobody here has).
+    import ctypes
+    if ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        fail("the harness could not make itself non-dumpable")
+    del ctypes
+    for name in [n for n in sys.modules if n == "ctypes" or n.startswith("ctypes.")]:
+        del sys.modules[name]  # a candidate's import runs ctypes anew: its dlopen is refused
 
     def arm(nonce):
         token = ("PASS " + nonce + "\n").encode()
         state = {"inside": False, "done": False}
         blocked = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace",
                    "sys.setprofile", "sys._current_frames"}
+        # Frames: refused as "not deep enough" (ValueError), which the
+        # standard library's callers (namedtuple, typing, enum) handle.
+        no_frame = {"sys._getframe", "sys._getframemodulename"}
+        frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
 
         def hook(event, args):
             if state["inside"]:
@@ -64,7 +87,8 @@ def _main():
             if event == "lanpo.checks_returned":
                 state["inside"] = True
                 try:
-                    ok = _getframe(1) is me and not state["done"]
+                    f = _getframe(1)
+                    ok = f is me and f.f_lasti == reveal_at and not state["done"]
                 finally:
                     state["inside"] = False
                 if ok:
@@ -73,6 +97,10 @@ def _main():
                     flush()
                     _exit(0)
                 return
+            if event in no_frame:
+                raise ValueError("lanpo sandbox: frames are not available")
+            if event == "object.__getattr__" and len(args) > 1 and _type(args[1]) is _str and args[1] in frame_attrs:
+                raise AttributeError("lanpo sandbox: frames are not available")
             if event in blocked or event.startswith("ctypes."):
                 raise RuntimeError("lanpo sandbox: %s is not allowed" % event)
             if event == "open" and args and _type(args[0]) is _str and args[0].startswith("/proc/") \
@@ -86,14 +114,14 @@ def _main():
     g = {}
     try:
         _exec(program, g)
-        # The checks see the candidate's names, but builtins as they were
-        # before it ran (a candidate that rebinds abs or isinstance does
-        # not change what a test computes).
-        t = _dict(g)
-        t["__builtins__"] = _dict(pristine)
-        _exec(tests, t)
+        # The checks run in the program's names (as the reference does),
+        # but with builtins as they were before it ran: a candidate that
+        # rebinds abs or isinstance does not change what a test computes
+        # (its own functions keep the builtins they were made with).
+        g["__builtins__"] = _dict(pristine)
+        _exec(tests, g)
         if call is not None:
-            _exec(call, t)
+            _exec(call, g)
     except _AE as e:
         fail("assertion failed" + (": " + _str(e) if _str(e) else ""))
     except _ME:

@@ -61,7 +61,7 @@ def build_root(cfg):
     # The new root is mounted over /tmp in this mount namespace only: the
     # host's /tmp is neither read nor written.
     root = "/tmp"
-    mount("lanpo-sandbox", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    mount("lanpo-sandbox", root, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,nr_inodes=4096,mode=0755")
     for p in cfg["binds"]:
         if os.path.lexists(p):
             bind_ro(root, p)
@@ -80,7 +80,9 @@ def build_root(cfg):
     work = root + cfg["work"]
     os.makedirs(work, exist_ok=True)
     uid = cfg["uid"]
-    mount("lanpo-work", work, "tmpfs", MS_NOSUID | MS_NODEV,
+    # noexec: nothing the candidate writes is mapped executable (a shared
+    # object it compiled, a binary it dropped).
+    mount("lanpo-work", work, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
           "size=%dk,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (cfg["tmpfs_kb"], cfg["inodes"], uid, uid))
     os.chdir(root)
     os.mkdir(".old")
@@ -91,8 +93,27 @@ def build_root(cfg):
     os.chdir("/")
     call("umount old root", libc.umount2(b"/.old", MNT_DETACH))
     os.rmdir("/.old")
-    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m")
     libc.sethostname(b"sandbox", 7)
+
+
+def no_nesting():
+    """No namespaces inside this one (a nested user namespace would give the
+    candidate mounts of its own — a tmpfs beyond tmpfs_mb — and much more
+    of the kernel to attack), and no executable memfds where the kernel has
+    the switch. Both are per namespace: the host's stay as they are."""
+    for ns in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"):
+        try:
+            with open("/proc/sys/user/max_%s_namespaces" % ns, "w") as f:
+                f.write("0")
+        except OSError as e:
+            if ns == "user":
+                die("max_user_namespaces: %s" % e)
+    try:
+        with open("/proc/sys/vm/memfd_noexec", "w") as f:
+            f.write("2")
+    except OSError:
+        pass  # kernels before 6.3: the tmpfs is noexec, memfds are not
 
 
 def drop(cfg):
@@ -100,15 +121,16 @@ def drop(cfg):
         os.setgroups([])
     except PermissionError:
         pass  # setgroups denied: an unprivileged trainer's one-gid map
+    # No capability in any set, the bounding set included, and none to
+    # regain.
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     if cfg["switch_uid"]:
         os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
-        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])  # clears every capability
+        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])  # clears the rest
     else:
-        # One uid mapped (an unprivileged trainer): stay uid 0 inside, but
-        # with no capabilities, in no set, and none to regain.
-        for cap in range(64):
-            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        # One uid mapped (an unprivileged trainer): stay uid 0 inside.
         hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
         data = (ctypes.c_uint32 * 6)()
         call("capset", libc.capset(hdr, data))
@@ -134,6 +156,7 @@ def limits(cfg):
 try:
     if cfg["mode"] == "namespaces":
         build_root(cfg)
+        no_nesting()
     limits(cfg)
     if cfg["mode"] == "namespaces":
         drop(cfg)

