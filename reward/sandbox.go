@@ -205,7 +205,7 @@ func NewSandbox(mode string, c CodeConfig) (*Sandbox, error) {
 	o, err := s.Run(context.Background(), CodeRequest{Program: "x = 1\n", Tests: "assert x == 1\n"})
 	if err != nil {
 		if mode == SandboxNamespaces {
-			return nil, fmt.Errorf("config key reward.sandbox: namespaces: the sandbox cannot be set up here: %w (it needs user namespaces, and in a container the right to make them: docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined, or --privileged; docs/rewards.md \"Running in a container\"); to run candidates without isolation set reward.sandbox: none", err)
+			return nil, fmt.Errorf("config key reward.sandbox: namespaces: the sandbox cannot be set up here: %w (it needs user namespaces, and in a container the right to make them: docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt systempaths=unconfined, or --privileged; docs/rewards.md \"Running in a container\"); to run candidates without isolation set reward.sandbox: none", err)
 		}
 		return nil, fmt.Errorf("reward.sandbox: none: %w", err)
 	}
