@@ -83,11 +83,13 @@ func (c *Code) Close() error { return nil }
 var (
 	fenceRe    = regexp.MustCompile("(?m)^[ \t]*```[^\n]*\n")
 	fenceEndRe = regexp.MustCompile("(?m)^[ \t]*```[ \t]*$")
+	langLineRe = regexp.MustCompile(`^[ \t]*(python3?|py|Python)[ \t]*\n`)
 )
 
 // ExtractCode is the program in a response: the last fenced block (``` or
 // ```python; an unclosed last fence runs to the end, as a cut-off response
-// leaves it), or the whole response when it has no fence.
+// leaves it; a first line that is only "python" is the language, dropped),
+// or the whole response when it has no fence.
 func ExtractCode(response string) string { return extractCode(response, nil) }
 
 // extractCode is ExtractCode preferring the last block that defines
@@ -112,6 +114,13 @@ func extractCode(response string, defines *regexp.Regexp) string {
 	}
 	if len(blocks) == 0 {
 		return response
+	}
+	for i, b := range blocks {
+		// "```\npython\n…": the language on a line of its own inside the
+		// fence (models write it): not the program's first statement.
+		if m := langLineRe.FindStringIndex(b); m != nil {
+			blocks[i] = b[m[1]:]
+		}
 	}
 	if defines != nil {
 		for i := len(blocks) - 1; i >= 0; i-- {

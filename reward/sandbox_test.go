@@ -329,6 +329,7 @@ func TestCodeTask(t *testing.T) {
 		{he, "Sure:\n```python\ndef f(x):\n    return x\n```\nUse it:\n```python\nprint(f(1))\n```\n", he["prompt"].(string) + "\ndef f(x):\n    return x\n"},
 		{he, "```python\ndef f(x):\n    return math.floor(x)\n", he["prompt"].(string) + "\ndef f(x):\n    return math.floor(x)\n"},
 		{map[string]any{"tests": []any{"assert g() == 1"}}, "```\nfirst\n```\n```py\ndef g():\n    return 1\n```", "def g():\n    return 1\n"},
+		{map[string]any{"tests": "assert g() == 1"}, "```\npython\ndef g():\n    return 1\n```", "def g():\n    return 1\n"},
 	} {
 		task, err := CodeTask(c.problem, c.response)
 		if err != nil || task.Program != c.program {

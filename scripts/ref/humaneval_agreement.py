@@ -44,6 +44,7 @@ def reference():
 
 FENCE = re.compile(r"^[ \t]*```[^\n]*\n", re.M)
 FENCE_END = re.compile(r"^[ \t]*```[ \t]*$", re.M)
+LANG_LINE = re.compile(r"\A[ \t]*(python3?|py|Python)[ \t]*\n")
 
 
 def extract_code(response, defines=None):
@@ -63,6 +64,7 @@ def extract_code(response, defines=None):
         rest = body[e.end():]
     if not blocks:
         return response
+    blocks = [LANG_LINE.sub("", b, count=1) for b in blocks]
     if defines is not None:
         for b in reversed(blocks):
             if defines.search(b):
