@@ -38,7 +38,8 @@ func verifyCommand() *cli.Command {
 			"With --code, each line is a program checked in the code reward's sandbox (docs/rewards.md), as\n" +
 			"training with reward.kind: code scores it: {\"problem\": {\"prompt\": .., \"test\": .., \"entry_point\": ..}\n" +
 			"(a HumanEval record as it is) or {\"problem\": {\"tests\": \"assert f(1) == 2\"}}, \"response\": ..} in\n" +
-			"(the program is the response's last fenced block, else all of it), {\"reward\": .., \"correct\": ..,\n" +
+			"(the program is the response's last fenced block that defines the entry point, else its last fenced\n" +
+			"block, else all of it), {\"reward\": .., \"correct\": ..,\n" +
 			"\"reason\": ..} out. Example: echo '{\"problem\": {\"tests\": \"assert f(1) == 2\"}, \"response\":\n" +
 			"\"def f(x):\\n    return x + 1\"}' | lanpo verify --code",
 		Flags: []cli.Flag{
