@@ -256,8 +256,12 @@ func (o *Options) builders(m *model.Model, tk *tokenizer.Tokenizer) (func(Benchm
 	}, nil
 }
 
-func (o *Options) hasCode() bool {
-	for _, b := range o.Benchmarks {
+func (o *Options) hasCode() bool { return HasCode(o.Benchmarks) }
+
+// HasCode reports whether any of benches is a code benchmark (it needs
+// Options.CodeScorer).
+func HasCode(benches []Benchmark) bool {
+	for _, b := range benches {
 		if b.Code {
 			return true
 		}

@@ -305,13 +305,12 @@ func (f *Builder) Plans(ids, problems []string, indexes []int) ([]Plan, error) {
 
 // relatedLessons are the lessons abstraction reads of a related problem:
 // lanpo.lessons_per_problem of its pool entries, in lanpo.lesson_order. In
-// a code run their code goes here too, whatever the pool's own
-// Config.Code: lanpo eval loads its retrieval pool with the default pool
-// config. StripCode changes nothing it has already stripped, so a code
-// pool's lessons come out as Lessons gave them.
+// a code run their code goes here too where the pool did not strip it
+// (its own Config.Code off: lanpo eval loads its retrieval pool with the
+// default pool config).
 func relatedLessons(p *pool.Pool, problemID, gold string, cfg Config) []pool.Lesson {
 	lessons := p.Lessons(problemID, cfg.LessonsPerProblem, gold, cfg.LessonOrder == orderOutcome)
-	if cfg.Code {
+	if cfg.Code && !p.Config().Code {
 		for i, l := range lessons {
 			lessons[i].Principles, lessons[i].Pitfalls = pool.StripCode(l.Principles), pool.StripCode(l.Pitfalls)
 		}

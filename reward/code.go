@@ -30,9 +30,6 @@ type Code struct {
 // NewCode is a code scorer over sb.
 func NewCode(sb *Sandbox, onError string) *Code { return &Code{sb: sb, onError: onError} }
 
-// Sandbox is the scorer's sandbox (lanpo verify reports its settings).
-func (c *Code) Sandbox() *Sandbox { return c.sb }
-
 // Score runs every response, Concurrency at a time.
 func (c *Code) Score(ctx context.Context, reqs []Request) ([]Verdict, error) {
 	tasks := make([]CodeRequest, len(reqs))
@@ -81,9 +78,10 @@ func (c *Code) Score(ctx context.Context, reqs []Request) ([]Verdict, error) {
 func (c *Code) Close() error { return nil }
 
 var (
-	fenceRe    = regexp.MustCompile("(?m)^[ \t]*```[^\n]*\n")
-	fenceEndRe = regexp.MustCompile("(?m)^[ \t]*```[ \t]*$")
-	langLineRe = regexp.MustCompile(`^[ \t]*(python3?|py|Python)[ \t]*\n`)
+	fenceRe      = regexp.MustCompile("(?m)^[ \t]*```[^\n]*\n")
+	fenceEndRe   = regexp.MustCompile("(?m)^[ \t]*```[ \t]*$")
+	langLineRe   = regexp.MustCompile(`^[ \t]*(python3?|py|Python)[ \t]*\n`)
+	pythonNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // ExtractCode is the program in a response: the last fenced block (``` or
@@ -153,7 +151,7 @@ func CodeTask(problem map[string]any, response string) (CodeRequest, error) {
 	if err != nil {
 		return CodeRequest{}, err
 	}
-	if entry != "" && !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(entry) {
+	if entry != "" && !pythonNameRe.MatchString(entry) {
 		return CodeRequest{}, fmt.Errorf("field \"entry_point\": %q is not a Python name", entry)
 	}
 	test, err := str("test")

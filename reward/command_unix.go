@@ -13,8 +13,13 @@ import (
 // Pdeathsig kills the program when the thread that started it ends — the
 // trainer's torch thread, locked for the whole run, so in practice when
 // the trainer dies (SIGKILL included) and Close never runs.
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+func setProcessGroup(cmd *exec.Cmd) { cmd.SysProcAttr = processGroupAttr() }
+
+// processGroupAttr starts a process in a process group of its own, killed
+// with the thread that started it (setProcessGroup; the code sandbox's
+// none mode).
+func processGroupAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
 // killGroup sends SIGKILL to p's process group (its id is p's pid), and

@@ -56,9 +56,11 @@ type CodeConfig struct {
 }
 
 // DefaultCodeConfig is what unset reward.code keys mean. The worst case of
-// one candidate's memory is max_procs × memory_mb + tmpfs_mb (8 GiB + 32
-// MiB); concurrency 2 keeps two such beside a model in 24 GiB only when
-// candidates are not adversarial in both ways at once — docs/rewards.md.
+// one candidate's memory is about max_procs × (memory_mb + max_open_files
+// × file_mb) + tmpfs_mb (address space, plus memfds, which RLIMIT_AS does
+// not count); concurrency 2 keeps two such beside a model in 24 GiB only
+// when candidates are not adversarial in every way at once —
+// docs/rewards.md.
 func DefaultCodeConfig() CodeConfig {
 	return CodeConfig{Python: "python3", CPUSeconds: 3, WallSeconds: 10, MemoryMB: 1024, MaxProcs: 8,
 		MaxOpenFiles: 64, FileMB: 16, TmpfsMB: 32, MaxFiles: 512, Concurrency: 2, UID: 65534}
@@ -244,13 +246,6 @@ func removeStale(dir string) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
-}
-
-// Describe is the sandbox in words, for the run's log.
-func (s *Sandbox) Describe() string {
-	c := s.cfg
-	return fmt.Sprintf("%s, %s, cpu %ds, wall %ds, %d MiB per process, %d processes, tmpfs %d MiB, %d at once",
-		s.mode, s.python, c.CPUSeconds, c.WallSeconds, c.MemoryMB, c.MaxProcs, c.TmpfsMB, c.Concurrency)
 }
 
 // errSetup: the sandbox itself failed (not the candidate).

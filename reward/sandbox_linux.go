@@ -14,7 +14,7 @@ import (
 // parent-death signal kills it with the thread that started it.
 func sandboxAttr(mode string, uid int) (attr *syscall.SysProcAttr, switchUID bool) {
 	if mode == SandboxNone {
-		return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}, false
+		return processGroupAttr(), false
 	}
 	attr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
@@ -42,7 +42,8 @@ func sandboxAttr(mode string, uid int) (attr *syscall.SysProcAttr, switchUID boo
 // PID namespace, and all in it, ends with it) and its process group.
 func killSandbox(p *os.Process, mode string) {
 	if mode == SandboxNone {
-		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		killGroup(p)
+		return
 	}
 	_ = p.Kill()
 }

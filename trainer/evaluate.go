@@ -40,10 +40,8 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	}
 	o := eval.Options{Benchmarks: benches, Modes: ec.Modes, K: ec.K, Feedback: cfg.FeedbackSettings(), Batch: ec.BatchSize,
 		SkipLongPrompts: ec.SkipLongPrompts, ReferenceNLL: ec.ReferenceNLL, Sampling: model.SamplingParams{Temperature: ec.Temperature, TopP: ec.TopP, MaxNewTokens: ec.MaxNewTokens, Seed: ec.Seed}}
-	for _, b := range benches {
-		if b.Code {
-			o.CodePromptTemplate = CodeTemplate(cfg)
-		}
+	if eval.HasCode(benches) {
+		o.CodePromptTemplate = CodeTemplate(cfg)
 	}
 	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record, reward: cfg.Reward}, nil
 }
@@ -73,7 +71,7 @@ func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Toke
 	}
 	defer scorer.Close()
 	o.Scorer, o.Reward = scorer, e.reward.Describe()
-	if o.CodePromptTemplate != "" {
+	if eval.HasCode(o.Benchmarks) {
 		if o.CodeScorer, err = newCodeScorer(e.reward, scorer); err != nil {
 			return nil, err
 		}

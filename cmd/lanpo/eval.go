@@ -159,15 +159,13 @@ func runEval(c *cli.Context) error {
 		return usageError{err}
 	}
 	defer o.Scorer.Close()
-	for _, b := range benches {
-		if b.Code && o.CodeScorer == nil {
-			if o.CodeScorer, err = trainer.NewCodeScorer(cfg); err != nil {
-				return usageError{err}
-			}
-			defer o.CodeScorer.Close()
-			if !c.IsSet("prompt-template") {
-				o.CodePromptTemplate = trainer.CodeTemplate(cfg)
-			}
+	if eval.HasCode(benches) {
+		if o.CodeScorer, err = trainer.NewCodeScorer(cfg); err != nil {
+			return usageError{err}
+		}
+		defer o.CodeScorer.Close()
+		if !c.IsSet("prompt-template") {
+			o.CodePromptTemplate = trainer.CodeTemplate(cfg)
 		}
 	}
 	sums, err := eval.Run(m, tk, o)
