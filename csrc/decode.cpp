@@ -106,7 +106,8 @@ void sample_cpu(const float *pick, const float *lp, int64_t rows, int64_t v, boo
       rec[r * ldu + col] = static_cast<int64_t>((static_cast<uint64_t>(bits) << 32) | static_cast<uint32_t>(t));
       tok[r] = t;
       pos[r] += 1;
-      if (bias != nullptr && slot + 1 < tmax) bias[r * tmax + slot + 1] = B(0);
+      const int64_t open = slot < 0 ? pos[r] : slot + 1;  // slot < 0: each row's slot is its position
+      if (bias != nullptr && open >= 0 && open < tmax) bias[r * tmax + open] = B(0);
     }
   });
 }
@@ -134,6 +135,13 @@ extern "C" char *lanpo_rope_cache(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v
     TORCH_CHECK(kc.device() == qt.device() && vc.device() == qt.device() && kc.scalar_type() == vc.scalar_type(),
                 "caches on ", kc.device(), " and ", vc.device(), " for q on ", qt.device());
     TORCH_CHECK(c.numel() == 2, "ctr must hold 2 values, got ", c.numel());
+    if (!qt.is_cuda() && c.data_ptr<int64_t>()[1] < 0) {  // each row writes at its position: inside the cache
+      const int64_t *pp = pt.data_ptr<int64_t>();
+      for (int64_t r = 0; r < b; r++) {
+        TORCH_CHECK(pp[r] >= 0 && pp[r] < kc.size(2), "row ", r, " writes at position ", pp[r], " outside the cache's ",
+                    kc.size(2), " slots");
+      }
+    }
     auto y = at::empty({b, hq, 1, d}, qt.options());
     auto kj = lanpo::rope_job(tensor_ref(k), opt(bk), kc, hkv, d, true, true);
     auto vj = lanpo::rope_job(tensor_ref(v), opt(bv), vc, hkv, d, false, true);

@@ -18,8 +18,9 @@ import (
 
 // RopeCache is Rope for one new token per row (q, k, v [B, 1, ·]) that
 // writes the rotated keys and the values into kcache, vcache [B, hkv, Tmax,
-// D] at the slot ctr[1] (ctr: [2] int64 on the device) and returns q [B, hq,
-// 1, D]. Not differentiable.
+// D] at the slot ctr[1] (ctr: [2] int64 on the device; a negative slot:
+// each row at its position pos[r], the slots engine's layout) and returns
+// q [B, hq, 1, D]. Not differentiable.
 func RopeCache(q, k, v, bq, bk, bv, cos, sin, pos, kcache, vcache, ctr *ts.Tensor) (*ts.Tensor, error) {
 	var out C.lanpo_tensor
 	if err := takeError(C.lanpo_rope_cache(handle(q), handle(k), handle(v), optHandle(bq), optHandle(bk), optHandle(bv),
@@ -35,7 +36,8 @@ func RopeCache(q, k, v, bq, bk, bv, cos, sin, pos, kcache, vcache, ctr *ts.Tenso
 // log-probabilities recorded, U [R, U] fp64 each row's uniforms (nil when
 // Greedy), Ctr [2] int64 the output column and the latest cache slot, Tok
 // and Pos [R, 1] int64 the next input and its position (advanced), Bias [R,
-// Tmax] the attention mask whose next slot is opened (nil: none), Rec [R, U]
+// Tmax] the attention mask whose next slot is opened (nil: none; with a
+// negative slot, each row's advanced position), Rec [R, U]
 // int64 the record written at the column.
 type SampleArgs struct {
 	Pick, LP, U, Ctr, Tok, Pos, Bias, Rec *ts.Tensor

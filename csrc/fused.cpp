@@ -204,7 +204,9 @@ void rope_cpu(const cuda::RopeJob *jobs, int n_jobs, const float *cos, const flo
       for (int64_t i = lo; i < hi; i++) {
         int64_t bi = i / (t * job.heads), ti = (i / job.heads) % t, hi_ = i % job.heads;
         const T *xr = x + bi * job.xs[0] + ti * job.xs[1] + hi_ * job.xs[2];
-        T *yr = y + bi * job.ys[0] + (ti + (job.at_slot ? slot : 0)) * job.ys[1] + hi_ * job.ys[2];
+        // A negative slot: each row writes at its own position (slots decoding).
+        const int64_t ty = job.at_slot ? (slot < 0 ? pos[bi * t + ti] : ti + slot) : ti;
+        T *yr = y + bi * job.ys[0] + ty * job.ys[1] + hi_ * job.ys[2];
         auto in = [&](int64_t k) -> acc {
           acc v = static_cast<acc>(xr[k * job.xs[3]]);
           if (bias != nullptr) v = static_cast<acc>(static_cast<T>(v + static_cast<acc>(bias[hi_ * d + k])));

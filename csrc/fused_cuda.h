@@ -31,7 +31,8 @@ void add_rms_norm(void *stream, Elem dt, const void *x, const void *res, const v
 // xs (elements, in that order), plus bias [heads·D] when not null, rotated
 // when rotate (else only the bias is added), written to y through strides ys;
 // with at_slot, y's time index is t + *slot (a KV-cache write at a slot the
-// device holds).
+// device holds), or, when *slot < 0, the row's position pos[b, t] (slots
+// decoding: each row's cache holds its own positions).
 struct RopeJob {
   const void *x;
   int64_t xs[4];
@@ -68,8 +69,9 @@ constexpr int64_t kLanes = 32;
 // ctr[0] and u is [rows, ldu] fp64. It records the token and lp[r, token]
 // (fp32 log-probability) as rec[r, col] = token | bits(lp) << 32 (rec [rows,
 // ldu] int64), makes the token the next input tok[r], advances pos[r] by one
-// and opens the next cache slot for attention: bias[r, ctr[1] + 1] = 0
-// (bias [rows, tmax] in bias_dt; skipped past tmax or when bias is null).
+// and opens the next cache slot for attention: bias[r, ctr[1] + 1] = 0, or
+// bias[r, pos[r]] (the advanced position) when ctr[1] < 0 (bias [rows, tmax]
+// in bias_dt; skipped past tmax or when bias is null).
 void sample(void *stream, const float *pick, const float *lp, int64_t rows, int64_t v, bool greedy, const double *u,
             int64_t ldu, const int64_t *ctr, int64_t *tok, int64_t *pos, void *bias, Elem bias_dt, int64_t tmax,
             int64_t *rec);

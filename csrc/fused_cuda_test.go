@@ -65,23 +65,26 @@ func TestCUDAFusedKernelsMatchCPU(t *testing.T) {
 		kc := s.Keep(ts.MustZeros([]int64{b, hkv, 8, d}, dt, gotch.CPU))
 		vc := s.Keep(ts.MustZeros([]int64{b, hkv, 8, d}, dt, gotch.CPU))
 		kg, vg := on(s, kc), on(s, vc)
-		ctr := tensor.FromSlice(s, []int64{0, 6}, nil, gotch.CPU)
 		one := func(x *ts.Tensor) *ts.Tensor { return s.Keep(x.MustNarrow(1, 0, 1, false).MustContiguous(true)) }
-		p1 := s.Keep(pos.MustNarrow(1, 0, 1, false).MustContiguous(true))
-		qc1, err := RopeCache(one(q), one(k), one(v), bq, nil, nil, cos, sin, p1, kc, vc, ctr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		qg1, err := RopeCache(on(s, one(q)), on(s, one(k)), on(s, one(v)), on(s, bq), nil, nil, on(s, cos), on(s, sin), on(s, p1), kg, vg, on(s, ctr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range []struct {
-			name string
-			a, b *ts.Tensor
-		}{{"q", s.Keep(qg1), s.Keep(qc1)}, {"k cache", kg, kc}, {"v cache", vg, vc}} {
-			if dd := maxDiff(c.a, c.b); dd != 0 {
-				t.Errorf("%v: rope_cache's %s differs from the CPU's by %g", dt, c.name, dd)
+		p1 := s.Keep(pos.MustNarrow(1, 0, 1, false).MustContiguous(true)) // positions 0 and 1
+		// At the device's slot, then (slot < 0) each row at its position.
+		for _, slot := range []int64{6, -1 << 62} {
+			ctr := tensor.FromSlice(s, []int64{0, slot}, nil, gotch.CPU)
+			qc1, err := RopeCache(one(q), one(k), one(v), bq, nil, nil, cos, sin, p1, kc, vc, ctr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qg1, err := RopeCache(on(s, one(q)), on(s, one(k)), on(s, one(v)), on(s, bq), nil, nil, on(s, cos), on(s, sin), on(s, p1), kg, vg, on(s, ctr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				name string
+				a, b *ts.Tensor
+			}{{"q", s.Keep(qg1), s.Keep(qc1)}, {"k cache", kg, kc}, {"v cache", vg, vc}} {
+				if dd := maxDiff(c.a, c.b); dd != 0 {
+					t.Errorf("%v slot %d: rope_cache's %s differs from the CPU's by %g", dt, slot, c.name, dd)
+				}
 			}
 		}
 		// SwiGLU.
@@ -112,10 +115,14 @@ func TestCUDAFusedKernelsMatchCPU(t *testing.T) {
 		uv[i] = 1 - r.Float64()
 	}
 	u := tensor.FromSlice(s, uv, []int64{rows, cols}, gotch.CPU)
-	for _, greedy := range []bool{false, true} {
+	for _, c := range []struct {
+		greedy bool
+		slot   int64 // < 0: each row opens its own position
+	}{{false, 4}, {true, 4}, {false, -1 << 62}} {
+		greedy := c.greedy
 		state := func(d gotch.Device) SampleArgs {
 			a := SampleArgs{Pick: probs, LP: lp, U: u, Greedy: greedy,
-				Ctr: tensor.FromSlice(s, []int64{1, 4}, nil, gotch.CPU), Tok: s.Keep(ts.MustZeros([]int64{rows, 1}, gotch.Int64, gotch.CPU)),
+				Ctr: tensor.FromSlice(s, []int64{1, c.slot}, nil, gotch.CPU), Tok: s.Keep(ts.MustZeros([]int64{rows, 1}, gotch.Int64, gotch.CPU)),
 				Pos:  tensor.FromSlice(s, []int64{3, 4, 5, 6, 7}, []int64{rows, 1}, gotch.CPU),
 				Bias: s.Keep(ts.MustFull([]int64{rows, tmax}, s.Float(math.Inf(-1)), gotch.BFloat16, gotch.CPU)),
 				Rec:  s.Keep(ts.MustZeros([]int64{rows, cols}, gotch.Int64, gotch.CPU))}
@@ -133,13 +140,13 @@ func TestCUDAFusedKernelsMatchCPU(t *testing.T) {
 		if err := Sample(ag); err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []struct {
+		for _, o := range []struct {
 			name string
 			a, b *ts.Tensor
 		}{{"record", ag.Rec, ac.Rec}, {"next input", ag.Tok, ac.Tok}, {"positions", ag.Pos, ac.Pos},
 			{"attention mask", s.Keep(ag.Bias.MustIsinf(false)), s.Keep(ac.Bias.MustIsinf(false))}} {
-			if dd := maxDiff(c.a, c.b); dd != 0 || math.IsNaN(dd) {
-				t.Errorf("greedy %v: the sampler's %s differs from the CPU's by %g", greedy, c.name, dd)
+			if dd := maxDiff(o.a, o.b); dd != 0 || math.IsNaN(dd) {
+				t.Errorf("greedy %v slot %d: the sampler's %s differs from the CPU's by %g", greedy, c.slot, o.name, dd)
 			}
 		}
 	}

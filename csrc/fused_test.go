@@ -3,6 +3,7 @@ package csrc
 import (
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -232,6 +233,79 @@ func TestRopeCacheWritesAtTheDeviceSlot(t *testing.T) {
 				t.Errorf("%v: %s written outside slot 4", dt, c.name)
 			}
 		}
+	}
+}
+
+// TestRopeCacheAndSampleAtEachRowsPosition: with a negative slot (the slots
+// engine's layout) each row's k and v go to the cache slot of its own
+// position and nowhere else, the sampler opens each row's advanced
+// position, and a position outside the cache is refused.
+func TestRopeCacheAndSampleAtEachRowsPosition(t *testing.T) {
+	lockThread(t)
+	const b, hq, hkv, d, tmax, v = 3, 4, 2, 8, 6, 50
+	r := rand.New(rand.NewSource(8))
+	s := newScope(t)
+	cos, sin := ropeTables(s, 16, d)
+	q := tensorOf(t, s, randVals(r, b*hq*d), []int64{b, 1, hq * d}, gotch.Float, false)
+	k := tensorOf(t, s, randVals(r, b*hkv*d), []int64{b, 1, hkv * d}, gotch.Float, false)
+	vv := tensorOf(t, s, randVals(r, b*hkv*d), []int64{b, 1, hkv * d}, gotch.Float, false)
+	positions := []int64{3, 0, 5}
+	pos := tensor.FromSlice(s, positions, []int64{b, 1}, gotch.CPU)
+	kc := s.Keep(ts.MustZeros([]int64{b, hkv, tmax, d}, gotch.Float, gotch.CPU))
+	vc := s.Keep(ts.MustZeros([]int64{b, hkv, tmax, d}, gotch.Float, gotch.CPU))
+	ctr := tensor.FromSlice(s, []int64{1, -1 << 62}, nil, gotch.CPU)
+	if _, err := RopeCache(q, k, vv, nil, nil, nil, cos, sin, pos, kc, vc, ctr); err != nil {
+		t.Fatal(err)
+	}
+	_, wk, wv, err := Rope(q, k, vv, nil, nil, nil, cos, sin, pos, hq, hkv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Keep(wk)
+	s.Keep(wv)
+	for _, c := range []struct {
+		name        string
+		cache, want *ts.Tensor
+	}{{"k", kc, wk}, {"v", vc, wv}} {
+		for row, p := range positions {
+			got := s.Keep(s.Keep(c.cache.MustNarrow(0, int64(row), 1, false)).MustNarrow(2, p, 1, false))
+			want := s.Keep(c.want.MustNarrow(0, int64(row), 1, false))
+			if dd := maxDiff(got, want); dd != 0 {
+				t.Errorf("%s: row %d at its position %d differs by %g", c.name, row, p, dd)
+			}
+		}
+		nonzero := tensor.Float64s(s.Keep(s.Keep(s.Keep(c.cache.MustNe(s.Float(0), false)).MustSum(gotch.Int64, false)).MustTotype(gotch.Double, false)))[0]
+		if want := float64(b * hkv * d); nonzero != want {
+			t.Errorf("%s: %g values written, want %g (one slot per row)", c.name, nonzero, want)
+		}
+	}
+	logits := make([]float32, b*v)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64())
+	}
+	lp := s.Keep(tensor.FromSlice(s, logits, []int64{b, v}, gotch.CPU).MustLogSoftmax(-1, gotch.Float, false))
+	bias := s.Keep(ts.MustFull([]int64{b, tmax}, s.Float(math.Inf(-1)), gotch.Float, gotch.CPU))
+	rec := s.Keep(ts.MustZeros([]int64{b, 2}, gotch.Int64, gotch.CPU))
+	tok := s.Keep(ts.MustZeros([]int64{b, 1}, gotch.Int64, gotch.CPU))
+	if err := Sample(SampleArgs{Pick: lp, LP: lp, Ctr: ctr, Tok: tok, Pos: pos, Bias: bias, Rec: rec, Greedy: true}); err != nil {
+		t.Fatal(err)
+	}
+	bv := tensor.Float64s(bias)
+	for row, p := range positions {
+		for c := int64(0); c < tmax; c++ {
+			if open := bv[int64(row)*tmax+c] == 0; open != (c == p+1) {
+				t.Errorf("bias[%d, %d] open %v: only the row's next position %d should open", row, c, open, p+1)
+			}
+		}
+	}
+	for row, rv := range tensor.Int64s(rec) {
+		if (rv != 0) != (row%2 == 1) { // column ctr[0] = 1 of [b, 2]
+			t.Errorf("record %d = %d: only column 1 should be written", row, rv)
+		}
+	}
+	far := tensor.FromSlice(s, []int64{3, 6, 1}, []int64{b, 1}, gotch.CPU)
+	if _, err := RopeCache(q, k, vv, nil, nil, nil, cos, sin, far, kc, vc, ctr); err == nil || !strings.Contains(err.Error(), "position 6 outside the cache") {
+		t.Errorf("a position past the cache: %v", err)
 	}
 }
 

@@ -55,11 +55,14 @@ char *lanpo_swiglu(lanpo_tensor gate, lanpo_tensor up, lanpo_tensor *out);
 // ---- Decoding (decode.cpp; CUDA in cuda/fused.cu) ----
 //
 // Every integer a decode step needs lives on the device: ctr [2] int64 holds
-// the output column and the cache slot of the latest token.
+// the output column and the cache slot of the latest token. A negative slot
+// means slots decoding: each row's cache holds its own positions, so a row
+// writes at its position pos[r] and the slot counter is not read.
 
 // lanpo_rope for one new token per row (q, k, v [B, 1, ·]) that writes the
 // rotated keys and the values into kcache and vcache [B, hkv, Tmax, D] at slot
-// ctr[1], and returns q [B, hq, 1, D]. Not differentiable.
+// ctr[1] (at pos[r] when ctr[1] < 0), and returns q [B, hq, 1, D]. Not
+// differentiable.
 char *lanpo_rope_cache(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v, lanpo_tensor bq, lanpo_tensor bk,
                        lanpo_tensor bv, lanpo_tensor cos, lanpo_tensor sin, lanpo_tensor pos, lanpo_tensor kcache,
                        lanpo_tensor vcache, lanpo_tensor ctr, lanpo_tensor *out);
@@ -69,7 +72,8 @@ char *lanpo_rope_cache(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v, lanpo_ten
 // (u [R, U] fp64; lanpo's summation order, fused_cuda.h). Records
 // rec[r, ctr[0]] = token | bits(lp[r, token]) << 32 (rec [R, U] int64),
 // writes the token to tok [R, 1], adds one to pos [R, 1] and sets
-// bias[r, ctr[1] + 1] = 0 (bias [R, Tmax], the attention mask; NULL: none).
+// bias[r, ctr[1] + 1] = 0, or bias[r, pos[r]] when ctr[1] < 0 (bias [R,
+// Tmax], the attention mask; NULL: none).
 // Every argument is on one device; nothing is read back to the host.
 char *lanpo_sample(lanpo_tensor pick, lanpo_tensor lp, lanpo_tensor u, lanpo_tensor ctr, lanpo_tensor tok,
                    lanpo_tensor pos, lanpo_tensor bias, lanpo_tensor rec, int greedy);

@@ -132,7 +132,8 @@ __global__ void rope_kernel(RopeJobs jobs, const float *__restrict__ cos, const 
     int64_t h = rest % job.heads, ti = (rest / job.heads) % t, bi = rest / (job.heads * t);
     const T *xr = static_cast<const T *>(job.x) + bi * job.xs[0] + ti * job.xs[1] + h * job.xs[2];
     const T *bias = static_cast<const T *>(job.bias);
-    int64_t ty = ti + (job.at_slot && slot != nullptr ? *slot : 0);
+    int64_t ty = ti;
+    if (job.at_slot && slot != nullptr) ty = *slot < 0 ? pos[bi * t + ti] : ti + *slot;  // < 0: each row at its position
     T *yr = static_cast<T *>(job.y) + bi * job.ys[0] + ty * job.ys[1] + h * job.ys[2];
     Acc x1 = Num<T>::load(xr[k * job.xs[3]]), x2 = Num<T>::load(xr[(k + half) * job.xs[3]]);
     if (bias != nullptr) {
@@ -265,8 +266,9 @@ __global__ void sample_kernel(const float *__restrict__ pick, const float *__res
     rec[r * ldu + col] = static_cast<int64_t>((static_cast<uint64_t>(bits) << 32) | static_cast<uint32_t>(t));
     tok[r] = t;
     pos[r] += 1;
-    if (bias != nullptr && slot + 1 < tmax) {
-      char *at = static_cast<char *>(bias) + (r * tmax + slot + 1) * bias_size;
+    const int64_t open = slot < 0 ? pos[r] : slot + 1;  // slot < 0: each row's slot is its position
+    if (bias != nullptr && open >= 0 && open < tmax) {
+      char *at = static_cast<char *>(bias) + (r * tmax + open) * bias_size;
       for (int k = 0; k < bias_size; k++) at[k] = 0;  // +0.0 in every float type
     }
   }
