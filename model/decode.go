@@ -133,6 +133,11 @@ type decoder struct {
 	compactAt                   int        // compaction only at multiples of this
 	graphs                      *stepGraphs
 	timer                       *stepTimer
+
+	caps      []int      // per sample row: its token budget (rowCaps)
+	slots     *slotState // the slots engine's state (nil: one batch)
+	plen      []int64    // per sample row: its prompt's length
+	promptSum int64      // Σ prompt lengths over the batch rows (SlotStats)
 }
 
 // newDecoder sets up the batch after the prefill filled cache for the
@@ -148,7 +153,7 @@ func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out 
 	defer tensor.Recover("decode setup", &err) // runs first
 	rows := len(rowPrompt)
 	d = &decoder{m: m, p: p, opt: opt, out: out, lmax: lmax, tmax: cache.Tmax, greedy: p.Temperature == 0,
-		live: rows, done: make([]bool, rows), cache: cache, every: opt.SyncEvery}
+		live: rows, done: make([]bool, rows), cache: cache, every: opt.SyncEvery, caps: rowCaps(reqs, out, p)}
 	if d.every <= 0 {
 		d.every = DefaultSyncEvery
 	}
@@ -159,6 +164,9 @@ func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out 
 	d.sc = newScript(p, opt.Detokenize, rows)
 	for r := range out {
 		d.sc.start(r, &out[r])
+	}
+	for r := range out {
+		d.plen = append(d.plen, int64(len(reqs[rowPrompt[r]].PromptIDs)))
 	}
 	b := int64(cache.B)
 	n := int64(p.MaxNewTokens)
@@ -171,6 +179,7 @@ func (m *Model) newDecoder(cache *KVCache, reqs []Request, rowPrompt []int, out 
 		}
 		d.batch = append(d.batch, r)
 		pos[i] = int64(len(reqs[rowPrompt[r]].PromptIDs)) - 1
+		d.promptSum += pos[i] + 1
 		copy(uv[i*n:(i+1)*n], u[r])
 	}
 	dev := m.Device
@@ -227,6 +236,7 @@ func (d *decoder) run(logits *ts.Tensor) error {
 			}
 			if err == nil {
 				steps++
+				d.countStep()
 				err = d.timer.launched()
 			}
 			if err == nil {
@@ -277,14 +287,31 @@ func (d *decoder) afterStep(lp *ts.Tensor) error {
 // window is the attention window of the next step: the cache slots up to
 // the latest token's, rounded up to windowStep.
 func (d *decoder) window() int64 {
+	if d.slots != nil {
+		return d.slots.window
+	}
 	need := d.lmax + int64(d.col) // slots [0, lmax + col): the prompt and tokens 0 … col−1
 	return min(d.tmax, (need+windowStep-1)/windowStep*windowStep)
 }
 
 // held reports whether the stop ids are barred this step (MinNewTokens):
-// every live row has sampled col tokens of a plain output.
+// every live row has sampled col tokens of a plain output (one batch; the
+// slots engine holds rows one by one, heldRows).
 func (d *decoder) held() bool {
-	return d.stopIDs != nil && len(d.p.Segments) == 0 && d.col < d.p.MinNewTokens
+	return d.slots == nil && d.stopIDs != nil && len(d.p.Segments) == 0 && d.col < d.p.MinNewTokens
+}
+
+// countStep adds a decode step of one batch to GenerateOptions.Stats: every
+// batch row attends to its prompt and the col tokens so far.
+func (d *decoder) countStep() {
+	o := d.opt.Stats
+	if o == nil {
+		return
+	}
+	n := int64(len(d.batch))
+	o.Steps++
+	o.RowSteps += n
+	o.ContextTokens += d.promptSum + n*int64(d.col)
 }
 
 // forward runs the latest tokens through the model and returns the fp32
@@ -337,10 +364,13 @@ func (d *decoder) sample(s *tensor.Scope, logits *ts.Tensor) (*ts.Tensor, error)
 // than MinNewTokens into their segment (those look every step, so the host
 // knows); nil when none is.
 func (d *decoder) heldRows(s *tensor.Scope) func(*ts.Tensor) *ts.Tensor {
-	if len(d.p.Segments) == 0 {
+	if len(d.p.Segments) == 0 && d.slots == nil {
 		return nil
 	}
-	active := d.batch[:d.live]
+	active := d.batch[:d.live] // the slots engine: every slot, −1 when idle
+	if d.slots != nil {
+		active = d.batch
+	}
 	return d.m.holdStops(s, d.p, active, d.sc, len(d.batch))
 }
 
@@ -369,9 +399,12 @@ func (d *decoder) look(lp *ts.Tensor) (err error) {
 				forced = append(forced, int64(i), tok)
 			}
 			if fin {
-				smp.FinishReason = reason
-				d.done[r] = true
-				d.ended++
+				d.finish(r, reason)
+			} else if len(smp.IDs) >= d.caps[r] {
+				d.finish(r, "length")
+			}
+			if d.opt.Stats != nil && len(smp.IDs) > 1 { // the first token came from the prefill, not a step
+				d.opt.Stats.BusySlotSteps++
 			}
 		}
 	}
@@ -439,8 +472,10 @@ func (d *decoder) compact() error {
 		*t = kept
 	}
 	batch := make([]int, len(idx))
+	d.promptSum = 0
 	for j, i := range idx {
 		batch[j] = d.batch[i]
+		d.promptSum += d.plen[batch[j]]
 	}
 	d.batch, d.live = batch, len(keep)
 	d.graphs.reset() // the graphs point at the old buffers

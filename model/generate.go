@@ -13,6 +13,11 @@ import (
 type Request struct {
 	PromptIDs []int64
 	Samples   int // G; 0 means 1
+	// MaxNewTokens caps this request's samples below the call's
+	// SamplingParams.MaxNewTokens (0: the call's); they end with finish
+	// reason "length" there.
+	MaxNewTokens int
+	drawOffset   int // uniforms each sample skips first (tests: a resumed sample's replay)
 }
 
 // Sample is one generated sequence.
@@ -26,6 +31,10 @@ type Sample struct {
 	// lie between the ranges; a stop id that ended the last segment is in
 	// its range, one that ended an earlier segment was not fed.
 	Segments [][2]int
+	// Appended holds the ranges IDs[a:b] the caller appended when the
+	// sample resumed after parking (GenerateOptions.Turns): prefilled, not
+	// sampled; their Logprobs are NaN.
+	Appended [][2]int
 }
 
 // GenerateOptions are engine switches.
@@ -45,13 +54,24 @@ type GenerateOptions struct {
 	// Progress, if set, is called after each decode step with the number
 	// of finished rows.
 	Progress func(step, finished, rows int)
-	// MaxRows caps the rows (samples) decoded at once, and so the KV cache:
-	// the requests are cut, each kept whole, into consecutive batches of at
-	// most MaxRows rows that run one after another (0: all at once). Each
-	// request keeps its random stream, so the samples are those each batch
-	// would give alone. A request with more samples than MaxRows is an
-	// error.
+	// MaxRows caps the rows (samples) decoded at once, and so the KV cache
+	// (0: all at once). With more rows than that, the slots engine
+	// (slots.go) decodes MaxRows rows and gives a finished row's slot to
+	// the next waiting sample; a request may have more samples than
+	// MaxRows. Every sample keeps its random stream, so the samples are
+	// those of one batch (in fp64 the same tokens; in fp32 low bits of the
+	// logits differ).
 	MaxRows int
+	// ConsecutiveBatches makes MaxRows cut the requests, each kept whole,
+	// into consecutive batches that run one after another (the engine
+	// before slots; for measurements). A request with more samples than
+	// MaxRows is then an error.
+	ConsecutiveBatches bool
+	// Turns lets samples park and resume with tokens the caller appends
+	// (slots.go); it runs the slots engine.
+	Turns *Turns
+	// Stats, if set, receives how full the decode batch was (added to).
+	Stats *SlotStats
 	// MemoryFraction, on CUDA, caps the rows decoded at once so that the
 	// batch (KV cache, decode and prefill buffers: Config.GenerationBytes)
 	// fits in this share of the device's memory beside what this process
@@ -124,13 +144,16 @@ func (m *Model) generateAt(reqs []Request, streams []int, p SamplingParams, opt 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if opt.MaxRows > 0 {
+	if opt.MaxRows > 0 && opt.ConsecutiveBatches {
 		return m.generateInBatches(reqs, streams, p, opt)
 	}
 	var lmax int64
 	for r, q := range reqs {
 		if err := m.CheckIDs(q.PromptIDs); err != nil {
 			return nil, fmt.Errorf("request %d: %w", r, err)
+		}
+		if q.MaxNewTokens < 0 || q.MaxNewTokens > p.MaxNewTokens {
+			return nil, fmt.Errorf("request %d: max_new_tokens %d outside [0, the call's %d]", r, q.MaxNewTokens, p.MaxNewTokens)
 		}
 		lmax = max(lmax, int64(len(q.PromptIDs)))
 	}
@@ -145,12 +168,26 @@ func (m *Model) generateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		if err != nil {
 			return nil, err
 		}
-		if fit < totalRows(reqs) {
-			if opt.MaxRows == 0 || fit < opt.MaxRows {
-				opt.MaxRows = fit
-			}
-			opt.MemoryFraction = 0
-			return m.generateInBatches(reqs, streams, p, opt)
+		if fit < totalRows(reqs) && (opt.MaxRows == 0 || fit < opt.MaxRows) {
+			opt.MaxRows = fit
+		}
+	}
+	if opt.MaxRows > 0 && opt.ConsecutiveBatches {
+		opt.MemoryFraction = 0
+		return m.generateInBatches(reqs, streams, p, opt)
+	}
+	if rows := totalRows(reqs); opt.Turns != nil || (opt.MaxRows > 0 && rows > opt.MaxRows) {
+		slots := opt.MaxRows
+		if slots == 0 || slots > rows {
+			slots = bucketRows(rows)
+		}
+		return m.generateSlots(reqs, streams, p, opt, slots)
+	}
+	if o := opt.Stats; o != nil {
+		o.Slots = max(o.Slots, totalRows(reqs))
+		o.Prefills++
+		for _, q := range reqs {
+			o.Prefilled += int64(len(q.PromptIDs))
 		}
 	}
 	out, rowPrompt, draws := sampleRows(reqs, streams, p.Seed)
@@ -234,7 +271,8 @@ func (m *Model) fitRows(info csrc.CUDAMemInfo, reqs []Request, lmax, maxNew int6
 
 func gibs(b int64) float64 { return float64(b) / (1 << 30) }
 
-// generateInBatches is GenerateAt under opt.MaxRows.
+// generateInBatches is GenerateAt under opt.MaxRows with
+// opt.ConsecutiveBatches.
 func (m *Model) generateInBatches(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions) ([]Sample, error) {
 	if streams == nil {
 		streams = make([]int, len(reqs))
@@ -254,9 +292,20 @@ func (m *Model) generateInBatches(reqs []Request, streams []int, p SamplingParam
 		if end == start {
 			return nil, fmt.Errorf("request %d: its %d samples do not fit in a generation batch of at most %d rows", start, reqs[start].Samples, limit)
 		}
+		var before SlotStats
+		if o := opt.Stats; o != nil {
+			before = *o
+		}
 		res, err := m.GenerateAt(reqs[start:end], streams[start:end], p, opt)
 		if err != nil {
 			return nil, err
+		}
+		if o := opt.Stats; o != nil {
+			o.Slots = limit
+			if end < len(reqs) { // requests still waited for a batch
+				o.StepsWaiting += o.Steps - before.Steps
+				o.BusyWaiting += o.BusySlotSteps - before.BusySlotSteps
+			}
 		}
 		for i := range res {
 			res[i].Prompt += start
@@ -279,6 +328,9 @@ func sampleRows(reqs []Request, streams []int, seed uint64) (out []Sample, rowPr
 		}
 		for i := 0; i < max(q.Samples, 1); i++ {
 			g := rowRNG(seed, stream, i)
+			for range q.drawOffset {
+				g.Float64()
+			}
 			out = append(out, Sample{Prompt: r, Index: i, FinishReason: "length"})
 			rowPrompt = append(rowPrompt, r)
 			draws = append(draws, func() float64 { return 1 - g.Float64() })

@@ -494,10 +494,11 @@ func TestMinNewTokens(t *testing.T) {
 	}
 }
 
-// MaxRows splits the requests, whole, into batches that each give what
-// they give alone: the same samples as one batch (tokens), request and
-// sample indices in the caller's numbering, and an error naming the
-// request whose group cannot fit.
+// MaxRows with ConsecutiveBatches splits the requests, whole, into batches
+// that each give what they give alone: the same samples as one batch
+// (tokens), request and sample indices in the caller's numbering, and an
+// error naming the request whose group cannot fit. (Without it, MaxRows
+// runs the slots engine: slots_test.go.)
 func TestGenerateMaxRows(t *testing.T) {
 	lockThread(t)
 	m := tinyModel(t, "qwen3-mha-untied")
@@ -514,7 +515,7 @@ func TestGenerateMaxRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rows := range []int{3, 4, 5, 6} {
-		split, err := m.Generate(genPrompts, p, GenerateOptions{MaxRows: rows})
+		split, err := m.Generate(genPrompts, p, GenerateOptions{MaxRows: rows, ConsecutiveBatches: true})
 		if err != nil {
 			t.Fatalf("MaxRows %d: %v", rows, err)
 		}
@@ -528,10 +529,10 @@ func TestGenerateMaxRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if split, _ := m.Generate(genPrompts, p, GenerateOptions{MaxRows: 3}); fmt.Sprint(split[3].IDs, split[5].IDs) != fmt.Sprint(tail[0].IDs, tail[2].IDs) {
+	if split, _ := m.Generate(genPrompts, p, GenerateOptions{MaxRows: 3, ConsecutiveBatches: true}); fmt.Sprint(split[3].IDs, split[5].IDs) != fmt.Sprint(tail[0].IDs, tail[2].IDs) {
 		t.Errorf("batch 2 sampled %v %v, alone %v %v", split[3].IDs, split[5].IDs, tail[0].IDs, tail[2].IDs)
 	}
-	if _, err := m.Generate(genPrompts, p, GenerateOptions{MaxRows: 2}); err == nil || !strings.Contains(err.Error(), "request 0: its 3 samples") {
+	if _, err := m.Generate(genPrompts, p, GenerateOptions{MaxRows: 2, ConsecutiveBatches: true}); err == nil || !strings.Contains(err.Error(), "request 0: its 3 samples") {
 		t.Errorf("a group of 3 under MaxRows 2: %v", err)
 	}
 }

@@ -202,7 +202,7 @@ func (m *Model) holdStops(s *tensor.Scope, p SamplingParams, active []int, sc *s
 	held := make([]bool, rows)
 	n := 0
 	for i, r := range active {
-		if sc.blocksStops(r, p.MinNewTokens) {
+		if r >= 0 && sc.blocksStops(r, p.MinNewTokens) {
 			held[i] = true
 			n++
 		}

@@ -1,0 +1,811 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/lanpo-rl/lanpo/csrc"
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+)
+
+// The slots engine decodes a fixed number of rows (slots) at once and
+// refills a slot as soon as its row finishes, so the batch stays full while
+// samples wait, instead of running consecutive batches that each pay their
+// longest sample (the tail). It runs when the rows outnumber
+// GenerateOptions.MaxRows (or what fits the memory fraction), and whenever
+// rows may park (GenerateOptions.Turns).
+//
+// Layout. Each slot's cache row holds its own sample's positions: token p of
+// prompt + output at slot p (csrc's negative-slot mode: the RoPE kernel
+// writes each row at its position, the sampler opens each row's next
+// position). So a slot refilled at any step needs no shift and no rebase,
+// and the cache is as long as the longest prompt plus max_new_tokens — the
+// same as one batch's. Attention reads a window up to the longest live
+// row's position (rounded up to windowStep), so a step costs what the
+// longest row needs, as in one batch.
+//
+// Refill happens between steps, at a look: the host reads the records,
+// frees the slots of finished (and parked) rows, and gives each free slot
+// the next waiting sample. A new row's context but its last token is
+// prefilled (one right-padded forward for all the look's new rows) into a
+// scratch cache and copied into its slot; its last token becomes the slot's
+// next input at its position, so the next decode step writes it and samples
+// the sample's first token like any other row's next one. A look therefore
+// costs one prefill of the new rows and a few index copies; the decode step
+// itself is unchanged. Between looks nothing leaves the device.
+//
+// Prefix sharing over time: a prompt is prefilled once; the scratch cache
+// stays alive until every sample of its requests has started, and siblings
+// that start later copy from it (it costs the prompt's keys and values, per
+// layer, for the requests in flight: at Qwen2.5-7B, 56 KiB a token, 28 MiB
+// for a 512-token prompt). A group may be larger than the slots.
+//
+// Randomness: every sample draws its j-th token with the j-th uniform of
+// its own stream (rowRNG), whatever its slot and whenever it starts; the
+// host uploads each slot's next uniforms at every look. So slots sample
+// what one batch samples for the same seeds: in fp64 the same tokens (a
+// test); in fp32 the logits differ in low bits (other batch shapes and
+// padding layout), so a near-tie may break the other way.
+//
+// Graphs and compaction: the batch size is fixed while samples wait or rows
+// are parked, and every buffer a step reads (tokens, positions, mask,
+// uniforms, records, counters) is written in place at looks, so captured
+// step graphs stay valid; the key changes only with the window. Once
+// nothing waits and nothing is parked, finished slots leave the batch as in
+// one batch (compaction, which makes new buffers and drops the graphs).
+//
+// Park and resume (Turns): a row that samples one of Turns.ParkIDs (or for
+// which Turns.ParkIf holds) parks at the look that reads it: its slot is
+// freed at once and its cache released; resuming re-prefills its whole
+// context (prompt, output and the appended ids) into a free slot. Keeping
+// the cache instead would hold a slot idle for as long as the caller's tool
+// runs (or need memory beyond the slots); recomputing costs one prefill of
+// the context, which runs at prefill speed (compute-bound, batched with the
+// look's other new rows).
+
+// Turns lets samples pause mid-generation and go on with tokens the caller
+// appends (tool calls): GenerateOptions.Turns. model/ never reads what the
+// tokens mean.
+type Turns struct {
+	// ParkIDs: a sample that samples one of these ids parks right after it
+	// (the id is kept in its IDs). A stop id ends the sample instead.
+	ParkIDs []int64
+	// ParkIf, if set, is asked after each sampled token of each sample, at
+	// the look that reads it, with the sample's ids so far (not to be
+	// kept); true parks the sample there.
+	ParkIf func(prompt, index int, ids []int64) bool
+	// Parked is called, on the generating thread, with a copy of each
+	// sample that parks. It must not block: the caller answers each parked
+	// sample with exactly one Resume on Resumes, from any goroutine, when
+	// it is ready; the other rows decode meanwhile. Generate returns once
+	// every sample has finished.
+	Parked  func(Sample)
+	Resumes <-chan Resume
+}
+
+// Resume answers a parked sample.
+type Resume struct {
+	Prompt, Index int
+	// Append is added after the sample's ids (Sample.Appended records where)
+	// and prefilled, not sampled: its log-probabilities are NaN. Sampling
+	// then goes on. If the sample's ids with Append reach its token budget,
+	// Append is cut there and the sample ends with finish reason "length".
+	Append []int64
+	// Finish, when not empty, ends the sample here with this finish reason
+	// instead of resuming it (Append is still added).
+	Finish string
+}
+
+// SlotStats, set in GenerateOptions.Stats, counts how full the decode batch
+// was (lanpo bench generate --long-tail). Generate adds to it.
+type SlotStats struct {
+	Slots int // rows decoded at once at most
+	Steps int // decode steps: forward passes of one token per row
+	// BusySlotSteps: Σ over steps of the rows whose token was kept (a
+	// sample's sampled or header token).
+	BusySlotSteps int64
+	// RowSteps: Σ over steps of the rows the step ran (padding and idle
+	// slots included).
+	RowSteps int64
+	// ContextTokens: Σ over steps and rows run of the tokens the row
+	// attends to (its own prompt and output, not padding): what a
+	// paged-attention kernel would read.
+	ContextTokens int64
+	// Before the queue emptied (a sample was still waiting for a slot, or
+	// for its batch): the steps and the busy slot-steps.
+	StepsWaiting int
+	BusyWaiting  int64
+	Looks        int
+	Prefills     int   // prefill forwards (one per look that started rows)
+	Prefilled    int64 // tokens prefilled
+	Copied       int   // rows whose prompt was copied from a sibling's prefill
+	Parks        int
+}
+
+// Occupancy is busy slot-steps over slot-steps (Slots × Steps).
+func (s *SlotStats) Occupancy() float64 {
+	if s.Steps == 0 || s.Slots == 0 {
+		return 0
+	}
+	return float64(s.BusySlotSteps) / float64(s.Slots*s.Steps)
+}
+
+// OccupancyWaiting is Occupancy over the steps before the queue emptied.
+func (s *SlotStats) OccupancyWaiting() float64 {
+	if s.StepsWaiting == 0 || s.Slots == 0 {
+		return 0
+	}
+	return float64(s.BusyWaiting) / float64(s.Slots*s.StepsWaiting)
+}
+
+// slotPerRow is the negative cache slot that selects the per-row layout.
+const slotPerRow = -1 << 62
+
+// slotRow is one sample's state in the slots engine.
+type slotRow struct {
+	ctx    int       // tokens of prompt + output the row's cache holds once started (its position + 1)
+	spare  []float64 // uniforms drawn from its stream and not yet used
+	parked bool
+	queued bool // waiting for a slot (fresh or resumed)
+}
+
+// slotState is the slots engine's part of a decoder.
+type slotState struct {
+	reqs   []Request
+	rows   []slotRow
+	queue  []int // fresh sample rows, in order
+	resume []int // resumed sample rows, in order (first served)
+	parked int
+	draws  []func() float64
+	// store: the scratch caches of prompts with samples still to start.
+	store   map[int]storeEntry // request → its prefill
+	pending map[int]int        // request → samples not yet started
+	share   bool
+	steps   int   // E′: steps of the current window
+	window  int64 // attention window of the current window's steps
+	waiting bool  // a sample waited for a slot when this window began
+	turns   *Turns
+	ones    []float64
+}
+
+type storeEntry struct {
+	cache *KVCache
+	row   int64
+}
+
+// storeRefs counts the requests whose prefill lives in a scratch cache.
+func (st *slotState) storeRefs(c *KVCache) int {
+	n := 0
+	for _, e := range st.store {
+		if e.cache == c {
+			n++
+		}
+	}
+	return n
+}
+
+// generateSlots is GenerateAt with at most slots rows decoded at once.
+func (m *Model) generateSlots(reqs []Request, streams []int, p SamplingParams, opt GenerateOptions, slots int) (out []Sample, err error) {
+	if opt.Turns != nil {
+		if len(p.Segments) > 0 {
+			return nil, fmt.Errorf("generate: a structured output (segments) cannot park")
+		}
+		if opt.Turns.Parked == nil || opt.Turns.Resumes == nil {
+			return nil, fmt.Errorf("generate: turns need Parked and Resumes")
+		}
+	}
+	var lmax int64
+	for _, q := range reqs {
+		lmax = max(lmax, int64(len(q.PromptIDs)))
+	}
+	out, _, draws := sampleRows(reqs, streams, p.Seed)
+	rows := len(out)
+	b := min(slots, rows)
+	if opt.Turns != nil || b < rows {
+		b = slots
+	}
+	cache, err := m.NewKVCache(int64(b), (lmax+int64(p.MaxNewTokens)+windowStep-1)/windowStep*windowStep)
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Close()
+	d, err := m.newSlotDecoder(cache, reqs, out, draws, p, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	if err := d.runSlots(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *Model) newSlotDecoder(cache *KVCache, reqs []Request, out []Sample, draws []func() float64, p SamplingParams, opt GenerateOptions) (d *decoder, err error) {
+	defer func() {
+		if err != nil && d != nil {
+			d.close()
+			d = nil
+		}
+	}()
+	defer tensor.Recover("decode setup", &err)
+	rows := len(out)
+	d = &decoder{m: m, p: p, opt: opt, out: out, tmax: cache.Tmax, greedy: p.Temperature == 0,
+		done: make([]bool, rows), cache: cache, every: opt.SyncEvery, caps: rowCaps(reqs, out, p)}
+	if d.every <= 0 {
+		d.every = DefaultSyncEvery
+	}
+	if len(p.Segments) > 0 || (p.MinNewTokens > 0 && len(p.StopIDs) > 0) {
+		d.every = 1 // headers, and per-row holds of the stop ids, need the host every step
+	}
+	d.compactAt = 1
+	st := &slotState{reqs: reqs, rows: make([]slotRow, rows), draws: draws, store: map[int]storeEntry{},
+		pending: map[int]int{}, share: !opt.NoPrefixSharing, turns: opt.Turns}
+	for r := range out {
+		st.queue = append(st.queue, r)
+		st.rows[r].queued = true
+		st.pending[out[r].Prompt]++
+	}
+	d.slots = st
+	d.sc = newScript(p, opt.Detokenize, rows)
+	for r := range out {
+		d.sc.start(r, &out[r])
+	}
+	bn := cache.B
+	for i := int64(0); i < bn; i++ {
+		d.batch = append(d.batch, -1)
+	}
+	e := int64(d.every)
+	dev := m.Device
+	var s tensor.Scope
+	defer s.Close()
+	d.tok = ts.MustZeros([]int64{bn, 1}, gotch.Int64, dev)
+	d.pos = ts.MustZeros([]int64{bn, 1}, gotch.Int64, dev)
+	d.ctr = s.Release(csrc.Upload(&s, []int64{0, slotPerRow}, nil, dev))
+	d.u = ts.MustOnes([]int64{bn, e}, gotch.Double, dev)
+	d.rec = ts.MustZeros([]int64{bn, e}, gotch.Int64, dev)
+	d.bias = ts.MustFull([]int64{bn, cache.Tmax}, s.Float(math.Inf(-1)), m.DType, dev)
+	if p.MinNewTokens > 0 && len(p.StopIDs) > 0 {
+		d.stopIDs = s.Release(csrc.Upload(&s, p.StopIDs, nil, dev))
+	}
+	if st := opt.Stats; st != nil {
+		st.Slots = max(st.Slots, int(bn))
+	}
+	d.graphs = newStepGraphs(opt.CUDAGraphs && d.every > 1, m.Device, opt.GraphStats)
+	d.timer, err = newStepTimer(opt.Timing, m)
+	return d, err
+}
+
+// rowCaps is each sample row's token budget: its request's MaxNewTokens,
+// or the call's.
+func rowCaps(reqs []Request, out []Sample, p SamplingParams) []int {
+	caps := make([]int, len(out))
+	for r := range out {
+		caps[r] = p.MaxNewTokens
+		if c := reqs[out[r].Prompt].MaxNewTokens; c > 0 {
+			caps[r] = c
+		}
+	}
+	return caps
+}
+
+// runSlots decodes until every sample has finished: fill the free slots,
+// run a window of steps, look, again.
+func (d *decoder) runSlots() error {
+	st := d.slots
+	defer st.closeStore()
+	return countDecode(d.opt.Counts, func() (steps int, err error) {
+		for {
+			if err := d.fill(); err != nil {
+				return steps, err
+			}
+			if d.ended == len(d.out) {
+				return steps, nil
+			}
+			if err := d.prepareWindow(); err != nil {
+				return steps, err
+			}
+			for k := 0; k < st.steps; k++ {
+				var s tensor.Scope
+				err := d.timer.begin(d.live)
+				var lp *ts.Tensor
+				if err == nil {
+					lp, err = d.step(&s)
+				}
+				if err == nil {
+					steps++
+					d.col++
+					err = d.timer.launched()
+				}
+				if err == nil && k == st.steps-1 {
+					err = d.slotLook(lp)
+				}
+				s.Close()
+				if err != nil {
+					return steps, err
+				}
+				d.timer.looked()
+			}
+		}
+	})
+}
+
+// fill takes the resumes that arrived, gives every free slot the next
+// waiting sample, and prefills the new rows. With nothing to decode but
+// parked rows, it waits for a resume.
+func (d *decoder) fill() (err error) {
+	defer tensor.Recover("slots refill", &err)
+	st := d.slots
+	if err := d.takeResumes(false); err != nil {
+		return err
+	}
+	for d.live == 0 && len(st.queue)+len(st.resume) == 0 && st.parked > 0 {
+		if err := d.takeResumes(true); err != nil {
+			return err
+		}
+	}
+	var started []int64 // batch rows
+	for i, r := range d.batch {
+		if r >= 0 {
+			continue
+		}
+		var next int
+		switch {
+		case len(st.resume) > 0:
+			next, st.resume = st.resume[0], st.resume[1:]
+		case len(st.queue) > 0:
+			next, st.queue = st.queue[0], st.queue[1:]
+		default:
+			continue
+		}
+		st.rows[next].queued = false
+		d.batch[i] = next
+		d.live++
+		started = append(started, int64(i))
+	}
+	st.waiting = len(st.queue)+len(st.resume) > 0
+	if len(started) > 0 {
+		if err := d.startRows(started); err != nil {
+			return err
+		}
+	}
+	if !st.waiting && st.parked == 0 && !d.opt.NoCompaction {
+		return d.compactSlots()
+	}
+	return nil
+}
+
+// takeResumes applies the resumes waiting on the channel (block: wait for
+// one first).
+func (d *decoder) takeResumes(block bool) error {
+	st := d.slots
+	if st.turns == nil {
+		return nil
+	}
+	for {
+		var rs Resume
+		if block {
+			rs = <-st.turns.Resumes
+			block = false
+		} else {
+			select {
+			case rs = <-st.turns.Resumes:
+			default:
+				return nil
+			}
+		}
+		if err := d.resume(rs); err != nil {
+			return err
+		}
+	}
+}
+
+// resume appends a Resume's ids to its parked sample and queues it.
+func (d *decoder) resume(rs Resume) error {
+	st := d.slots
+	r := -1
+	for i := range d.out {
+		if d.out[i].Prompt == rs.Prompt && d.out[i].Index == rs.Index {
+			r = i
+			break
+		}
+	}
+	if r < 0 || !st.rows[r].parked {
+		return fmt.Errorf("generate: resume of request %d sample %d, which is not parked", rs.Prompt, rs.Index)
+	}
+	st.rows[r].parked = false
+	st.parked--
+	smp := &d.out[r]
+	add := rs.Append
+	full := len(smp.IDs)+len(add) >= d.caps[r]
+	if full {
+		add = add[:max(0, d.caps[r]-len(smp.IDs))]
+	}
+	if len(add) > 0 {
+		at := len(smp.IDs)
+		smp.IDs = append(smp.IDs, add...)
+		for _, id := range add {
+			smp.Logprobs = append(smp.Logprobs, float32(math.NaN()))
+			d.sc.stops.feed(r, id)
+		}
+		smp.Appended = append(smp.Appended, [2]int{at, len(smp.IDs)})
+		d.sc.stops.reset(r)
+	}
+	switch {
+	case rs.Finish != "":
+		d.finish(r, rs.Finish)
+	case full:
+		d.finish(r, "length")
+	default:
+		st.resume = append(st.resume, r)
+		st.rows[r].queued = true
+	}
+	return nil
+}
+
+func (d *decoder) finish(r int, reason string) {
+	d.out[r].FinishReason = reason
+	d.done[r] = true
+	d.ended++
+}
+
+// startRows prefills the context of the samples just given batch rows
+// (all of it but the last token) and sets those rows' next input, position
+// and mask.
+func (d *decoder) startRows(batchRows []int64) error {
+	st := d.slots
+	m := d.m
+	var s tensor.Scope
+	defer s.Close()
+	type job struct {
+		batchRow int64
+		ctx      []int64
+		req      int // ≥ 0: a fresh sample whose prompt may be shared
+	}
+	var jobs []job
+	for _, i := range batchRows {
+		r := d.batch[i]
+		smp := &d.out[r]
+		ctx := append(append([]int64(nil), st.reqs[smp.Prompt].PromptIDs...), smp.IDs...)
+		req := -1
+		if len(smp.IDs) == 0 && st.share {
+			req = smp.Prompt
+		}
+		if len(smp.IDs) == 0 {
+			st.pending[smp.Prompt]--
+		}
+		st.rows[r].ctx = len(ctx)
+		jobs = append(jobs, job{i, ctx, req})
+	}
+	// Contexts to prefill: a shared prompt once (unless a sibling's is in
+	// the store), every other context on its own.
+	var fwd [][]int64
+	fwdRow := map[int]int64{} // request → its row in this prefill
+	type copyJob struct {
+		from     *KVCache
+		src, dst int64
+	}
+	var copies []copyJob
+	var fresh []int64 // scratch rows of this prefill, in job order (−1: from the store)
+	for _, j := range jobs {
+		if len(j.ctx) <= 1 {
+			fresh = append(fresh, -2) // nothing to prefill
+			continue
+		}
+		if j.req >= 0 {
+			if e, ok := st.store[j.req]; ok {
+				copies = append(copies, copyJob{e.cache, e.row, j.batchRow})
+				fresh = append(fresh, -1)
+				if o := d.opt.Stats; o != nil {
+					o.Copied++
+				}
+				continue
+			}
+			if row, ok := fwdRow[j.req]; ok {
+				fresh = append(fresh, row)
+				continue
+			}
+			fwdRow[j.req] = int64(len(fwd))
+		}
+		fresh = append(fresh, int64(len(fwd)))
+		fwd = append(fwd, j.ctx[:len(j.ctx)-1])
+	}
+	if len(fwd) > 0 {
+		scratch, err := m.prefillRight(&s, fwd)
+		if err != nil {
+			return err
+		}
+		var src, dst []int64
+		for k, j := range jobs {
+			if fresh[k] >= 0 {
+				src, dst = append(src, fresh[k]), append(dst, j.batchRow)
+			}
+		}
+		if err := d.cache.CopyRows(scratch, src, dst); err != nil {
+			scratch.Close()
+			return err
+		}
+		kept := false
+		for req, row := range fwdRow {
+			if st.pending[req] > 0 {
+				st.store[req] = storeEntry{scratch, row}
+				kept = true
+			}
+		}
+		if !kept {
+			scratch.Close()
+		}
+		if o := d.opt.Stats; o != nil {
+			o.Prefills++
+			for _, c := range fwd {
+				o.Prefilled += int64(len(c))
+			}
+		}
+	}
+	for _, c := range copies {
+		if err := d.cache.CopyRows(c.from, []int64{c.src}, []int64{c.dst}); err != nil {
+			return err
+		}
+	}
+	// Release the store's prompts whose samples have all started.
+	for req, e := range st.store {
+		if st.pending[req] == 0 {
+			delete(st.store, req)
+			if st.storeRefs(e.cache) == 0 {
+				e.cache.Close()
+			}
+		}
+	}
+	toks, pos, ctxs := make([]int64, len(jobs)), make([]int64, len(jobs)), make([]int64, len(jobs))
+	for k, j := range jobs {
+		toks[k], pos[k], ctxs[k] = j.ctx[len(j.ctx)-1], int64(len(j.ctx)-1), int64(len(j.ctx))
+	}
+	return d.setRows(&s, batchRows, toks, pos, ctxs)
+}
+
+// setRows sets batch rows' next input, its position, and their mask open
+// over [0, ctx).
+func (d *decoder) setRows(s *tensor.Scope, rows, toks, pos, ctx []int64) error {
+	dev := d.m.Device
+	n := int64(len(rows))
+	idx := csrc.Upload(s, rows, nil, dev)
+	d.tok.MustIndexCopy_(0, idx, csrc.Upload(s, toks, []int64{n, 1}, dev))
+	d.pos.MustIndexCopy_(0, idx, csrc.Upload(s, pos, []int64{n, 1}, dev))
+	lim := csrc.Upload(s, ctx, []int64{n, 1}, dev)
+	ar := s.Keep(ts.MustArange(s.Int(d.tmax), gotch.Int64, dev))
+	closed := s.Keep(ar.MustGeTensor(lim, false)) // [n, Tmax]
+	zero := s.Keep(ts.MustZeros([]int64{n, d.tmax}, d.m.DType, dev))
+	d.bias.MustIndexCopy_(0, idx, s.Keep(zero.MustMaskedFill(closed, s.Float(math.Inf(-1)), false)))
+	return nil
+}
+
+// prefillRight runs contexts, right-padded, through the model into a new
+// scratch cache (each context's token p at slot p) and returns it.
+func (m *Model) prefillRight(s *tensor.Scope, ctxs [][]int64) (*KVCache, error) {
+	var t int64
+	for _, c := range ctxs {
+		t = max(t, int64(len(c)))
+	}
+	n := int64(len(ctxs))
+	ids, pos := make([]int64, n*t), make([]int64, n*t)
+	for r, c := range ctxs {
+		copy(ids[int64(r)*t:], c)
+		for j := int64(0); j < t; j++ {
+			pos[int64(r)*t+j] = j
+		}
+	}
+	scratch, err := m.NewKVCache(n, t)
+	if err != nil {
+		return nil, err
+	}
+	var fs tensor.Scope
+	defer fs.Close()
+	// Padding after a context is never attended to by its tokens (causal)
+	// and is masked in the slot it is copied to.
+	if _, err := m.Forward(&fs, csrc.Upload(&fs, ids, []int64{n, t}, m.Device), csrc.Upload(&fs, pos, []int64{n, t}, m.Device), nil, scratch); err != nil {
+		scratch.Close()
+		return nil, err
+	}
+	return scratch, nil
+}
+
+func (st *slotState) closeStore() {
+	seen := map[*KVCache]bool{}
+	for _, e := range st.store {
+		if !seen[e.cache] {
+			seen[e.cache] = true
+			e.cache.Close()
+		}
+	}
+	st.store = nil
+}
+
+// prepareWindow chooses the next window's steps E′ (SyncEvery, cut so that
+// no row passes max_new_tokens: its positions stay in the cache), resets
+// the idle slots, uploads every slot's next uniforms and rewinds the output
+// column.
+func (d *decoder) prepareWindow() (err error) {
+	defer tensor.Recover("slots window", &err)
+	st := d.slots
+	e := d.every
+	var top int64 // the largest position a row starts the window at
+	var idle []int64
+	for i, r := range d.batch {
+		if r < 0 {
+			idle = append(idle, int64(i))
+			continue
+		}
+		e = min(e, d.p.MaxNewTokens-len(d.out[r].IDs))
+		top = max(top, int64(st.rows[r].ctx-1))
+	}
+	st.steps = max(e, 1)
+	st.window = min(d.tmax, (top+int64(st.steps)+windowStep-1)/windowStep*windowStep)
+	var s tensor.Scope
+	defer s.Close()
+	if len(idle) > 0 {
+		// An idle slot decodes from position 0 over its own slot only:
+		// finite, inside the cache, ignored.
+		z := make([]int64, len(idle))
+		one := slices.Repeat([]int64{1}, len(idle))
+		if err := d.setRows(&s, idle, z, z, one); err != nil {
+			return err
+		}
+	}
+	width := int(d.u.MustSize()[1])
+	uv := make([]float64, 0, len(d.batch)*width)
+	for _, r := range d.batch {
+		if r < 0 {
+			uv = append(uv, d.onesRow(width)...)
+			continue
+		}
+		row := &st.rows[r]
+		for len(row.spare) < st.steps {
+			row.spare = append(row.spare, st.draws[r]())
+		}
+		uv = append(uv, row.spare[:st.steps]...)
+		uv = append(uv, d.onesRow(width-st.steps)...)
+	}
+	d.u.Copy_(csrc.Upload(&s, uv, []int64{int64(len(d.batch)), int64(width)}, d.m.Device))
+	d.ctr.Copy_(csrc.Upload(&s, []int64{0, slotPerRow}, nil, d.m.Device))
+	d.looked = 0
+	if o := d.opt.Stats; o != nil {
+		o.Looks++
+		n := int64(st.steps)
+		o.Steps += st.steps
+		o.RowSteps += n * int64(len(d.batch))
+		if st.waiting {
+			o.StepsWaiting += st.steps
+		}
+		for _, r := range d.batch {
+			c := int64(1) // an idle slot: its own slot, then one more a step
+			if r >= 0 {
+				c = int64(st.rows[r].ctx)
+			}
+			o.ContextTokens += n*c + n*(n-1)/2
+		}
+	}
+	return nil
+}
+
+func (d *decoder) onesRow(n int) []float64 {
+	st := d.slots
+	for len(st.ones) < n {
+		st.ones = append(st.ones, 1)
+	}
+	return st.ones[:n]
+}
+
+// slotLook reads the window's records and feeds them to each live row's
+// script: a row that finishes or parks drops what it sampled after, and
+// frees its slot.
+func (d *decoder) slotLook(lp *ts.Tensor) (err error) {
+	defer tensor.Recover("decode look", &err)
+	st := d.slots
+	n := st.steps
+	var s tensor.Scope
+	defer s.Close()
+	recs := tensor.Int64s(s.Keep(d.rec.MustNarrow(1, 0, int64(n), false))) // sync: the look; [B, n]
+	var forced []int64
+	var parked []int
+	var busy int64
+	for i, r := range d.batch {
+		if r < 0 {
+			continue
+		}
+		used := 0
+		row := &st.rows[r]
+		for j := 0; j < n && !d.done[r] && !row.parked; j++ {
+			drawn, logp := csrc.UnpackRecord(recs[i*n+j])
+			tok, fin, reason := d.sc.step(r, drawn, &d.out[r])
+			smp := &d.out[r]
+			smp.IDs = append(smp.IDs, tok)
+			smp.Logprobs = append(smp.Logprobs, logp)
+			used++
+			if tok != drawn {
+				forced = append(forced, int64(i), tok)
+			}
+			switch {
+			case fin:
+				d.finish(r, reason)
+			case len(smp.IDs) >= d.caps[r]:
+				d.finish(r, "length")
+			case st.turns != nil && (slices.Contains(st.turns.ParkIDs, tok) || (st.turns.ParkIf != nil && st.turns.ParkIf(smp.Prompt, smp.Index, smp.IDs))):
+				row.parked = true
+				st.parked++
+				parked = append(parked, r)
+			}
+		}
+		busy += int64(used)
+		row.spare = row.spare[used:]
+		row.ctx += used
+		if d.done[r] || row.parked {
+			d.batch[i] = -1
+			d.live--
+		}
+	}
+	if o := d.opt.Stats; o != nil {
+		o.BusySlotSteps += busy
+		if st.waiting {
+			o.BusyWaiting += busy
+		}
+		o.Parks += len(parked)
+	}
+	if len(forced) > 0 {
+		if err := d.force(&s, lp, forced); err != nil {
+			return err
+		}
+	}
+	if d.opt.Progress != nil {
+		d.opt.Progress(d.col, d.ended, len(d.out))
+	}
+	for _, r := range parked {
+		smp := d.out[r]
+		smp.IDs = slices.Clone(smp.IDs)
+		smp.Logprobs = slices.Clone(smp.Logprobs)
+		smp.Appended = slices.Clone(smp.Appended)
+		st.turns.Parked(smp)
+	}
+	return nil
+}
+
+// compactSlots drops idle slots once a quarter of the batch is idle (nothing
+// waits and nothing is parked), rebucketing it; the graphs are dropped.
+func (d *decoder) compactSlots() error {
+	var keep []int64
+	for i, r := range d.batch {
+		if r >= 0 {
+			keep = append(keep, int64(i))
+		}
+	}
+	if len(keep) == 0 || len(keep) == len(d.batch) || 4*(len(d.batch)-len(keep)) < len(d.batch) {
+		return nil
+	}
+	idx := append([]int64(nil), keep...)
+	for len(idx) < bucketRows(len(keep)) {
+		idx = append(idx, keep[0]) // a copy of a live row; marked idle below
+	}
+	if err := d.cache.Keep(idx); err != nil {
+		return err
+	}
+	var s tensor.Scope
+	defer s.Close()
+	it := csrc.Upload(&s, idx, nil, d.m.Device)
+	for _, t := range []**ts.Tensor{&d.tok, &d.pos, &d.u, &d.rec, &d.bias} {
+		kept := (*t).MustIndexSelect(0, it, false)
+		(*t).MustDrop()
+		*t = kept
+	}
+	batch := make([]int, len(idx))
+	for j, i := range idx {
+		batch[j] = -1
+		if j < len(keep) {
+			batch[j] = d.batch[i]
+		}
+	}
+	d.batch = batch
+	d.graphs.reset()
+	return nil
+}
