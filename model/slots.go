@@ -106,7 +106,8 @@ type SlotStats struct {
 	Slots int // rows decoded at once at most
 	Steps int // decode steps: forward passes of one token per row
 	// BusySlotSteps: Σ over steps of the rows whose token was kept (a
-	// sample's sampled or header token).
+	// sample's sampled or header token): the tokens decode steps made
+	// (one batch samples each first token from its prefill instead).
 	BusySlotSteps int64
 	// RowSteps: Σ over steps of the rows the step ran (padding and idle
 	// slots included).

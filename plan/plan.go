@@ -289,7 +289,7 @@ func (b *planner) rollout(always int64) {
 	if o.RolloutRows > 0 {
 		note := fmt.Sprintf("%d rows × %d positions: KV cache and decode buffers", rows, o.RolloutTokens)
 		if rows < o.RolloutRows && rows > 0 {
-			note = fmt.Sprintf("%d of the step's %d rows at once (%d generation batches) × %d positions", rows, o.RolloutRows, (o.RolloutRows+rows-1)/rows, o.RolloutTokens)
+			note = fmt.Sprintf("%d of the step's %d rows at once (slots: a finished row's slot takes the next sample) × %d positions", rows, o.RolloutRows, o.RolloutTokens)
 		}
 		b.add("rollout (generation batch)", gen(rows), note)
 		r.Rollout = always + gen(rows)

@@ -146,10 +146,11 @@ type RolloutConfig struct {
 	EnableThinking   *bool   `yaml:"enable_thinking"`
 	// GPUMemoryFraction: on CUDA, generation decodes at once only as many
 	// rows as fit in this share of the device beside what is allocated
-	// (weights, optimizer state, reference model), splitting a step's
-	// prompts into several generation batches; a prompt whose group alone
-	// cannot fit is an error. MaxBatchRows caps the rows at once on any
-	// device (0: no cap). Neither changes the samples.
+	// (weights, optimizer state, reference model); a prompt whose group
+	// alone cannot fit is an error. MaxBatchRows caps the rows at once on
+	// any device (0: no cap). With more rows than that, the rows decode in
+	// slots: a finished row's slot takes the next waiting sample
+	// (model/slots.go). Neither changes the samples.
 	GPUMemoryFraction float64 `yaml:"gpu_memory_fraction"`
 	MaxBatchRows      int     `yaml:"max_batch_rows"`
 	// SyncEvery: decode steps run on the device without the host between

@@ -226,8 +226,6 @@ func (c *Config) Resolve() error {
 		return bad("rollout.sync_every", "must be ≥ 0 (0: the default, %d)", model.DefaultSyncEvery)
 	case c.Rollout.MaxBatchRows < 0:
 		return bad("rollout.max_batch_rows", "must be ≥ 0 (0: no cap)")
-	case c.Rollout.MaxBatchRows > 0 && c.Rollout.MaxBatchRows < c.Rollout.SamplesPerPrompt:
-		return bad("rollout.max_batch_rows", "%d is less than one prompt's group (samples_per_prompt %d)", c.Rollout.MaxBatchRows, c.Rollout.SamplesPerPrompt)
 	case c.Algo.KLBeta < 0:
 		return bad("algo.kl_beta", "must be ≥ 0")
 	case c.Dist.ZeroStage < 0 || c.Dist.ZeroStage > 2:

@@ -692,15 +692,15 @@ func TestDeviceConfig(t *testing.T) {
 	}
 }
 
-// rollout.max_batch_rows splits each step's generation into batches of
-// whole groups: the same samples (lengths, rewards, counts exactly), so
-// the same run up to the sampler's float32 log-prob records (batch shape
-// changes their last bits); a cap below one group is refused at load,
-// naming the key.
+// rollout.max_batch_rows runs generation in that many slots, here fewer
+// than one group (a finished row's slot takes the next sample): the same
+// samples (lengths, rewards, counts exactly), so the same run up to the
+// sampler's float32 log-prob records (batch shape changes their last
+// bits); a negative cap is refused at load, naming the key.
 func TestGenerationBatchesDoNotChangeTheRun(t *testing.T) {
 	base := tinyConfig(t, "total_steps=2")
 	runGRPO(t, base, "")
-	split := tinyConfig(t, "total_steps=2", fmt.Sprintf("rollout.max_batch_rows=%d", base.Rollout.SamplesPerPrompt))
+	split := tinyConfig(t, "total_steps=2", fmt.Sprintf("rollout.max_batch_rows=%d", max(1, base.Rollout.SamplesPerPrompt-1)))
 	runGRPO(t, split, "")
 	a, b := stableMetrics(t, base.RunDir), stableMetrics(t, split.RunDir)
 	if len(a) != 2 || len(b) != 2 {
@@ -728,8 +728,8 @@ func TestGenerationBatchesDoNotChangeTheRun(t *testing.T) {
 			}
 		}
 	}
-	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.max_batch_rows=1"}); err == nil || !strings.Contains(err.Error(), "config key rollout.max_batch_rows") {
-		t.Errorf("a cap below one group: %v", err)
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.max_batch_rows=-1"}); err == nil || !strings.Contains(err.Error(), "config key rollout.max_batch_rows") {
+		t.Errorf("a negative cap: %v", err)
 	}
 }
 

@@ -22,9 +22,9 @@ func benchGenerateCommand() *cli.Command {
 		Description: "Samples --prompts prompts × --samples completions of exactly --new-tokens tokens (EOS never ends a\n" +
 			"sample, on either side) from random --prompt-len-token prompts with lanpo's engine (prefix sharing,\n" +
 			"static KV cache, every decode step on the device with a look by the host every --sync-every steps; on\n" +
-			"CUDA the rows decoded at once are capped by --memory-fraction of the GPU, and the batches it took\n" +
-			"are reported), then through --hf-python with transformers' generate() on the same device, dtype and\n" +
-			"shape (random weights of its own, made on the device: speed depends on the shape, not the values; on\n" +
+			"CUDA the rows decoded at once are capped by --memory-fraction of the GPU, the rest waiting for\n" +
+			"slots; the rows at once are reported), then through --hf-python with transformers' generate() on\n" +
+			"the same device, dtype and shape (random weights of its own, made on the device: speed depends on the shape, not the values; on\n" +
 			"an out-of-memory error it retries in 2, 4, … sequential batches and says so). lanpo's model and its\n" +
 			"cached GPU memory are released before the baseline starts, and the report says how much memory each\n" +
 			"side had. With --cuda-graphs the same run again with decode steps replayed as CUDA graphs (on CPU:\n" +
@@ -39,10 +39,21 @@ func benchGenerateCommand() *cli.Command {
 			"engine without KV cache.\n" +
 			"\n" +
 			"--shape: 0.5b (Qwen2.5-0.5B), 7b (Qwen2.5-7B) or a config.json; --layers cuts the layers.\n" +
+			"\n" +
+			"--long-tail runs another comparison instead: --prompts × --samples responses whose lengths come\n" +
+			"from --lengths (a long-tailed distribution, cut at --new-tokens), more rows than --slots, through\n" +
+			"consecutive batches of --slots rows (each runs until its longest response ends) and through the\n" +
+			"slots engine (a finished row's slot takes the next waiting response), in one run. It reports decode\n" +
+			"steps, occupancy (busy slot-steps over slot-steps; also until the queue empties), the modeled GPU\n" +
+			"time (each step reads the weights of --model-shape in bf16 once and every row's context, at\n" +
+			"--bandwidth-gbs) and the CPU wall time. The counts do not depend on the model that runs them: a\n" +
+			"tiny random model runs them unless --shape is given. Unless set, --prompts 64 --samples 8\n" +
+			"--new-tokens 3072 (the 7B GRPO step of docs/lora.md). With --json: one object\n" +
+			"(consecutive_batches, slots_engine, their ratios, target_met).\n" +
 			"--json prints one object per line: lanpo's results as soon as they are in (with hf_pending when the\n" +
 			"baseline is still to run), then, after the baseline, the whole object again. Fields: shape, device,\n" +
 			"dtype, rows, new_tokens, sync_every, lanpo_tokens_per_s,\n" +
-			"lanpo_ms, lanpo_batches, kv_cache_mb, graphs_tokens_per_s, graphs_over_eager, graph_warmups,\n" +
+			"lanpo_ms, lanpo_slots (rows decoded at once), kv_cache_mb, graphs_tokens_per_s, graphs_over_eager, graph_warmups,\n" +
 			"graph_captures, graph_replays (with --cuda-graphs), hf (transformers' JSON: tokens_per_s, ms, batches, …, or\n" +
 			"hf_error), lanpo_over_hf, step_* means over the timed steps (wall_ms, forward_host_ms,\n" +
 			"forward_gpu_ms, look_ms) with host_share (the step's enqueueing and looks over wall) and\n" +
@@ -54,7 +65,7 @@ func benchGenerateCommand() *cli.Command {
 			"The GRPO-shaped batch of the GPU benchmarks (docs/gpu.md):\n" +
 			"  lanpo bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 \\\n" +
 			"    --prompt-len 512 --new-tokens 512 --cuda-graphs --json",
-		Flags: append(benchModelFlags(),
+		Flags: append(append(benchModelFlags(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
 			&cli.StringFlag{Name: "dtype", Usage: "float32, bfloat16 or float16 (default float32 on CPU, bfloat16 on CUDA)"},
 			&cli.Int64Flag{Name: "prompts", Value: 8},
@@ -69,8 +80,13 @@ func benchGenerateCommand() *cli.Command {
 			&cli.IntFlag{Name: "count-steps", Value: 16, Usage: "decode steps of the kernel and sync count (0: skip)"},
 			&cli.Float64Flag{Name: "memory-fraction", Value: 0.9, Usage: "on CUDA, the share of the GPU a generation batch may use"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
-		),
-		Action: runBenchGenerate,
+		), longTailFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.Bool("long-tail") {
+				return runLongTail(c)
+			}
+			return runBenchGenerate(c)
+		},
 	}
 }
 
@@ -89,7 +105,7 @@ type genBench struct {
 	SyncEvery       int             `json:"sync_every"`
 	LanpoTokensPerS float64         `json:"lanpo_tokens_per_s"`
 	LanpoMS         float64         `json:"lanpo_ms"`
-	LanpoBatches    int             `json:"lanpo_batches"`
+	LanpoSlots      int             `json:"lanpo_slots"`
 	KVCacheMB       float64         `json:"kv_cache_mb"`
 	GraphsTPS       float64         `json:"graphs_tokens_per_s,omitempty"`
 	GraphsOverEager float64         `json:"graphs_over_eager,omitempty"`
@@ -245,19 +261,19 @@ func runBenchGenerate(c *cli.Context) error {
 		}
 		r.GPUTotalGiB = gib(mem.Total)
 	}
-	tps, err := timeGenerate(m, reqs, p, opt, &r.LanpoBatches)
+	tps, err := timeGenerate(m, reqs, p, opt, &r.LanpoSlots)
 	if err != nil {
 		return err
 	}
 	r.LanpoTokensPerS = tps
 	r.LanpoMS = float64(r.Rows*p.MaxNewTokens) / tps * 1000
-	r.KVCacheMB = float64(cfg.KVCacheBytes(int64(r.Rows/r.LanpoBatches), r.PromptLen+int64(p.MaxNewTokens), int64(dt.Size()))) / (1 << 20)
+	r.KVCacheMB = float64(cfg.KVCacheBytes(int64(r.LanpoSlots), r.PromptLen+int64(p.MaxNewTokens), int64(dt.Size()))) / (1 << 20)
 	if c.Bool("cuda-graphs") {
 		var stats model.GraphStats
 		gopt := opt
 		gopt.CUDAGraphs, gopt.GraphStats = true, &stats
-		var batches int
-		if r.GraphsTPS, err = timeGenerate(m, reqs, p, gopt, &batches); err != nil {
+		var slots int
+		if r.GraphsTPS, err = timeGenerate(m, reqs, p, gopt, &slots); err != nil {
 			return err
 		}
 		r.GraphsOverEager = r.GraphsTPS / r.LanpoTokensPerS
@@ -347,15 +363,11 @@ func runBenchGenerate(c *cli.Context) error {
 func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
 // timeGenerate is the output tokens/s of one generation of reqs (prefill
-// included), counting its generation batches.
-func timeGenerate(m *model.Model, reqs []model.Request, p model.SamplingParams, opt model.GenerateOptions, batches *int) (float64, error) {
-	last := 0
-	opt.Progress = func(step, _, _ int) {
-		if *batches == 0 || step <= last { // a batch's first look
-			*batches++
-		}
-		last = step
-	}
+// included); slots receives the rows it decoded at once.
+func timeGenerate(m *model.Model, reqs []model.Request, p model.SamplingParams, opt model.GenerateOptions, slots *int) (float64, error) {
+	var st model.SlotStats
+	opt.Stats = &st
+	defer func() { *slots = st.Slots }()
 	if err := csrc.Synchronize(); err != nil {
 		return 0, err
 	}
@@ -402,8 +414,8 @@ func (r *genBench) timeSteps(m *model.Model, reqs []model.Request, p model.Sampl
 
 // print writes the report as text.
 func (r *genBench) print(w io.Writer, c *cli.Context) {
-	fmt.Fprintf(w, "  lanpo                   %8.1f tokens/s   %.0f ms, %d batch(es), KV cache %.1f MB a batch, a host look every %d steps\n",
-		r.LanpoTokensPerS, r.LanpoMS, r.LanpoBatches, r.KVCacheMB, r.SyncEvery)
+	fmt.Fprintf(w, "  lanpo                   %8.1f tokens/s   %.0f ms, %d rows at once, KV cache %.1f MB, a host look every %d steps\n",
+		r.LanpoTokensPerS, r.LanpoMS, r.LanpoSlots, r.KVCacheMB, r.SyncEvery)
 	if r.GraphsTPS > 0 {
 		fmt.Fprintf(w, "  lanpo, CUDA graphs      %8.1f tokens/s   graphs/eager %.2fx (%d warm-ups, %d captures, %d replays)\n",
 			r.GraphsTPS, r.GraphsOverEager, r.GraphWarmUps, r.GraphCaptures, r.GraphReplays)

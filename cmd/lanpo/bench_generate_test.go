@@ -53,7 +53,7 @@ func TestBenchGenerateJSON(t *testing.T) {
 		}
 		return v
 	}
-	if num("rows") != 6 || num("new_tokens") != 4 || num("lanpo_batches") != 1 || r["device"] != "cpu" || r["dtype"] != "float32" {
+	if num("rows") != 6 || num("new_tokens") != 4 || num("lanpo_slots") != 6 || r["device"] != "cpu" || r["dtype"] != "float32" {
 		t.Errorf("settings: %s", out)
 	}
 	tps, ms := num("lanpo_tokens_per_s"), num("lanpo_ms")
@@ -91,5 +91,61 @@ func TestBenchGenerateJSON(t *testing.T) {
 	}
 	if !strings.Contains(out, `"hf_error":`) || strings.Contains(out, `"lanpo_over_hf"`) {
 		t.Errorf("a missing baseline: %s", out)
+	}
+}
+
+// bench generate --long-tail: consecutive batches against slots on the
+// same drawn lengths, in one JSON object; the slots take fewer decode steps
+// and less modeled GPU time, the busy slot-steps are the lengths' sum in
+// both; lengths from a file (numbers, or lanpo eval's samples with
+// "tokens"); a bad line is named.
+func TestBenchGenerateLongTail(t *testing.T) {
+	args := []string{"bench", "generate", "--long-tail", "--prompts", "6", "--samples", "4", "--slots", "4",
+		"--new-tokens", "96", "--prompt-len", "5", "--sync-every", "4", "--json"}
+	out, err := runApp(t, append(args, "--lengths", "lognormal:12:0.9")...)
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	mode := func(name string) map[string]any {
+		m, ok := r[name].(map[string]any)
+		if !ok {
+			t.Fatalf("%s missing: %s", name, out)
+		}
+		return m
+	}
+	b, s := mode("consecutive_batches"), mode("slots_engine")
+	if r["rows"] != 24.0 || r["slots"] != 4.0 || r["target_met"] != true {
+		t.Errorf("settings or target: %s", out)
+	}
+	if s["decode_steps"].(float64) >= b["decode_steps"].(float64) || s["modeled_gpu_s"].(float64) >= b["modeled_gpu_s"].(float64) {
+		t.Errorf("slots no better than batches: %s", out)
+	}
+	// Busy slot-steps are the tokens decode steps made: all of them in
+	// slots, all but each sample's first (the prefill's) in one batch.
+	for _, c := range []struct {
+		m     map[string]any
+		first float64
+	}{{b, 24}, {s, 0}} {
+		if busy := c.m["occupancy"].(float64) * 4 * c.m["decode_steps"].(float64); math.Abs(busy+c.first-r["sum_lengths"].(float64)) > 1e-6*busy {
+			t.Errorf("busy slot-steps %v, Σ lengths %v", busy, r["sum_lengths"])
+		}
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "samples.jsonl")
+	os.WriteFile(file, []byte("{\"tokens\": 30}\n\n7\n{\"tokens\": 3}\n"), 0o644)
+	out, err = runApp(t, append(args, "--lengths", file)...)
+	if err != nil {
+		t.Fatal(err, out)
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil || r["sum_lengths"] != 8*(30+7+3.0) {
+		t.Errorf("lengths from a file: %v %s", err, out)
+	}
+	os.WriteFile(file, []byte("5\n{\"length\": 3}\n"), 0o644)
+	if out, err = runApp(t, append(args, "--lengths", file)...); err == nil || !strings.Contains(err.Error(), "samples.jsonl:2") {
+		t.Errorf("a line without tokens: %v %s", err, out)
 	}
 }
