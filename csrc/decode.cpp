@@ -146,6 +146,7 @@ extern "C" char *lanpo_rope_cache(lanpo_tensor q, lanpo_tensor k, lanpo_tensor v
     auto kj = lanpo::rope_job(tensor_ref(k), opt(bk), kc, hkv, d, true, true);
     auto vj = lanpo::rope_job(tensor_ref(v), opt(bv), vc, hkv, d, false, true);
     kj.at_slot = vj.at_slot = true;
+    kj.yt = vj.yt = kc.size(2);
     lanpo::rope_launch(qt, {lanpo::rope_job(qt, opt(bq), y, hq, d, true, true), kj, vj}, tensor_ref(cos),
                        tensor_ref(sin), tensor_ref(pos), 1, c.narrow(0, 1, 1));
     *out = lanpo::new_handle(y);

@@ -206,6 +206,7 @@ void rope_cpu(const cuda::RopeJob *jobs, int n_jobs, const float *cos, const flo
         const T *xr = x + bi * job.xs[0] + ti * job.xs[1] + hi_ * job.xs[2];
         // A negative slot: each row writes at its own position (slots decoding).
         const int64_t ty = job.at_slot ? (slot < 0 ? pos[bi * t + ti] : ti + slot) : ti;
+        if (job.yt > 0 && (ty < 0 || ty >= job.yt)) continue;  // never outside the cache (checked before on CPU)
         T *yr = y + bi * job.ys[0] + ty * job.ys[1] + hi_ * job.ys[2];
         auto in = [&](int64_t k) -> acc {
           acc v = static_cast<acc>(xr[k * job.xs[3]]);

@@ -42,6 +42,7 @@ struct RopeJob {
   int64_t heads;
   bool rotate;
   bool at_slot;
+  int64_t yt;  // y's time extent when > 0: a write outside it is skipped (a cache's slots)
 };
 
 // Rotates each job's x at positions pos [B, T] (int64) with the tables cos,

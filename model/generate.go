@@ -184,10 +184,14 @@ func (m *Model) generateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		return m.generateSlots(reqs, streams, p, opt, slots)
 	}
 	if o := opt.Stats; o != nil {
-		o.Slots = max(o.Slots, totalRows(reqs))
+		o.Slots = max(o.Slots, bucketRows(totalRows(reqs)))
 		o.Prefills++
 		for _, q := range reqs {
-			o.Prefilled += int64(len(q.PromptIDs))
+			n := int64(len(q.PromptIDs))
+			if opt.NoPrefixSharing {
+				n *= int64(max(q.Samples, 1))
+			}
+			o.Prefilled += n
 		}
 	}
 	out, rowPrompt, draws := sampleRows(reqs, streams, p.Seed)

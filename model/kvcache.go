@@ -90,6 +90,27 @@ func (c *KVCache) CopyRows(src *KVCache, srcRows, dstRows []int64) (err error) {
 	return nil
 }
 
+// rowCache copies row i's first n positions into a new one-row cache.
+func (c *KVCache) rowCache(i, n int64) (out *KVCache, err error) {
+	defer tensor.Recover("copy a KV cache row", &err)
+	out = &KVCache{B: 1, Tmax: n, Len: n}
+	// A copy of its own: the source's storage is freed with the source.
+	copyOf := func(t *ts.Tensor, dim int64) *ts.Tensor {
+		var s tensor.Scope
+		defer s.Close()
+		part := s.Keep(s.Keep(t.MustNarrow(0, i, 1, false)).MustNarrow(dim, 0, n, false))
+		dst := part.MustZerosLike(false)
+		dst.Copy_(part)
+		return dst
+	}
+	for l := range c.K {
+		out.K = append(out.K, copyOf(c.K[l], 2))
+		out.V = append(out.V, copyOf(c.V[l], 2))
+	}
+	out.Mask = copyOf(c.Mask, 1)
+	return out, nil
+}
+
 // Keep shrinks the cache to rows keep (in that order), freeing the others:
 // generation drops finished samples so later steps cost only the running
 // ones. The kept rows are copied once into new, smaller tensors.

@@ -38,11 +38,12 @@ import (
 // costs one prefill of the new rows and a few index copies; the decode step
 // itself is unchanged. Between looks nothing leaves the device.
 //
-// Prefix sharing over time: a prompt is prefilled once; the scratch cache
-// stays alive until every sample of its requests has started, and siblings
-// that start later copy from it (it costs the prompt's keys and values, per
-// layer, for the requests in flight: at Qwen2.5-7B, 56 KiB a token, 28 MiB
-// for a 512-token prompt). A group may be larger than the slots.
+// Prefix sharing over time: a prompt is prefilled once; its keys and values
+// are kept (a one-row cache of its length) until every sample of its
+// request has started, and siblings that start later copy from it. It costs
+// the prompt's keys and values for each request in flight (at Qwen2.5-7B,
+// 56 KiB a token: 28 MiB for a 512-token prompt); requests start in order,
+// so few are. A group may be larger than the slots.
 //
 // Randomness: every sample draws its j-th token with the j-th uniform of
 // its own stream (rowRNG), whatever its slot and whenever it starts; the
@@ -67,82 +68,6 @@ import (
 // the context, which runs at prefill speed (compute-bound, batched with the
 // look's other new rows).
 
-// Turns lets samples pause mid-generation and go on with tokens the caller
-// appends (tool calls): GenerateOptions.Turns. model/ never reads what the
-// tokens mean.
-type Turns struct {
-	// ParkIDs: a sample that samples one of these ids parks right after it
-	// (the id is kept in its IDs). A stop id ends the sample instead.
-	ParkIDs []int64
-	// ParkIf, if set, is asked after each sampled token of each sample, at
-	// the look that reads it, with the sample's ids so far (not to be
-	// kept); true parks the sample there.
-	ParkIf func(prompt, index int, ids []int64) bool
-	// Parked is called, on the generating thread, with a copy of each
-	// sample that parks. It must not block: the caller answers each parked
-	// sample with exactly one Resume on Resumes, from any goroutine, when
-	// it is ready; the other rows decode meanwhile. Generate returns once
-	// every sample has finished.
-	Parked  func(Sample)
-	Resumes <-chan Resume
-}
-
-// Resume answers a parked sample.
-type Resume struct {
-	Prompt, Index int
-	// Append is added after the sample's ids (Sample.Appended records where)
-	// and prefilled, not sampled: its log-probabilities are NaN. Sampling
-	// then goes on. If the sample's ids with Append reach its token budget,
-	// Append is cut there and the sample ends with finish reason "length".
-	Append []int64
-	// Finish, when not empty, ends the sample here with this finish reason
-	// instead of resuming it (Append is still added).
-	Finish string
-}
-
-// SlotStats, set in GenerateOptions.Stats, counts how full the decode batch
-// was (lanpo bench generate --long-tail). Generate adds to it.
-type SlotStats struct {
-	Slots int // rows decoded at once at most
-	Steps int // decode steps: forward passes of one token per row
-	// BusySlotSteps: Σ over steps of the rows whose token was kept (a
-	// sample's sampled or header token): the tokens decode steps made
-	// (one batch samples each first token from its prefill instead).
-	BusySlotSteps int64
-	// RowSteps: Σ over steps of the rows the step ran (padding and idle
-	// slots included).
-	RowSteps int64
-	// ContextTokens: Σ over steps and rows run of the tokens the row
-	// attends to (its own prompt and output, not padding): what a
-	// paged-attention kernel would read.
-	ContextTokens int64
-	// Before the queue emptied (a sample was still waiting for a slot, or
-	// for its batch): the steps and the busy slot-steps.
-	StepsWaiting int
-	BusyWaiting  int64
-	Looks        int
-	Prefills     int   // prefill forwards (one per look that started rows)
-	Prefilled    int64 // tokens prefilled
-	Copied       int   // rows whose prompt was copied from a sibling's prefill
-	Parks        int
-}
-
-// Occupancy is busy slot-steps over slot-steps (Slots × Steps).
-func (s *SlotStats) Occupancy() float64 {
-	if s.Steps == 0 || s.Slots == 0 {
-		return 0
-	}
-	return float64(s.BusySlotSteps) / float64(s.Slots*s.Steps)
-}
-
-// OccupancyWaiting is Occupancy over the steps before the queue emptied.
-func (s *SlotStats) OccupancyWaiting() float64 {
-	if s.StepsWaiting == 0 || s.Slots == 0 {
-		return 0
-	}
-	return float64(s.BusyWaiting) / float64(s.Slots*s.StepsWaiting)
-}
-
 // slotPerRow is the negative cache slot that selects the per-row layout.
 const slotPerRow = -1 << 62
 
@@ -162,31 +87,21 @@ type slotState struct {
 	resume []int // resumed sample rows, in order (first served)
 	parked int
 	draws  []func() float64
-	// store: the scratch caches of prompts with samples still to start.
-	store   map[int]storeEntry // request → its prefill
+	// store: the prefilled prompts with samples still to start.
+	store   map[int]storeEntry // request → its keys and values
 	pending map[int]int        // request → samples not yet started
 	share   bool
 	steps   int   // E′: steps of the current window
 	window  int64 // attention window of the current window's steps
 	waiting bool  // a sample waited for a slot when this window began
 	turns   *Turns
+	closed  bool // the resumes channel was closed
 	ones    []float64
 }
 
 type storeEntry struct {
 	cache *KVCache
 	row   int64
-}
-
-// storeRefs counts the requests whose prefill lives in a scratch cache.
-func (st *slotState) storeRefs(c *KVCache) int {
-	n := 0
-	for _, e := range st.store {
-		if e.cache == c {
-			n++
-		}
-	}
-	return n
 }
 
 // generateSlots is GenerateAt with at most slots rows decoded at once.
@@ -269,9 +184,6 @@ func (m *Model) newSlotDecoder(cache *KVCache, reqs []Request, out []Sample, dra
 	d.u = ts.MustOnes([]int64{bn, e}, gotch.Double, dev)
 	d.rec = ts.MustZeros([]int64{bn, e}, gotch.Int64, dev)
 	d.bias = ts.MustFull([]int64{bn, cache.Tmax}, s.Float(math.Inf(-1)), m.DType, dev)
-	if p.MinNewTokens > 0 && len(p.StopIDs) > 0 {
-		d.stopIDs = s.Release(csrc.Upload(&s, p.StopIDs, nil, dev))
-	}
 	if st := opt.Stats; st != nil {
 		st.Slots = max(st.Slots, int(bn))
 	}
@@ -332,296 +244,6 @@ func (d *decoder) runSlots() error {
 			}
 		}
 	})
-}
-
-// fill takes the resumes that arrived, gives every free slot the next
-// waiting sample, and prefills the new rows. With nothing to decode but
-// parked rows, it waits for a resume.
-func (d *decoder) fill() (err error) {
-	defer tensor.Recover("slots refill", &err)
-	st := d.slots
-	if err := d.takeResumes(false); err != nil {
-		return err
-	}
-	for d.live == 0 && len(st.queue)+len(st.resume) == 0 && st.parked > 0 {
-		if err := d.takeResumes(true); err != nil {
-			return err
-		}
-	}
-	var started []int64 // batch rows
-	for i, r := range d.batch {
-		if r >= 0 {
-			continue
-		}
-		var next int
-		switch {
-		case len(st.resume) > 0:
-			next, st.resume = st.resume[0], st.resume[1:]
-		case len(st.queue) > 0:
-			next, st.queue = st.queue[0], st.queue[1:]
-		default:
-			continue
-		}
-		st.rows[next].queued = false
-		d.batch[i] = next
-		d.live++
-		started = append(started, int64(i))
-	}
-	st.waiting = len(st.queue)+len(st.resume) > 0
-	if len(started) > 0 {
-		if err := d.startRows(started); err != nil {
-			return err
-		}
-	}
-	if !st.waiting && st.parked == 0 && !d.opt.NoCompaction {
-		return d.compactSlots()
-	}
-	return nil
-}
-
-// takeResumes applies the resumes waiting on the channel (block: wait for
-// one first).
-func (d *decoder) takeResumes(block bool) error {
-	st := d.slots
-	if st.turns == nil {
-		return nil
-	}
-	for {
-		var rs Resume
-		if block {
-			rs = <-st.turns.Resumes
-			block = false
-		} else {
-			select {
-			case rs = <-st.turns.Resumes:
-			default:
-				return nil
-			}
-		}
-		if err := d.resume(rs); err != nil {
-			return err
-		}
-	}
-}
-
-// resume appends a Resume's ids to its parked sample and queues it.
-func (d *decoder) resume(rs Resume) error {
-	st := d.slots
-	r := -1
-	for i := range d.out {
-		if d.out[i].Prompt == rs.Prompt && d.out[i].Index == rs.Index {
-			r = i
-			break
-		}
-	}
-	if r < 0 || !st.rows[r].parked {
-		return fmt.Errorf("generate: resume of request %d sample %d, which is not parked", rs.Prompt, rs.Index)
-	}
-	st.rows[r].parked = false
-	st.parked--
-	smp := &d.out[r]
-	add := rs.Append
-	full := len(smp.IDs)+len(add) >= d.caps[r]
-	if full {
-		add = add[:max(0, d.caps[r]-len(smp.IDs))]
-	}
-	if len(add) > 0 {
-		at := len(smp.IDs)
-		smp.IDs = append(smp.IDs, add...)
-		for _, id := range add {
-			smp.Logprobs = append(smp.Logprobs, float32(math.NaN()))
-			d.sc.stops.feed(r, id)
-		}
-		smp.Appended = append(smp.Appended, [2]int{at, len(smp.IDs)})
-		d.sc.stops.reset(r)
-	}
-	switch {
-	case rs.Finish != "":
-		d.finish(r, rs.Finish)
-	case full:
-		d.finish(r, "length")
-	default:
-		st.resume = append(st.resume, r)
-		st.rows[r].queued = true
-	}
-	return nil
-}
-
-func (d *decoder) finish(r int, reason string) {
-	d.out[r].FinishReason = reason
-	d.done[r] = true
-	d.ended++
-}
-
-// startRows prefills the context of the samples just given batch rows
-// (all of it but the last token) and sets those rows' next input, position
-// and mask.
-func (d *decoder) startRows(batchRows []int64) error {
-	st := d.slots
-	m := d.m
-	var s tensor.Scope
-	defer s.Close()
-	type job struct {
-		batchRow int64
-		ctx      []int64
-		req      int // ≥ 0: a fresh sample whose prompt may be shared
-	}
-	var jobs []job
-	for _, i := range batchRows {
-		r := d.batch[i]
-		smp := &d.out[r]
-		ctx := append(append([]int64(nil), st.reqs[smp.Prompt].PromptIDs...), smp.IDs...)
-		req := -1
-		if len(smp.IDs) == 0 && st.share {
-			req = smp.Prompt
-		}
-		if len(smp.IDs) == 0 {
-			st.pending[smp.Prompt]--
-		}
-		st.rows[r].ctx = len(ctx)
-		jobs = append(jobs, job{i, ctx, req})
-	}
-	// Contexts to prefill: a shared prompt once (unless a sibling's is in
-	// the store), every other context on its own.
-	var fwd [][]int64
-	fwdRow := map[int]int64{} // request → its row in this prefill
-	type copyJob struct {
-		from     *KVCache
-		src, dst int64
-	}
-	var copies []copyJob
-	var fresh []int64 // scratch rows of this prefill, in job order (−1: from the store)
-	for _, j := range jobs {
-		if len(j.ctx) <= 1 {
-			fresh = append(fresh, -2) // nothing to prefill
-			continue
-		}
-		if j.req >= 0 {
-			if e, ok := st.store[j.req]; ok {
-				copies = append(copies, copyJob{e.cache, e.row, j.batchRow})
-				fresh = append(fresh, -1)
-				if o := d.opt.Stats; o != nil {
-					o.Copied++
-				}
-				continue
-			}
-			if row, ok := fwdRow[j.req]; ok {
-				fresh = append(fresh, row)
-				continue
-			}
-			fwdRow[j.req] = int64(len(fwd))
-		}
-		fresh = append(fresh, int64(len(fwd)))
-		fwd = append(fwd, j.ctx[:len(j.ctx)-1])
-	}
-	if len(fwd) > 0 {
-		scratch, err := m.prefillRight(&s, fwd)
-		if err != nil {
-			return err
-		}
-		var src, dst []int64
-		for k, j := range jobs {
-			if fresh[k] >= 0 {
-				src, dst = append(src, fresh[k]), append(dst, j.batchRow)
-			}
-		}
-		if err := d.cache.CopyRows(scratch, src, dst); err != nil {
-			scratch.Close()
-			return err
-		}
-		kept := false
-		for req, row := range fwdRow {
-			if st.pending[req] > 0 {
-				st.store[req] = storeEntry{scratch, row}
-				kept = true
-			}
-		}
-		if !kept {
-			scratch.Close()
-		}
-		if o := d.opt.Stats; o != nil {
-			o.Prefills++
-			for _, c := range fwd {
-				o.Prefilled += int64(len(c))
-			}
-		}
-	}
-	for _, c := range copies {
-		if err := d.cache.CopyRows(c.from, []int64{c.src}, []int64{c.dst}); err != nil {
-			return err
-		}
-	}
-	// Release the store's prompts whose samples have all started.
-	for req, e := range st.store {
-		if st.pending[req] == 0 {
-			delete(st.store, req)
-			if st.storeRefs(e.cache) == 0 {
-				e.cache.Close()
-			}
-		}
-	}
-	toks, pos, ctxs := make([]int64, len(jobs)), make([]int64, len(jobs)), make([]int64, len(jobs))
-	for k, j := range jobs {
-		toks[k], pos[k], ctxs[k] = j.ctx[len(j.ctx)-1], int64(len(j.ctx)-1), int64(len(j.ctx))
-	}
-	return d.setRows(&s, batchRows, toks, pos, ctxs)
-}
-
-// setRows sets batch rows' next input, its position, and their mask open
-// over [0, ctx).
-func (d *decoder) setRows(s *tensor.Scope, rows, toks, pos, ctx []int64) error {
-	dev := d.m.Device
-	n := int64(len(rows))
-	idx := csrc.Upload(s, rows, nil, dev)
-	d.tok.MustIndexCopy_(0, idx, csrc.Upload(s, toks, []int64{n, 1}, dev))
-	d.pos.MustIndexCopy_(0, idx, csrc.Upload(s, pos, []int64{n, 1}, dev))
-	lim := csrc.Upload(s, ctx, []int64{n, 1}, dev)
-	ar := s.Keep(ts.MustArange(s.Int(d.tmax), gotch.Int64, dev))
-	closed := s.Keep(ar.MustGeTensor(lim, false)) // [n, Tmax]
-	zero := s.Keep(ts.MustZeros([]int64{n, d.tmax}, d.m.DType, dev))
-	d.bias.MustIndexCopy_(0, idx, s.Keep(zero.MustMaskedFill(closed, s.Float(math.Inf(-1)), false)))
-	return nil
-}
-
-// prefillRight runs contexts, right-padded, through the model into a new
-// scratch cache (each context's token p at slot p) and returns it.
-func (m *Model) prefillRight(s *tensor.Scope, ctxs [][]int64) (*KVCache, error) {
-	var t int64
-	for _, c := range ctxs {
-		t = max(t, int64(len(c)))
-	}
-	n := int64(len(ctxs))
-	ids, pos := make([]int64, n*t), make([]int64, n*t)
-	for r, c := range ctxs {
-		copy(ids[int64(r)*t:], c)
-		for j := int64(0); j < t; j++ {
-			pos[int64(r)*t+j] = j
-		}
-	}
-	scratch, err := m.NewKVCache(n, t)
-	if err != nil {
-		return nil, err
-	}
-	var fs tensor.Scope
-	defer fs.Close()
-	// Padding after a context is never attended to by its tokens (causal)
-	// and is masked in the slot it is copied to.
-	if _, err := m.Forward(&fs, csrc.Upload(&fs, ids, []int64{n, t}, m.Device), csrc.Upload(&fs, pos, []int64{n, t}, m.Device), nil, scratch); err != nil {
-		scratch.Close()
-		return nil, err
-	}
-	return scratch, nil
-}
-
-func (st *slotState) closeStore() {
-	seen := map[*KVCache]bool{}
-	for _, e := range st.store {
-		if !seen[e.cache] {
-			seen[e.cache] = true
-			e.cache.Close()
-		}
-	}
-	st.store = nil
 }
 
 // prepareWindow chooses the next window's steps E′ (SyncEvery, cut so that
@@ -711,6 +333,7 @@ func (d *decoder) slotLook(lp *ts.Tensor) (err error) {
 	recs := tensor.Int64s(s.Keep(d.rec.MustNarrow(1, 0, int64(n), false))) // sync: the look; [B, n]
 	var forced []int64
 	var parked []int
+	var freed []int // batch rows freed once the forced tokens are in
 	var busy int64
 	for i, r := range d.batch {
 		if r < 0 {
@@ -743,8 +366,7 @@ func (d *decoder) slotLook(lp *ts.Tensor) (err error) {
 		row.spare = row.spare[used:]
 		row.ctx += used
 		if d.done[r] || row.parked {
-			d.batch[i] = -1
-			d.live--
+			freed = append(freed, i)
 		}
 	}
 	if o := d.opt.Stats; o != nil {
@@ -758,6 +380,10 @@ func (d *decoder) slotLook(lp *ts.Tensor) (err error) {
 		if err := d.force(&s, lp, forced); err != nil {
 			return err
 		}
+	}
+	for _, i := range freed {
+		d.batch[i] = -1
+		d.live--
 	}
 	if d.opt.Progress != nil {
 		d.opt.Progress(d.col, d.ended, len(d.out))
@@ -781,7 +407,7 @@ func (d *decoder) compactSlots() error {
 			keep = append(keep, int64(i))
 		}
 	}
-	if len(keep) == 0 || len(keep) == len(d.batch) || 4*(len(d.batch)-len(keep)) < len(d.batch) {
+	if len(keep) == 0 || bucketRows(len(keep)) >= len(d.batch) || 4*(len(d.batch)-len(keep)) < len(d.batch) {
 		return nil
 	}
 	idx := append([]int64(nil), keep...)

@@ -393,3 +393,52 @@ func TestSlotsKeepTheBatchFull(t *testing.T) {
 		t.Errorf("slots %d steps, consecutive batches %d", a.Steps, b.Steps)
 	}
 }
+
+// Review cases: a structured output whose request cap ends on a header
+// token (the row is freed after the forced token is in); compaction only
+// when the batch really shrinks (graphs are not dropped at every look); a
+// resume with an id outside the vocabulary and a closed resumes channel
+// are errors that name the sample.
+func TestSlotsEdges(t *testing.T) {
+	lockThread(t)
+	m := tinyModel64(t, "qwen3-gqa3")
+	p := SamplingParams{Temperature: 1, Seed: 3, Segments: []Segment{{MaxTokens: 2}, {Header: []int64{11, 12}, MaxTokens: 3}}}
+	reqs := []Request{{PromptIDs: []int64{5, 9}, Samples: 3, MaxNewTokens: 3}, {PromptIDs: []int64{4}, Samples: 2}}
+	whole, err := m.Generate(reqs, p, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Generate(reqs, p, GenerateOptions{MaxRows: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sampleKey(got) != sampleKey(whole) || got[0].IDs[2] != 11 {
+		t.Errorf("a cap on a header:\n%s\none batch:\n%s", sampleKey(got), sampleKey(whole))
+	}
+	q := SamplingParams{Temperature: 1, MaxNewTokens: 40, Seed: 1}
+	var reqs12 []Request
+	for i := 0; i < 12; i++ {
+		reqs12 = append(reqs12, Request{PromptIDs: []int64{int64(i + 1), 3}})
+	}
+	sc := newTurnScript(map[[2]int][]int{{0, 0}: {30}}, func(int, int, int) []int64 { return []int64{5} })
+	var gs GraphStats
+	if _, err := m.Generate(reqs12, q, GenerateOptions{SyncEvery: 4, CUDAGraphs: true, GraphStats: &gs, Turns: sc.options()}); err != nil {
+		t.Fatal(err)
+	}
+	if len(gs.Resets) > 3 {
+		t.Errorf("%d graph resets over %d steps: compaction that does not shrink the batch", len(gs.Resets), len(gs.Steps))
+	}
+	ch := make(chan Resume, 8)
+	bad := &Turns{ParkIf: func(_, _ int, ids []int64) bool { return len(ids) == 2 }, Resumes: ch, Parked: func(s Sample) {
+		ch <- Resume{Prompt: s.Prompt, Index: s.Index, Append: []int64{m.Config.VocabSize}}
+	}}
+	if _, err := m.Generate(reqs12[:2], q, GenerateOptions{Turns: bad}); err == nil || !strings.Contains(err.Error(), "resume of request 0 sample 0") {
+		t.Errorf("an appended id outside the vocabulary: %v", err)
+	}
+	closed := make(chan Resume)
+	shut := &Turns{ParkIf: func(_, _ int, ids []int64) bool { return len(ids) == 2 }, Resumes: closed, Parked: func(Sample) {}}
+	close(closed)
+	if _, err := m.Generate(reqs12[:2], q, GenerateOptions{Turns: shut}); err == nil || !strings.Contains(err.Error(), "closed with 2 sample(s) parked (request 0 sample 0, request 1 sample 0)") {
+		t.Errorf("a closed resumes channel: %v", err)
+	}
+}

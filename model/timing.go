@@ -145,3 +145,46 @@ func (s *stepTimer) looked() {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// SlotStats, set in GenerateOptions.Stats, counts how full the decode batch
+// was (lanpo bench generate --long-tail). Generate adds to it.
+type SlotStats struct {
+	Slots int // rows decoded at once at most
+	Steps int // decode steps: forward passes of one token per row
+	// BusySlotSteps: Σ over steps of the rows whose token was kept (a
+	// sample's sampled or header token): the tokens decode steps made
+	// (one batch samples each first token from its prefill instead).
+	BusySlotSteps int64
+	// RowSteps: Σ over steps of the rows the step ran (padding and idle
+	// slots included).
+	RowSteps int64
+	// ContextTokens: Σ over steps and rows run of the tokens the row
+	// attends to (its own prompt and output, not padding): what a
+	// paged-attention kernel would read.
+	ContextTokens int64
+	// Before the queue emptied (a sample was still waiting for a slot, or
+	// for its batch): the steps and the busy slot-steps.
+	StepsWaiting int
+	BusyWaiting  int64
+	Looks        int
+	Prefills     int   // prefill forwards (one per look that started rows)
+	Prefilled    int64 // tokens prefilled
+	Copied       int   // rows whose prompt was copied from a sibling's prefill
+	Parks        int
+}
+
+// Occupancy is busy slot-steps over slot-steps (Slots × Steps).
+func (s *SlotStats) Occupancy() float64 {
+	if s.Steps == 0 || s.Slots == 0 {
+		return 0
+	}
+	return float64(s.BusySlotSteps) / float64(s.Slots*s.Steps)
+}
+
+// OccupancyWaiting is Occupancy over the steps before the queue emptied.
+func (s *SlotStats) OccupancyWaiting() float64 {
+	if s.StepsWaiting == 0 || s.Slots == 0 {
+		return 0
+	}
+	return float64(s.BusyWaiting) / float64(s.Slots*s.StepsWaiting)
+}

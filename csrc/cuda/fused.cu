@@ -134,6 +134,7 @@ __global__ void rope_kernel(RopeJobs jobs, const float *__restrict__ cos, const 
     const T *bias = static_cast<const T *>(job.bias);
     int64_t ty = ti;
     if (job.at_slot && slot != nullptr) ty = *slot < 0 ? pos[bi * t + ti] : ti + *slot;  // < 0: each row at its position
+    if (job.yt > 0 && (ty < 0 || ty >= job.yt)) continue;  // never outside the cache (the host keeps positions inside)
     T *yr = static_cast<T *>(job.y) + bi * job.ys[0] + ty * job.ys[1] + h * job.ys[2];
     Acc x1 = Num<T>::load(xr[k * job.xs[3]]), x2 = Num<T>::load(xr[(k + half) * job.xs[3]]);
     if (bias != nullptr) {
