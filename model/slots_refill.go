@@ -237,4 +237,3 @@ func (st *slotState) closeStore() {
 	}
 	st.store = nil
 }
-
