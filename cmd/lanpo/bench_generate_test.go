@@ -53,7 +53,7 @@ func TestBenchGenerateJSON(t *testing.T) {
 		}
 		return v
 	}
-	if num("rows") != 6 || num("new_tokens") != 4 || num("lanpo_slots") != 6 || r["device"] != "cpu" || r["dtype"] != "float32" {
+	if num("rows") != 6 || num("new_tokens") != 4 || num("lanpo_slots") != 8 || r["device"] != "cpu" || r["dtype"] != "float32" {
 		t.Errorf("settings: %s", out)
 	}
 	tps, ms := num("lanpo_tokens_per_s"), num("lanpo_ms")
