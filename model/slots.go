@@ -352,14 +352,14 @@ func (d *decoder) slotLook(lp *ts.Tensor) (err error) {
 				forced = append(forced, int64(i), tok)
 			}
 			switch {
-			case fin:
-				d.finish(r, reason)
-			case len(smp.IDs) >= d.caps[r]:
+			case len(smp.IDs) >= d.caps[r] && !fin:
 				d.finish(r, "length")
-			case st.turns != nil && (slices.Contains(st.turns.ParkIDs, tok) || (st.turns.ParkIf != nil && st.turns.ParkIf(smp.Prompt, smp.Index, smp.IDs))):
+			case len(smp.IDs) < d.caps[r] && d.parks(smp, tok, fin):
 				row.parked = true
 				st.parked++
 				parked = append(parked, r)
+			case fin:
+				d.finish(r, reason)
 			}
 		}
 		busy += int64(used)

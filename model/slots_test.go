@@ -435,6 +435,45 @@ func TestSlotsEdges(t *testing.T) {
 	if _, err := m.Generate(reqs12[:2], q, GenerateOptions{Turns: bad}); err == nil || !strings.Contains(err.Error(), "resume of request 0 sample 0") {
 		t.Errorf("an appended id outside the vocabulary: %v", err)
 	}
+	// ParkIf on a stop id parks instead of stopping (a turn's end after a
+	// tool call); the sample goes on after its append.
+	stopP := SamplingParams{Temperature: 1, MaxNewTokens: 30, Seed: 7, StopIDs: []int64{3, 17, 40}}
+	plain, err := m.Generate(slotPrompts, stopP, GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := make(chan Resume, 16)
+	once := map[[2]int]bool{}
+	onStop := &Turns{Resumes: rc,
+		ParkIf: func(pr, ix int, ids []int64) bool {
+			k := [2]int{pr, ix}
+			if once[k] || !slices.Contains(stopP.StopIDs, ids[len(ids)-1]) {
+				return false
+			}
+			once[k] = true
+			return true
+		},
+		Parked: func(s Sample) { rc <- Resume{Prompt: s.Prompt, Index: s.Index, Append: []int64{50, 51}} }}
+	turned, err := m.Generate(slotPrompts, stopP, GenerateOptions{Turns: onStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	went := 0
+	for i, s := range turned {
+		if plain[i].FinishReason != "stop" {
+			continue
+		}
+		n := len(plain[i].IDs)
+		if fmt.Sprint(s.IDs[:n]) != fmt.Sprint(plain[i].IDs) || len(s.Appended) != 1 || s.Appended[0] != [2]int{n, n + 2} {
+			t.Errorf("sample %d: %v appended %v; without turns it stopped: %v", i, s.IDs, s.Appended, plain[i].IDs)
+		}
+		if len(s.IDs) > n+2 {
+			went++
+		}
+	}
+	if went == 0 {
+		t.Error("no sample went on after parking on its stop id")
+	}
 	closed := make(chan Resume)
 	shut := &Turns{ParkIf: func(_, _ int, ids []int64) bool { return len(ids) == 2 }, Resumes: closed, Parked: func(Sample) {}}
 	close(closed)

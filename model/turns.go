@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -18,7 +19,9 @@ type Turns struct {
 	ParkIDs []int64
 	// ParkIf, if set, is asked after each sampled token of each sample, at
 	// the look that reads it, with the sample's ids so far (not to be
-	// kept); true parks the sample there.
+	// kept); true parks the sample there — also on a stop id, which then
+	// does not end it (a turn's end after a tool call). A sample at its
+	// token budget ends, it never parks.
 	ParkIf func(prompt, index int, ids []int64) bool
 	// Parked is called, on the generating thread, with a copy of each
 	// sample that parks. It must not block: the caller answers each parked
@@ -143,4 +146,17 @@ func (d *decoder) finish(r int, reason string) {
 	d.out[r].FinishReason = reason
 	d.done[r] = true
 	d.ended++
+}
+
+// parks reports whether a sample parks after its latest token tok (fin: the
+// token would end it).
+func (d *decoder) parks(smp *Sample, tok int64, fin bool) bool {
+	t := d.slots.turns
+	if t == nil {
+		return false
+	}
+	if !fin && slices.Contains(t.ParkIDs, tok) {
+		return true
+	}
+	return t.ParkIf != nil && t.ParkIf(smp.Prompt, smp.Index, smp.IDs)
 }
