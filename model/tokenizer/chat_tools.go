@@ -124,3 +124,43 @@ func toolFormats() []string {
 	}
 	return names
 }
+
+// ToolResponses is the text the chat template puts after an assistant turn
+// that called tools, up to the next assistant turn's header: the tool
+// responses (each output as a tool message's content, in order) and the
+// generation prompt. A multi-turn rollout appends it, as ids, after the
+// model's own end-of-turn token; only this text is rendered, never what
+// the model wrote (Qwen3's template renders earlier turns differently —
+// it drops their <think> — so a re-rendered trajectory would not be what
+// was sampled). It is the template's own text: the rendering of a
+// conversation ending in those tool messages, after the calling turn's
+// end-of-turn token.
+func (t *Tokenizer) ToolResponses(outputs []string, opt ChatOptions) (string, error) {
+	f, err := t.format()
+	if err != nil {
+		return "", err
+	}
+	if !f.tools {
+		return "", fmt.Errorf("the %s chat template has no tool use (tool responses need Qwen2.5's or Qwen3's)", f.name)
+	}
+	call := []ToolCall{{Type: "function", Function: FunctionCall{Name: "f", Arguments: json.RawMessage(`{}`)}}}
+	msgs := []Message{{Role: "user", Content: "u"}, {Role: "assistant", Content: "a", ToolCalls: call}}
+	for _, o := range outputs {
+		msgs = append(msgs, Message{Role: "tool", Content: o})
+	}
+	opt.AddGenerationPrompt = true
+	full, err := t.Chat(msgs, opt)
+	if err != nil {
+		return "", err
+	}
+	const head, end = "<|im_start|>assistant\n", "<|im_end|>" // both Qwen families
+	i := strings.Index(full, head)
+	j := -1
+	if i >= 0 {
+		j = strings.Index(full[i:], end)
+	}
+	if j < 0 {
+		return "", fmt.Errorf("the %s chat template's rendering has no assistant turn to append tool responses after", f.name)
+	}
+	return full[i+j+len(end):], nil
+}

@@ -158,3 +158,46 @@ func TestToolCallJSONKeepsKeyOrder(t *testing.T) {
 		t.Fatalf("marshalled %s", out)
 	}
 }
+
+// TestToolResponsesMatchTransformers: the text a rollout appends after an
+// assistant turn that called tools is the end of transformers' rendering of
+// the conversation with those tool messages (every fixture case that ends
+// with tool messages after such a turn, with the generation prompt), and
+// starts right after the model's end-of-turn token.
+func TestToolResponsesMatchTransformers(t *testing.T) {
+	f := readToolsFixture(t)
+	n := 0
+	for _, c := range f.Cases {
+		k := len(c.Messages)
+		for k > 0 && c.Messages[k-1].Role == "tool" {
+			k--
+		}
+		if k == len(c.Messages) || k == 0 || c.Messages[k-1].Role != "assistant" || len(c.Messages[k-1].ToolCalls) == 0 {
+			continue
+		}
+		var outputs []string
+		for _, m := range c.Messages[k:] {
+			outputs = append(outputs, m.Content)
+		}
+		for _, r := range c.Renderings {
+			if !r.AddGenerationPrompt {
+				continue
+			}
+			tk := load(t, r.Template)
+			got, err := tk.ToolResponses(outputs, ChatOptions{EnableThinking: r.EnableThinking, Tools: c.Tools})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(r.Text, got) || !strings.HasSuffix(r.Text[:len(r.Text)-len(got)], "<|im_end|>") {
+				t.Errorf("%s/%s: appended %q is not the end of transformers' %q after an end-of-turn token", r.Template, c.Name, got, r.Text)
+			}
+			n++
+		}
+	}
+	if n < 4 {
+		t.Fatalf("%d renderings checked", n)
+	}
+	if _, err := load(t, "llama3_1").ToolResponses([]string{"x"}, ChatOptions{}); err == nil || !strings.Contains(err.Error(), "llama3") {
+		t.Errorf("llama3: %v", err)
+	}
+}
