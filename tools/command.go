@@ -1,0 +1,115 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// commandTool runs a user's program per call: argv as given (no shell),
+// the arguments as JSON on stdin, its answer on stdout. It runs in a
+// process group of its own, killed at the timeout with everything it
+// started; stdout beyond the cap is read and dropped (a flooding program
+// costs no memory), and an exit status other than 0 is a failure that
+// carries the tail of its stderr.
+type commandTool struct {
+	decl  json.RawMessage
+	argv  []string
+	limit limits
+}
+
+func (t *commandTool) Declaration() json.RawMessage { return t.decl }
+
+func (t *commandTool) Run(ctx context.Context, args json.RawMessage) (string, error) {
+	cmd := exec.Command(t.argv[0], t.argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdin = bytes.NewReader(append(append([]byte(nil), args...), '\n'))
+	stdout := &capWriter{max: t.limit.out}
+	stderr := &capWriter{max: 2 << 10, tail: true}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = time.Second // a grandchild holding the pipes open
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("cannot start %s: %v", t.argv[0], err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	timer := time.NewTimer(t.limit.timeout)
+	defer timer.Stop()
+	var err error
+	killed := ""
+	select {
+	case err = <-waited:
+	case <-timer.C:
+		killed = fmt.Sprintf("timed out after %s", t.limit.timeout)
+	case <-ctx.Done():
+		killed = "cancelled"
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it started goes too
+	if killed != "" {
+		<-waited
+		return stdout.String(), fmt.Errorf("%s", killed)
+	}
+	out := stdout.String()
+	if err != nil {
+		msg := err.Error()
+		if tail := strings.TrimSpace(stderr.String()); tail != "" {
+			msg += ": " + tail
+		}
+		return out, fmt.Errorf("%s", msg)
+	}
+	return out, nil
+}
+
+// capWriter keeps the first max bytes written (or the last, with tail)
+// and counts the rest.
+type capWriter struct {
+	mu   sync.Mutex
+	max  int
+	tail bool
+	buf  []byte
+	lost int64
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tail {
+		w.buf = append(w.buf, p...)
+		if over := len(w.buf) - w.max; over > 0 {
+			w.buf = append(w.buf[:0], w.buf[over:]...)
+			w.lost += int64(over)
+		}
+		return len(p), nil
+	}
+	room := w.max - len(w.buf)
+	if room > len(p) {
+		room = len(p)
+	}
+	if room > 0 {
+		w.buf = append(w.buf, p[:room]...)
+	}
+	w.lost += int64(len(p) - max(room, 0))
+	return len(p), nil
+}
+
+func (w *capWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := strings.ToValidUTF8(string(w.buf), "")
+	if w.lost > 0 && !w.tail {
+		s += "\n…[output cut at " + itoa(w.max) + " bytes]"
+	}
+	return s
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+var _ io.Writer = (*capWriter)(nil)

@@ -1,0 +1,164 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+)
+
+// Loop joins a Set to the rollout engine: a sample whose assistant turn
+// holds tool calls parks at the turn's end-of-turn token; its calls run
+// (all of a turn's calls at once, beside the other parked samples' and
+// while the engine decodes the other rows); their outputs, rendered by the
+// chat template as tool responses up to the next assistant header, are
+// appended as ids and the sample goes on. The trajectory is the sampled
+// ids and the appended ids, never re-rendered or re-tokenized; only the
+// appended tool responses are rendered (tokenizer.ToolResponses).
+//
+// Limits: MaxTurns tool turns per trajectory (a turn that calls a tool
+// past it ends the trajectory there, EndReason "max_turns", its calls not
+// run); MaxOutputTokens per call's output (cut, saying so); the token
+// budget (max_new_tokens counts the appended ids: a response that would
+// pass it ends with finish reason "length", the engine's).
+type Loop struct {
+	Set             *Set
+	Tok             *tokenizer.Tokenizer
+	Chat            tokenizer.ChatOptions // the run's template options (EnableThinking)
+	EndOfTurn       []int64               // the ids that end an assistant turn (the EOS ids)
+	MaxTurns        int
+	MaxOutputTokens int
+
+	callEnd int64 // the </tool_call> id, −1 when the tokenizer has none (then text is searched)
+	mu      sync.Mutex
+	traj    map[[2]int]*Trajectory
+	ctx     context.Context
+}
+
+// Trajectory is what happened to one sample's tool calls.
+type Trajectory struct {
+	Turns       int     // tool turns (parks)
+	Calls       int     // calls run or answered with an error
+	Errors      int     // calls that failed (bad call, unknown tool, bad arguments, the tool's failure)
+	ToolSeconds float64 // the calls' wall time, summed
+	EndReason   string  // "max_turns" when a tool turn past MaxTurns ended it; "" otherwise
+	turnStart   int     // where the current assistant turn starts in the sample's ids
+}
+
+// Start prepares a generation's bookkeeping and returns the engine's
+// Turns for it; ctx cancels the tools still running when it ends.
+func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
+	if l.Set == nil || l.Tok == nil || len(l.EndOfTurn) == 0 {
+		return nil, fmt.Errorf("tools: a loop needs its tools, the tokenizer and the end-of-turn ids")
+	}
+	if _, err := l.Tok.ToolResponses([]string{"x"}, l.Chat); err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	l.callEnd = -1
+	if id, ok := l.Tok.TokenID("</tool_call>"); ok {
+		l.callEnd = int64(id)
+	}
+	l.traj = map[[2]int]*Trajectory{}
+	l.ctx = ctx
+	resumes := make(chan model.Resume, max(rows, 1)) // a sample parks once at a time: sends never block
+	return &model.Turns{ParkIf: l.parkIf, Parked: func(s model.Sample) { go l.answer(s, resumes) }, Resumes: resumes}, nil
+}
+
+// Trajectory returns what happened to sample (prompt, index) of the last
+// Start's generation (zero when it called nothing).
+func (l *Loop) Trajectory(prompt, index int) Trajectory {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.traj[[2]int{prompt, index}]; t != nil {
+		return *t
+	}
+	return Trajectory{}
+}
+
+func (l *Loop) get(k [2]int) *Trajectory {
+	t := l.traj[k]
+	if t == nil {
+		t = &Trajectory{}
+		l.traj[k] = t
+	}
+	return t
+}
+
+// parkIf: the sample's latest token ends an assistant turn that holds a
+// complete tool call.
+func (l *Loop) parkIf(prompt, index int, ids []int64) bool {
+	if !slices.Contains(l.EndOfTurn, ids[len(ids)-1]) {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.get([2]int{prompt, index})
+	turn := ids[t.turnStart:]
+	if l.callEnd >= 0 {
+		if !slices.Contains(turn, l.callEnd) {
+			return false
+		}
+	} else if !strings.Contains(l.Tok.Decode(tokenizer.Ints(turn), false), "</tool_call>") {
+		return false
+	}
+	if t.Turns >= l.MaxTurns {
+		t.EndReason = "max_turns"
+		return false
+	}
+	return true
+}
+
+// answer runs a parked sample's calls and resumes it with their responses.
+func (l *Loop) answer(s model.Sample, resumes chan<- model.Resume) {
+	k := [2]int{s.Prompt, s.Index}
+	l.mu.Lock()
+	start := l.get(k).turnStart
+	l.mu.Unlock()
+	calls := l.Set.ParseCalls(l.Tok.Decode(tokenizer.Ints(s.IDs[start:]), false))
+	results := l.Set.Run(l.ctx, calls)
+	outputs := make([]string, len(results))
+	failed, secs := 0, 0.0
+	for i, r := range results {
+		outputs[i] = l.capTokens(r.Output)
+		if r.Failed {
+			failed++
+		}
+		secs += r.Seconds
+	}
+	rs := model.Resume{Prompt: s.Prompt, Index: s.Index}
+	text, err := l.Tok.ToolResponses(outputs, l.Chat)
+	if err == nil {
+		var ids []int
+		if ids, err = l.Tok.Encode(text, false); err == nil {
+			rs.Append = tokenizer.Int64s(ids)
+		}
+	}
+	if err != nil { // checked at Start: not expected
+		rs.Finish = "error"
+	}
+	l.mu.Lock()
+	t := l.get(k)
+	t.Turns++
+	t.Calls += len(calls)
+	t.Errors += failed
+	t.ToolSeconds += secs
+	t.turnStart = len(s.IDs) + len(rs.Append)
+	l.mu.Unlock()
+	resumes <- rs
+}
+
+// capTokens cuts an output to MaxOutputTokens tokens, saying so.
+func (l *Loop) capTokens(out string) string {
+	if l.MaxOutputTokens <= 0 {
+		return out
+	}
+	ids, err := l.Tok.Encode(out, false)
+	if err != nil || len(ids) <= l.MaxOutputTokens {
+		return out
+	}
+	return l.Tok.Decode(ids[:l.MaxOutputTokens], false) + fmt.Sprintf("\n…[output cut at %d tokens]", l.MaxOutputTokens)
+}
