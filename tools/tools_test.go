@@ -89,7 +89,7 @@ func TestDeclarationsAndConfig(t *testing.T) {
 		t.Errorf("not JSON: %v", err)
 	}
 	for src, msg := range map[string]string{
-		"tools:\n  - name: x\n    parameters: {type: object}\n":                               "tools[0].command",
+		"tools:\n  - name: x\n    parameters: {type: object}\n":                                "tools[0].command",
 		"tools:\n  - name: 9x\n    command: [a]\n":                                             "tools[0].name",
 		"tools:\n  - name: x\n    command: [a]\n":                                              "tools[0].parameters",
 		"tools:\n  - name: x\n    command: [a]\n    parameters: {type: string}\n":              "tools[0].parameters: type \"string\"",
