@@ -1,6 +1,7 @@
 package rl
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
@@ -12,6 +13,9 @@ type PromptFormat struct {
 	SystemPrompt   string
 	PromptTemplate string // {problem} replaced
 	EnableThinking *bool
+	// Tools are the declarations of the tools the policy may call, in the
+	// system turn (tools.Set.Declarations; nil: none).
+	Tools []json.RawMessage
 }
 
 // SolveIDs renders a problem text (the problem, or the problem with a
@@ -33,6 +37,6 @@ func (f PromptFormat) UserIDs(tk *tokenizer.Tokenizer, user string) ([]int64, er
 		msgs = append(msgs, tokenizer.Message{Role: "system", Content: f.SystemPrompt})
 	}
 	msgs = append(msgs, tokenizer.Message{Role: "user", Content: user})
-	ids, err := tk.ChatIDs(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.EnableThinking})
+	ids, err := tk.ChatIDs(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: f.EnableThinking, Tools: f.Tools})
 	return tokenizer.Int64s(ids), err
 }

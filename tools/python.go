@@ -32,6 +32,9 @@ type pythonTool struct {
 func (t *pythonTool) Declaration() json.RawMessage { return t.decl }
 
 func (t *pythonTool) Run(ctx context.Context, args json.RawMessage) (string, error) {
+	if t.sb == nil {
+		return "", errors.New("no code sandbox (the tool set was built for its declarations only)")
+	}
 	var a struct {
 		Code string `json:"code"`
 	}

@@ -91,9 +91,6 @@ func NewSet(specs []Spec, sandbox CodeRunner) (*Set, error) {
 			if sp.Parameters.Kind != 0 {
 				return nil, bad("parameters", "the built-in python tool's parameters are fixed ({\"code\": string})")
 			}
-			if sandbox == nil {
-				return nil, bad("name", "the python tool needs the code sandbox")
-			}
 			params = []byte(pythonParameters)
 			desc := sp.Description
 			if desc == "" {

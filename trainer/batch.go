@@ -54,7 +54,11 @@ func buildBatch(s *tensor.Scope, dev gotch.Device, rolls []*rollout) *batch {
 		}
 		start := len(r.promptIDs) - 1
 		b.starts = append(b.starts, start)
+		own := sampledMask(len(r.ids), r.appended)
 		for k := range r.ids {
+			if own != nil && !own[k] {
+				continue // a tool's output: input, never a target (no loss, KL, entropy or weight)
+			}
 			at := row + int64(start+k)
 			targets[at], tmask[at], tmaskF[at], old[at] = r.ids[k], true, 1, r.oldLogp[k]
 			w[at] = r.weight

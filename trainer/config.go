@@ -7,6 +7,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // Config is a run's configuration, mapped 1:1 onto the YAML keys (and onto
@@ -44,6 +45,10 @@ type Config struct {
 	// The feedback methods' own sections (their rows in method.go; docs/feedback-methods.md).
 	SDPO     SDPOConfig     `yaml:"sdpo"`
 	Critique CritiqueConfig `yaml:"critique"`
+	// Tools the policy may call inside a rollout (tools.Spec: the built-in
+	// python, or a user's command); declared in the system turn. Empty: one
+	// turn, no tools. docs/tools.md.
+	Tools []tools.Spec `yaml:"tools,omitempty"`
 }
 
 // DistConfig is multi-process data parallelism (lanpo launch or torchrun
@@ -163,6 +168,13 @@ type RolloutConfig struct {
 	// (fewer kernel launches from the host; the same samples). Off by
 	// default: not yet measured on a GPU.
 	CUDAGraphs bool `yaml:"cuda_graphs"`
+	// With tools: MaxTurns tool turns per trajectory (0: 4),
+	// MaxToolOutputTokens per call's output (0: 512), ToolSandbox where the
+	// python tool runs (namespaces, the default, or none: only for code
+	// you trust); docs/tools.md.
+	MaxTurns            int    `yaml:"max_turns,omitempty"`
+	MaxToolOutputTokens int    `yaml:"max_tool_output_tokens,omitempty"`
+	ToolSandbox         string `yaml:"tool_sandbox,omitempty"`
 }
 
 // GenerateOptions are the generation engine's settings from the rollout
@@ -345,7 +357,13 @@ func DefaultConfig() Config {
 // PromptFormat is how the config turns a problem into the chat the policy
 // solves.
 func (c Config) PromptFormat() rl.PromptFormat {
-	return rl.PromptFormat{SystemPrompt: c.Data.SystemPrompt, PromptTemplate: c.Data.PromptTemplate, EnableThinking: c.Rollout.EnableThinking}
+	f := rl.PromptFormat{SystemPrompt: c.Data.SystemPrompt, PromptTemplate: c.Data.PromptTemplate, EnableThinking: c.Rollout.EnableThinking}
+	if len(c.Tools) > 0 {
+		if set, err := tools.NewSet(c.Tools, nil); err == nil { // validated at load
+			f.Tools = set.Declarations()
+		}
+	}
+	return f
 }
 
 // FeedbackSettings are what LANPO's feedback builder takes from the config

@@ -19,6 +19,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/reward"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // LoadConfig reads a YAML file onto the defaults, applies --set overrides
@@ -205,6 +206,11 @@ func (c *Config) Validate() error {
 // twice changes nothing. The lanpo section is resolved whatever algo.name
 // says: lanpo eval and lanpo seed use it with any run's config.
 func (c *Config) Resolve() error {
+	if len(c.Tools) > 0 {
+		if _, err := tools.NewSet(c.Tools, nil); err != nil {
+			return err
+		}
+	}
 	switch {
 	case c.StopAfterSteps < 0:
 		return bad("stop_after_steps", "must be ≥ 0")
@@ -226,6 +232,14 @@ func (c *Config) Resolve() error {
 		return bad("rollout.sync_every", "must be ≥ 0 (0: the default, %d)", model.DefaultSyncEvery)
 	case c.Rollout.MaxBatchRows < 0:
 		return bad("rollout.max_batch_rows", "must be ≥ 0 (0: no cap)")
+	case c.Rollout.MaxTurns < 0:
+		return bad("rollout.max_turns", "must be ≥ 0 (0: the default, %d)", defaultMaxTurns)
+	case c.Rollout.MaxToolOutputTokens < 0:
+		return bad("rollout.max_tool_output_tokens", "must be ≥ 0 (0: the default, %d)", defaultMaxToolOutputTokens)
+	case c.Rollout.ToolSandbox != "" && c.Rollout.ToolSandbox != reward.SandboxNamespaces && c.Rollout.ToolSandbox != reward.SandboxNone:
+		return bad("rollout.tool_sandbox", "%q: want %s (the default) or %s (no isolation: only for code you trust)", c.Rollout.ToolSandbox, reward.SandboxNamespaces, reward.SandboxNone)
+	case len(c.Tools) == 0 && (c.Rollout.MaxTurns != 0 || c.Rollout.MaxToolOutputTokens != 0 || c.Rollout.ToolSandbox != ""):
+		return bad("rollout.max_turns", "rollout.max_turns, max_tool_output_tokens and tool_sandbox belong to a run with tools: (none declared)")
 	case c.Algo.KLBeta < 0:
 		return bad("algo.kl_beta", "must be ≥ 0")
 	case c.Dist.ZeroStage < 0 || c.Dist.ZeroStage > 2:

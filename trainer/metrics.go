@@ -49,6 +49,16 @@ type StepMetrics struct {
 	SamplerGapMax  float64 `json:"sampler_logp_gap_max,omitempty"`
 	TISClipped     float64 `json:"sampler_tis_clipped_frac,omitempty"`
 
+	// Tools in the rollout (a tools: section): per trajectory, the mean
+	// calls and tool turns; the step's failed calls and tool seconds
+	// (summed over calls); the share of the trajectories' tokens the tools
+	// appended (no loss on them).
+	ToolCalls     float64 `json:"tool_calls_mean,omitempty"`
+	ToolTurns     float64 `json:"tool_turns_mean,omitempty"`
+	ToolErrors    int     `json:"tool_errors,omitempty"`
+	ToolSeconds   float64 `json:"tool_seconds,omitempty"`
+	AppendedShare float64 `json:"tool_appended_token_frac,omitempty"`
+
 	// SFT
 	EvalLoss float64 `json:"eval_loss,omitempty"`
 
@@ -184,6 +194,8 @@ var tensorBoardGroups = map[string]string{
 	"groups_kept": "rollout", "groups_dropped": "rollout", "reward_mean_kept": "rollout", "accuracy_kept": "rollout",
 	"sampler_trainer_logp_max_abs_diff": "rollout", "sampler_logp_gap_mean": "rollout",
 	"sampler_logp_gap_max": "rollout", "sampler_tis_clipped_frac": "rollout", "reward_errors": "rollout",
+	"tool_calls_mean": "rollout", "tool_turns_mean": "rollout", "tool_errors": "rollout", "tool_seconds": "rollout",
+	"tool_appended_token_frac": "rollout",
 
 	"tokens": "perf", "tokens_prefilled": "perf", "tokens_generated": "perf",
 	"tokens_trained": "perf", "tokens_per_s": "perf",

@@ -12,6 +12,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // rollout is one sampled response and what the update needs of it; the
@@ -36,6 +37,12 @@ type rollout struct {
 	// explorer sees.
 	reason string
 	span   []bool // consolidation: its tokens in the run's diagnostic span (nil: none)
+	// A tool trajectory: the ids the tools' responses appended (ranges of
+	// ids; no loss, no log-probs), the model's own text (what the reward
+	// reads) and what its tools did.
+	appended [][2]int
+	ownText  string
+	tool     tools.Trajectory
 }
 
 // rolloutStat is what every rank learns of every rollout of the step: what
@@ -48,6 +55,12 @@ type rolloutStat struct {
 	Trunc   bool    `json:"t,omitempty"`
 	Len     int     `json:"n"`
 	Kept    bool    `json:"k,omitempty"`
+	// Tools: calls, failed calls, tool turns, appended tokens, tool seconds.
+	Calls    int     `json:"tc,omitempty"`
+	Errs     int     `json:"te,omitempty"`
+	Turns    int     `json:"tt,omitempty"`
+	Appended int     `json:"ta,omitempty"`
+	ToolSec  float64 `json:"ts,omitempty"`
 }
 
 // exchangeStats all-gathers the round's rollout statistics (kept: this
@@ -60,7 +73,10 @@ func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
 	mine := make([]rolloutStat, len(batch))
 	for i, r := range batch {
 		mine[i] = rolloutStat{Index: r.Prompt.Index, Sample: r.Sample, Reward: r.Reward, Correct: r.Correct, Trunc: r.Truncated,
-			Len: len(r.ids), Kept: isKept[r]}
+			Len: len(r.ids), Kept: isKept[r], Calls: r.tool.Calls, Errs: r.tool.Errors, Turns: r.tool.Turns, ToolSec: r.tool.ToolSeconds}
+		for _, a := range r.appended {
+			mine[i].Appended += a[1] - a[0]
+		}
 	}
 	if g.comm.Size() == 1 {
 		return mine, nil
@@ -80,15 +96,31 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 		streams[i], problems[i] = p.Index, p.Problem
 		g.stepTokens.prefilled += len(p.IDs) // once per prompt: the engine shares the prefix across the group
 	}
-	res, err := g.generate(reqs, streams, cfg.Rollout.MaxNewTokens, rl.StepSeed(cfg.Seed, g.state.Step))
+	opt := cfg.Rollout.GenerateOptions()
+	if g.tools != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // tools still running when generation fails
+		var err error
+		if opt.Turns, err = g.tools.Start(ctx, len(ps)*cfg.Rollout.SamplesPerPrompt); err != nil {
+			return nil, err
+		}
+	}
+	res, err := g.generateWith(reqs, streams, cfg.Rollout.MaxNewTokens, rl.StepSeed(cfg.Seed, g.state.Step), opt)
 	if err != nil {
 		return nil, fmt.Errorf("problems %s: %w", g.problemIDs(problems), err)
 	}
 	batch := make([]*rollout, len(res))
 	for i, r := range res {
 		p := ps[r.Prompt]
+		text := g.tk.Decode(tokenizer.Ints(r.IDs), true)
 		batch[i] = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: r.Index, Tokens: len(r.IDs), Truncated: r.FinishReason == "length",
-			Text: g.tk.Decode(tokenizer.Ints(r.IDs), true)}, promptIDs: p.IDs, ids: r.IDs, oldLogp: widen(r.Logprobs)}
+			Text: text}, promptIDs: p.IDs, ids: r.IDs, oldLogp: widen(r.Logprobs), appended: r.Appended, ownText: text}
+		if g.tools != nil {
+			batch[i].tool = g.tools.Trajectory(r.Prompt, r.Index)
+			if len(r.Appended) > 0 {
+				batch[i].ownText = g.tk.Decode(tokenizer.Ints(ownIDs(r.IDs, r.Appended)), true)
+			}
+		}
 	}
 	return batch, nil
 }
@@ -97,10 +129,14 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 // maxNew tokens each, seeded by seed and keyed by streams (the rollout
 // engine, without grad), and counts the generated tokens in the step's.
 func (g *grpoRun) generate(reqs []model.Request, streams []int, maxNew int, seed uint64) ([]model.Sample, error) {
+	return g.generateWith(reqs, streams, maxNew, seed, g.cfg.Rollout.GenerateOptions())
+}
+
+// generateWith is generate with the engine's options given.
+func (g *grpoRun) generateWith(reqs []model.Request, streams []int, maxNew int, seed uint64, opt model.GenerateOptions) ([]model.Sample, error) {
 	cfg := g.cfg
 	sp := model.SamplingParams{Temperature: cfg.Rollout.Temperature, TopP: cfg.Rollout.TopP, TopK: cfg.Rollout.TopK,
 		MaxNewTokens: maxNew, StopIDs: g.eos, Seed: seed}
-	opt := cfg.Rollout.GenerateOptions()
 	if g.hb != nil {
 		opt.Progress = g.hb.decoded
 	}
@@ -143,7 +179,11 @@ func (g *grpoRun) score(batch []*rollout) error {
 	prompts := map[*rl.Prompt]string{}
 	for i, r := range batch {
 		p := g.problems[r.Prompt.Problem]
-		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Response: r.Text, Truncated: r.Truncated}
+		resp := r.Text
+		if r.ownText != "" {
+			resp = r.ownText // a tool trajectory: the model's own text, not the tools' outputs
+		}
+		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Response: resp, Truncated: r.Truncated}
 		if k := g.cfg.Reward.Kind; k == reward.KindCommand || k == reward.KindHTTP { // only a user's reward reads the prompt's text
 			text, ok := prompts[r.Prompt]
 			if !ok {
@@ -264,6 +304,20 @@ func (g *grpoRun) fillMetrics(m *StepMetrics, stats []rolloutStat) {
 		m.RewardStd = math.Sqrt(math.Max(0, sq/n-m.RewardMean*m.RewardMean))
 		m.Accuracy = correct / n
 		m.RespLenMean, m.RespLenMax, m.TruncRatio = lenSum/n, maxLen, trunc/n
+	}
+	var calls, turns, appended float64
+	for _, r := range stats {
+		calls += float64(r.Calls)
+		turns += float64(r.Turns)
+		appended += float64(r.Appended)
+		m.ToolErrors += r.Errs
+		m.ToolSeconds += r.ToolSec
+	}
+	if n := float64(len(stats)); n > 0 && g.tools != nil {
+		m.ToolCalls, m.ToolTurns = calls/n, turns/n
+		if lenSum > 0 {
+			m.AppendedShare = appended / lenSum
+		}
 	}
 	zero := 0
 	for start := 0; start+G <= len(stats); start += G {

@@ -61,6 +61,7 @@ type grpoRun struct {
 	// stepScored; firstRewardErr the first failure's reason.
 	stepRewardErrors, stepScored int
 	firstRewardErr               string
+	tools                        toolLoop // the tools: section's (nil: one-turn rollouts)
 }
 
 // RunGRPO runs (or resumes) GRPO or LANPO training (algo.name) as cfg
@@ -96,6 +97,12 @@ func RunGRPO(ctx context.Context, cfg Config, resume string, opts RunOptions) er
 		return ConfigError{err}
 	}
 	defer g.scorer.Close()
+	if g.tools, err = newToolLoop(s.cfg, s.tk, g.eos); err != nil {
+		return err
+	}
+	if toolsForTest != nil {
+		g.tools = toolsForTest()
+	}
 	if err := g.loadReference(); err != nil {
 		return err
 	}

@@ -1,0 +1,170 @@
+package trainer
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sugarme/gotch"
+
+	"github.com/lanpo-rl/lanpo/internal/tensor"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
+	"github.com/lanpo-rl/lanpo/optim"
+	"github.com/lanpo-rl/lanpo/tools"
+)
+
+// scriptedTools parks every sample once, after its third token, and
+// appends the same ids at once (deterministic: its resumes are on the
+// channel before the engine's next look).
+type scriptedTools struct {
+	mu     sync.Mutex
+	parked map[[2]int]bool
+}
+
+var scriptedAppend = []int64{5, 6, 7}
+
+func (s *scriptedTools) Start(_ context.Context, rows int) (*model.Turns, error) {
+	s.parked = map[[2]int]bool{}
+	ch := make(chan model.Resume, rows)
+	return &model.Turns{
+		ParkIf: func(p, i int, ids []int64) bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			k := [2]int{p, i}
+			if len(ids) != 3 || s.parked[k] {
+				return false
+			}
+			s.parked[k] = true
+			return true
+		},
+		Parked: func(smp model.Sample) {
+			ch <- model.Resume{Prompt: smp.Prompt, Index: smp.Index, Append: scriptedAppend}
+		},
+		Resumes: ch,
+	}, nil
+}
+
+func (s *scriptedTools) Trajectory(p, i int) tools.Trajectory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parked[[2]int{p, i}] {
+		return tools.Trajectory{Turns: 1, Calls: 1, ToolSeconds: 0.5}
+	}
+	return tools.Trajectory{}
+}
+
+// A GRPO run whose rollouts are multi-turn trajectories (a scripted tool
+// appends ids after each sample's third token): it trains, its metrics
+// count the calls and the appended share, the sampler's log-probs of the
+// sampled tokens are the trainer's on the multi-turn sequences, and it
+// resumes bit for bit.
+func TestToolTrajectoriesTrainAndResume(t *testing.T) {
+	toolsForTest = func() toolLoop { return &scriptedTools{} }
+	defer func() { toolsForTest = nil }()
+	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile}, "log.rollouts=true")
+	for i, m := range stableMetrics(t, straight.RunDir) {
+		calls, _ := m["tool_calls_mean"].(float64)
+		share, _ := m["tool_appended_token_frac"].(float64)
+		gap, _ := m["sampler_trainer_logp_max_abs_diff"].(float64)
+		if gap > 1e-4 || math.IsNaN(gap) { // the sampler's record ≡ the trainer's, over the sampled tokens of multi-turn sequences
+			t.Errorf("step %d: sampler/trainer log-prob gap %v on trajectories", i+1, m["sampler_trainer_logp_max_abs_diff"])
+		}
+		if calls <= 0 || share <= 0 || math.IsNaN(m["loss"].(float64)) {
+			t.Errorf("step %d: tool_calls_mean %v, appended share %v, loss %v", i+1, m["tool_calls_mean"], m["tool_appended_token_frac"], m["loss"])
+		}
+	}
+	n := 0
+	eachRollout(t, straight.RunDir, 4, func(step int, l rolloutLine) {
+		if l.Tokens > 3 {
+			n++
+		}
+	})
+	if n == 0 {
+		t.Fatal("no trajectory went past its tool turn")
+	}
+}
+
+// The appended tokens of a trajectory are inputs, never targets: in every
+// policy loss (PPO, GSPO, CISPO, with KL) the loss is finite although the
+// sampler's log-probs there are NaN, and its gradient with respect to the
+// log-probs is zero at every appended position and not at the sampled
+// ones.
+func TestAppendedTokensGetNoGradient(t *testing.T) {
+	lockThread(t)
+	nan := math.NaN()
+	r := &rollout{promptIDs: []int64{1, 2, 3}, ids: []int64{4, 5, 6, 7, 8, 9, 10}, adv: 1, weight: 1,
+		oldLogp:  []float64{-1, -2, nan, nan, -1.5, nan, -0.5},
+		refLogp:  []float64{-1.1, -2.1, nan, nan, -1.4, nan, -0.6},
+		tis:      []float32{1, 1, float32(nan), float32(nan), 1, float32(nan), 1},
+		appended: [][2]int{{2, 4}, {5, 6}}}
+	plain := &rollout{promptIDs: []int64{1, 2}, ids: []int64{4, 5, 6}, adv: -1, weight: 1, oldLogp: []float64{-1, -1, -1}, refLogp: []float64{-1, -1, -1}}
+	for _, kind := range []string{LossPPO, LossGSPO, LossCISPO} {
+		var s tensor.Scope
+		b := buildBatch(&s, gotch.CPU, []*rollout{r, plain})
+		vals := make([]float64, 2*b.t)
+		for i := range vals {
+			vals[i] = -0.3 - 0.01*float64(i)
+		}
+		lp := tensor.FromSlice(&s, vals, []int64{2, b.t}, gotch.CPU)
+		lp.MustRequiresGrad_(true)
+		lo, hi, err := ClipDefaults(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, _, err := PolicyLoss(&s, PolicyLossInput{Logp: lp, OldLogp: b.old, RefLogp: b.ref, Adv: b.adv, Weight: b.weight, TIS: b.tis, Mask: b.tmaskF},
+			PolicyLossConfig{Kind: kind, ClipLow: lo, ClipHigh: hi, Beta: 0.1, KL: KLK3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := tensor.Float64s(loss)[0]; math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Fatalf("%s: loss %v", kind, l)
+		}
+		loss.MustBackward()
+		g := tensor.Float64s(s.Keep(lp.MustGrad(false)))
+		for k := range r.ids {
+			at := b.starts[0] + k
+			appended := (k >= 2 && k < 4) || k == 5
+			if appended != (g[at] == 0) {
+				t.Errorf("%s: token %d (appended %v) has gradient %g", kind, k, appended, g[at])
+			}
+		}
+		s.Close()
+	}
+}
+
+// The tools: section loads, is declared in the prompt's system turn, and
+// its errors name the key; the rollout's tool keys need tools.
+func TestToolsConfig(t *testing.T) {
+	cfg := tinyConfig(t, `tools=[{name: python}, {name: lookup, description: Look up., command: [cat], parameters: {type: object, properties: {word: {type: string}}, required: [word]}}]`, "rollout.max_turns=2")
+	if err := cfg.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.PromptFormat()
+	if len(f.Tools) != 2 {
+		t.Fatalf("declarations %s", f.Tools)
+	}
+	s, err := tokenizer.Load(cfg.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := f.SolveIDs(s, "What is 2+3?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := s.Decode(tokenizer.Ints(ids), false); !strings.Contains(text, `"name": "lookup"`) || !strings.Contains(text, "<tools>") {
+		t.Errorf("the prompt does not declare the tools: %q", text)
+	}
+	for sets, key := range map[string]string{
+		`tools=[{name: lookup, command: [cat]}]`:             "tools[0].parameters",
+		"rollout.max_turns=3":                                "rollout.max_turns",
+		`tools=[{name: python}]|rollout.tool_sandbox=docker`: "rollout.tool_sandbox",
+	} {
+		_, err := LoadConfig("../configs/tiny-grpo.yaml", strings.Split(sets, "|"))
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming %s", sets, err, key)
+		}
+	}
+}
