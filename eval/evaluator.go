@@ -12,6 +12,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // evaluator runs batches.
@@ -38,6 +39,11 @@ func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, e
 	withContext := make([]bool, len(probs))
 	for i, p := range probs {
 		ids, err := e.fb.Solve(p.Problem)
+		if mode == ModeTools { // the same prompt with the tools declared
+			f := e.o.Feedback.Format
+			f.Tools = e.o.Tools.Declarations()
+			ids, err = f.SolveIDs(e.tk, p.Problem)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("problem %s: %w", p.ID, err)
 		}
@@ -134,7 +140,11 @@ func (e *evaluator) score(b Benchmark, probs []Problem, lines []SampleLine) ([]S
 	reqs := make([]reward.Request, len(lines))
 	for i, l := range lines {
 		p := byID[l.ProblemID]
-		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Prompt: l.Prompt, Response: l.Response, Truncated: l.Truncated}
+		resp := l.Response
+		if l.ToolTurns > 0 {
+			resp = l.ModelText // a tool trajectory: the model's own text
+		}
+		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Prompt: l.Prompt, Response: resp, Truncated: l.Truncated}
 	}
 	vs, err := reward.ScoreChecked(context.Background(), scorer, reqs, func(i int) string { return "problem " + reqs[i].ID })
 	if err != nil {
@@ -161,10 +171,25 @@ func (e *evaluator) sample(b Benchmark, mode string, first int, prompts [][]int6
 		reqs[i], streams[i] = model.Request{PromptIDs: ids, Samples: k}, first+i
 	}
 	p := e.o.Sampling
-	p.Seed = streamSeed(p.Seed, b.Name, fmt.Sprintf("%s/%d", mode, stage))
+	// The tools mode draws as zero-shot does: the same problem's samples
+	// with and without tools share their randomness (a paired comparison).
+	seedMode := mode
+	if mode == ModeTools {
+		seedMode = ModeZeroShot
+	}
+	p.Seed = streamSeed(p.Seed, b.Name, fmt.Sprintf("%s/%d", seedMode, stage))
+	opt := e.o.Feedback.Generate
+	if mode == ModeTools {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var err error
+		if opt.Turns, err = e.o.Tools.Start(ctx, len(prompts)*k); err != nil {
+			return nil, err
+		}
+	}
 	var res []model.Sample
 	err := csrc.NoGrad(func() (err error) {
-		res, err = e.m.GenerateAt(reqs, streams, p, e.o.Feedback.Generate)
+		res, err = e.m.GenerateAt(reqs, streams, p, opt)
 		return err
 	})
 	if err != nil {
@@ -182,8 +207,16 @@ func (e *evaluator) text(s model.Sample) string { return e.tk.Decode(tokenizer.I
 // line describes one sample (score gives its verdict).
 func (e *evaluator) line(b Benchmark, mode string, lo int, p Problem, j int, prompt []int64, s model.Sample) SampleLine {
 	text := e.text(s)
-	return SampleLine{Bench: b.Name, Mode: mode, Batch: lo, ProblemID: p.ID, Sample: j, Prompt: e.tk.Decode(tokenizer.Ints(prompt), false),
+	l := SampleLine{Bench: b.Name, Mode: mode, Batch: lo, ProblemID: p.ID, Sample: j, Prompt: e.tk.Decode(tokenizer.Ints(prompt), false),
 		Response: text, Tokens: len(s.IDs), Truncated: s.FinishReason == "length"}
+	if mode == ModeTools {
+		tr := e.o.Tools.Trajectory(s.Prompt, s.Index)
+		l.ToolCalls, l.ToolErrors, l.ToolTurns = tr.Calls, tr.Errors, tr.Turns
+		if tr.Turns > 0 {
+			l.ModelText = e.tk.Decode(tokenizer.Ints(tools.OwnIDs(s.IDs, s.Appended)), true)
+		}
+	}
+	return l
 }
 
 // reference scores the problems' reference solutions (Problem.Solution)

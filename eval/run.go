@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/reward"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // Evaluation modes (LANPO's three inference modes).
@@ -34,7 +36,12 @@ const (
 )
 
 // Modes lists the evaluation modes.
-var Modes = []string{ModeZeroShot, ModeRetrieval, ModeSelfCorrect}
+var Modes = []string{ModeZeroShot, ModeRetrieval, ModeSelfCorrect, ModeTools}
+
+// ModeTools is zero-shot with the tools declared (Options.Tools): the
+// model may call them, multi-turn (docs/tools.md); beside zero-shot it is
+// the with/without-tools comparison.
+const ModeTools = "tools"
 
 // Options configure an evaluation.
 type Options struct {
@@ -82,6 +89,15 @@ type Options struct {
 	// carries its decision (rl.Span, a diagnostic; the demo's rule name):
 	// reference_nll is then also reported inside it. nil: none.
 	ReferenceSpan rl.Span
+	// Tools run the tools mode's calls (tools.Loop; nil: no tools mode).
+	Tools ToolRunner
+}
+
+// ToolRunner is what the tools mode asks of the tools (tools.Loop).
+type ToolRunner interface {
+	Declarations() []json.RawMessage
+	Start(ctx context.Context, rows int) (*model.Turns, error)
+	Trajectory(prompt, index int) tools.Trajectory
 }
 
 // Files of an evaluation directory.
@@ -113,7 +129,18 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	if err != nil {
 		return nil, err
 	}
-	if o.Benchmarks, err = checkFit(o.Benchmarks, fb, o.SkipLongPrompts); err != nil {
+	fit := fb
+	if slices.Contains(o.Modes, ModeTools) {
+		// The longest prompt is the one with the tools declared: a problem
+		// that does not fit it is left out of every mode (the comparison
+		// stays paired).
+		ot := o
+		ot.Feedback.Format.Tools = o.Tools.Declarations()
+		if fit, err = ot.builders(m, tk); err != nil {
+			return nil, err
+		}
+	}
+	if o.Benchmarks, err = checkFit(o.Benchmarks, fit, o.SkipLongPrompts); err != nil {
 		return nil, err
 	}
 	eos, err := m.EOSTokenIDs()
@@ -297,10 +324,16 @@ func (o *Options) validate() error {
 	}
 	for _, mode := range o.Modes {
 		if !slices.Contains(Modes, mode) {
-			return fmt.Errorf("--mode %q: want %s, %s or %s", mode, ModeZeroShot, ModeRetrieval, ModeSelfCorrect)
+			return fmt.Errorf("--mode %q: want %s, %s, %s or %s", mode, ModeZeroShot, ModeRetrieval, ModeSelfCorrect, ModeTools)
 		}
 		if mode == ModeRetrieval && o.Pool == nil {
 			return errors.New("--mode retrieval needs --pool (a LANPO checkpoint or its pool.jsonl)")
+		}
+		if mode == ModeTools && o.Tools == nil {
+			return errors.New("--mode tools needs --tools (python, or a config's tools:)")
+		}
+		if mode == ModeTools && o.hasCode() {
+			return errors.New("--mode tools runs on math benchmarks (a code benchmark's tests are not given to tools)")
 		}
 	}
 	return o.Sampling.Validate()
@@ -335,4 +368,12 @@ type SampleLine struct {
 	RefTokens     int     `json:"reference_tokens,omitempty"`
 	RefSpanLogp   float64 `json:"reference_span_logprob,omitempty"`
 	RefSpanTokens int     `json:"reference_span_tokens,omitempty"`
+	// Tools mode: the calls, failed calls and tool turns of the
+	// trajectory; with tool turns, ModelText is its own text (what the
+	// reward read), where Response is the whole trajectory with the tools'
+	// responses.
+	ToolCalls  int    `json:"tool_calls,omitempty"`
+	ToolErrors int    `json:"tool_errors,omitempty"`
+	ToolTurns  int    `json:"tool_turns,omitempty"`
+	ModelText  string `json:"model_text,omitempty"`
 }

@@ -64,7 +64,7 @@ func evalOptions(t *testing.T, out string, p *pool.Pool) Options {
 	noFloor := 0.0 // every candidate passes: the test reads plans
 	fs.LANPO.RelevanceFloor = &noFloor
 	fs.LANPO.PlanTokens, fs.LANPO.AuxTemperature = 8, 1
-	return Options{Benchmarks: []Benchmark{b}, Modes: Modes, K: 2, Feedback: fs, Pool: p, Out: out, Batch: 2,
+	return Options{Benchmarks: []Benchmark{b}, Modes: []string{ModeZeroShot, ModeRetrieval, ModeSelfCorrect}, K: 2, Feedback: fs, Pool: p, Out: out, Batch: 2,
 		Sampling: model.SamplingParams{Temperature: 1, TopP: 1, MaxNewTokens: 12, Seed: 7}}
 }
 

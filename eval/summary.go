@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 )
 
@@ -47,6 +48,16 @@ type Summary struct {
 	// the reference span where one is marked (Options.ReferenceSpan).
 	ReferenceNLL     float64 `json:"reference_nll,omitempty"`
 	ReferenceNLLSpan float64 `json:"reference_nll_span,omitempty"`
+	// Tools mode: calls and tool turns per sample, the failed calls, and,
+	// beside a zero-shot run of the same problems (drawn with the same
+	// randomness), the paired difference of per-problem accuracy (tools −
+	// zero-shot) with its 95% interval (normal approximation over
+	// problems).
+	ToolCallsMean  float64    `json:"tool_calls_mean,omitempty"`
+	ToolTurnsMean  float64    `json:"tool_turns_mean,omitempty"`
+	ToolErrors     int        `json:"tool_errors,omitempty"`
+	ToolsMinusZero *float64   `json:"tools_minus_zero_shot,omitempty"`
+	ToolsCI95      [2]float64 `json:"tools_minus_zero_shot_ci95,omitempty"`
 }
 
 // KValue is one pass@k.
@@ -117,6 +128,9 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 					votes = append(votes, vote{l.Extracted, l.Correct})
 				}
 				for _, l := range ls {
+					s.ToolCallsMean += float64(l.ToolCalls)
+					s.ToolTurnsMean += float64(l.ToolTurns)
+					s.ToolErrors += l.ToolErrors
 					refNLL, refTokens = refNLL-l.RefLogp, refTokens+float64(l.RefTokens)
 					spanNLL, spanTokens = spanNLL-l.RefSpanLogp, spanTokens+float64(l.RefSpanTokens)
 					tokens += float64(l.Tokens)
@@ -154,6 +168,10 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 				s.PassAtK = append(s.PassAtK, KValue{kk, pass[i] / n})
 			}
 			s.ResponseTokens, s.Truncated = tokens/count, trunc/count
+			s.ToolCallsMean, s.ToolTurnsMean = s.ToolCallsMean/count, s.ToolTurnsMean/count
+			if mode == ModeTools {
+				s.ToolsMinusZero, s.ToolsCI95 = pairedDiff(b, func(p, m string) []SampleLine { return byProblem[key{b.Name, m, p}] })
+			}
 			if mode == ModeSelfCorrect {
 				s.FirstAttempt /= n * float64(k)
 				s.AfterReflection = s.MeanAtK
@@ -171,6 +189,44 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 		}
 	}
 	return out
+}
+
+// pairedDiff is the mean over problems run in both the tools and the
+// zero-shot mode of (accuracy with tools − without), and its 95% interval
+// (mean ± 1.96 · sd / √n); nil when no problem ran in both.
+func pairedDiff(b Benchmark, lines func(problem, mode string) []SampleLine) (*float64, [2]float64) {
+	acc := func(ls []SampleLine) float64 {
+		c := 0
+		for _, l := range ls {
+			if l.Correct {
+				c++
+			}
+		}
+		return float64(c) / float64(len(ls))
+	}
+	var d []float64
+	for _, p := range b.Problems {
+		with, without := lines(p.ID, ModeTools), lines(p.ID, ModeZeroShot)
+		if len(with) > 0 && len(without) > 0 {
+			d = append(d, acc(with)-acc(without))
+		}
+	}
+	if len(d) == 0 {
+		return nil, [2]float64{}
+	}
+	var mean, sq float64
+	for _, x := range d {
+		mean += x
+	}
+	mean /= float64(len(d))
+	for _, x := range d {
+		sq += (x - mean) * (x - mean)
+	}
+	half := 0.0
+	if len(d) > 1 {
+		half = 1.96 * math.Sqrt(sq/float64(len(d)-1)/float64(len(d)))
+	}
+	return &mean, [2]float64{mean - half, mean + half}
 }
 
 func stage(ls []SampleLine, name string) []SampleLine {
@@ -206,6 +262,11 @@ func PrintTable(w io.Writer, sums []Summary) {
 			notes = fmt.Sprintf("first %.3f → after reflection %.3f (wrong→right %d, right→wrong %d)", s.FirstAttempt, s.AfterReflection, s.WrongToRight, s.RightToWrong)
 		case ModeRetrieval:
 			notes = fmt.Sprintf("plan for %d/%d; near-duplicates in pool %d", s.WithContext, s.N, s.NearDuplicates)
+		case ModeTools:
+			notes = fmt.Sprintf("%.2f calls, %.2f tool turns a sample; %d failed calls", s.ToolCallsMean, s.ToolTurnsMean, s.ToolErrors)
+			if d := s.ToolsMinusZero; d != nil {
+				notes += fmt.Sprintf("; vs zero-shot %+.3f [%+.3f, %+.3f] (paired, 95%%)", *d, s.ToolsCI95[0], s.ToolsCI95[1])
+			}
 		}
 		if s.Decontaminated > 0 {
 			notes = strings.TrimPrefix(notes+fmt.Sprintf("; %d dropped as contaminated", s.Decontaminated), "; ")

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -67,6 +68,9 @@ func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
 	resumes := make(chan model.Resume, max(rows, 1)) // a sample parks once at a time: sends never block
 	return &model.Turns{ParkIf: l.parkIf, Parked: func(s model.Sample) { go l.answer(s, resumes) }, Resumes: resumes}, nil
 }
+
+// Declarations are the tools' entries for the prompt's system turn.
+func (l *Loop) Declarations() []json.RawMessage { return l.Set.Declarations() }
 
 // Trajectory returns what happened to sample (prompt, index) of the last
 // Start's generation (zero when it called nothing).
@@ -161,4 +165,19 @@ func (l *Loop) capTokens(out string) string {
 		return out
 	}
 	return l.Tok.Decode(ids[:l.MaxOutputTokens], false) + fmt.Sprintf("\n…[output cut at %d tokens]", l.MaxOutputTokens)
+}
+
+// OwnIDs are a trajectory's sampled ids: its ids without the appended
+// ranges (model.Sample.Appended).
+func OwnIDs(ids []int64, appended [][2]int) []int64 {
+	if len(appended) == 0 {
+		return ids
+	}
+	out := make([]int64, 0, len(ids))
+	at := 0
+	for _, a := range appended {
+		out = append(out, ids[at:a[0]]...)
+		at = a[1]
+	}
+	return append(out, ids[at:]...)
 }

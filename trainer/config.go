@@ -99,6 +99,11 @@ type EvalConfig struct {
 	// after the prompt — eval/BENCH/zero-shot/reference_nll, a continuous
 	// measure beside accuracy (lanpo eval: --reference-nll).
 	ReferenceNLL bool `yaml:"reference_nll"`
+	// Tools adds lanpo eval's tools mode beside zero-shot: these tools
+	// (python, or names from the tools: section) declared and run,
+	// multi-turn; the summary compares with and without (lanpo eval:
+	// --tools; docs/tools.md).
+	Tools []string `yaml:"tools,omitempty"`
 }
 
 // TrainConfig are memory switches of the update (SFT and RL).

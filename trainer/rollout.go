@@ -118,7 +118,7 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 		if g.tools != nil {
 			batch[i].tool = g.tools.Trajectory(r.Prompt, r.Index)
 			if len(r.Appended) > 0 {
-				batch[i].ownText = g.tk.Decode(tokenizer.Ints(ownIDs(r.IDs, r.Appended)), true)
+				batch[i].ownText = g.tk.Decode(tokenizer.Ints(tools.OwnIDs(r.IDs, r.Appended)), true)
 			}
 		}
 	}
@@ -180,7 +180,7 @@ func (g *grpoRun) score(batch []*rollout) error {
 	for i, r := range batch {
 		p := g.problems[r.Prompt.Problem]
 		resp := r.Text
-		if r.ownText != "" {
+		if len(r.appended) > 0 {
 			resp = r.ownText // a tool trajectory: the model's own text, not the tools' outputs
 		}
 		reqs[i] = reward.Request{Problem: p.Record, ID: p.ID, Answer: p.Answer, Response: resp, Truncated: r.Truncated}

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/lanpo-rl/lanpo/model"
@@ -31,15 +32,39 @@ type toolLoop interface {
 	Trajectory(prompt, index int) tools.Trajectory
 }
 
-// newToolLoop builds the run's tools (nil without a tools: section): the
-// python tool in the code sandbox (rollout.tool_sandbox; reward.code's
-// limits when the reward is code, else their defaults).
+// newToolLoop builds the run's tools (nil without a tools: section).
 func newToolLoop(cfg Config, tk *tokenizer.Tokenizer, eos []int64) (toolLoop, error) {
 	if len(cfg.Tools) == 0 {
 		return nil, nil
 	}
+	return ToolLoop(cfg, cfg.Tools, tk, eos)
+}
+
+// EvalToolSpecs are eval.tools' tools: each name from the tools: section,
+// or the built-in python; an error names the one that is neither.
+func EvalToolSpecs(cfg Config) ([]tools.Spec, error) {
+	var out []tools.Spec
+	for _, name := range cfg.Eval.Tools {
+		i := slices.IndexFunc(cfg.Tools, func(s tools.Spec) bool { return s.Name == name })
+		switch {
+		case i >= 0:
+			out = append(out, cfg.Tools[i])
+		case name == tools.Python:
+			out = append(out, tools.Spec{Name: tools.Python})
+		default:
+			return nil, fmt.Errorf("config key eval.tools: %q is neither python nor a tool of the tools: section", name)
+		}
+	}
+	return out, nil
+}
+
+// ToolLoop builds specs' tools for a tokenizer and its end-of-turn ids:
+// the python tool in the code sandbox (rollout.tool_sandbox; reward.code's
+// limits when the reward is code, else their defaults), with
+// rollout.max_turns and max_tool_output_tokens.
+func ToolLoop(cfg Config, specs []tools.Spec, tk *tokenizer.Tokenizer, eos []int64) (*tools.Loop, error) {
 	var sb *reward.Sandbox
-	if slices.ContainsFunc(cfg.Tools, func(s tools.Spec) bool { return s.Name == tools.Python && len(s.Command) == 0 }) {
+	if slices.ContainsFunc(specs, func(s tools.Spec) bool { return s.Name == tools.Python && len(s.Command) == 0 }) {
 		mode := cfg.Rollout.ToolSandbox
 		if mode == "" {
 			mode = reward.SandboxNamespaces
@@ -53,7 +78,7 @@ func newToolLoop(cfg Config, tk *tokenizer.Tokenizer, eos []int64) (toolLoop, er
 			return nil, err
 		}
 	}
-	set, err := tools.NewSet(cfg.Tools, sb)
+	set, err := tools.NewSet(specs, sb)
 	if err != nil {
 		return nil, err
 	}
@@ -66,20 +91,6 @@ func newToolLoop(cfg Config, tk *tokenizer.Tokenizer, eos []int64) (toolLoop, er
 	}
 	return &tools.Loop{Set: set, Tok: tk, Chat: tokenizer.ChatOptions{EnableThinking: cfg.Rollout.EnableThinking, Tools: set.Declarations()},
 		EndOfTurn: eos, MaxTurns: turns, MaxOutputTokens: out}, nil
-}
-
-// ownIDs are a trajectory's sampled ids (the appended ranges left out).
-func ownIDs(ids []int64, appended [][2]int) []int64 {
-	if len(appended) == 0 {
-		return ids
-	}
-	out := make([]int64, 0, len(ids))
-	at := 0
-	for _, a := range appended {
-		out = append(out, ids[at:a[0]]...)
-		at = a[1]
-	}
-	return append(out, ids[at:]...)
 }
 
 // sampledMask is true at a trajectory's sampled positions (nil: all).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,8 +54,9 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "data-dir", Usage: "directory holding the benchmark files", EnvVars: []string{eval.DataDirEnv}},
 			&cli.IntFlag{Name: "k", Usage: "samples per problem (default: eval.k, 1)"},
 			&cli.IntFlag{Name: "limit", Usage: "evaluate this many problems per benchmark, evenly spaced through the file"},
-			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval or self-correct (repeatable or comma-separated; default zero-shot)"},
+			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval, self-correct or tools (repeatable or comma-separated; default zero-shot, and tools with --tools)"},
 			&cli.StringFlag{Name: "pool", Usage: "retrieval's pool: a LANPO checkpoint directory, run directory or pool.jsonl"},
+			&cli.StringFlag{Name: "tools", Usage: "adds the tools mode beside zero-shot: these tools declared and run, multi-turn (python, or names from --config's tools:; comma-separated; eval.tools); the summary compares with and without (docs/tools.md)"},
 			&cli.StringSliceFlag{Name: "decontaminate", Usage: "training JSONL files: drop benchmark problems with a twin in them (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "a run config (YAML) for prompts, the lanpo section and eval defaults"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override a config key (repeatable)"},
@@ -168,6 +170,19 @@ func runEval(c *cli.Context) error {
 			o.CodePromptTemplate = trainer.CodeTemplate(cfg)
 		}
 	}
+	if len(ec.Tools) > 0 {
+		specs, err := trainer.EvalToolSpecs(cfg)
+		if err != nil {
+			return usageError{err}
+		}
+		eos, err := m.EOSTokenIDs()
+		if err != nil {
+			return err
+		}
+		if o.Tools, err = trainer.ToolLoop(cfg, specs, tk, eos); err != nil {
+			return err
+		}
+	}
 	sums, err := eval.Run(m, tk, o)
 	if err != nil {
 		return err
@@ -238,6 +253,15 @@ func evalConfig(c *cli.Context) (trainer.Config, error) {
 	}
 	if len(modes) > 0 {
 		ec.Modes = modes
+	}
+	if v := c.String("tools"); v != "" {
+		ec.Tools = strings.Split(v, ",")
+	}
+	if len(ec.Tools) > 0 && !slices.Contains(ec.Modes, eval.ModeTools) {
+		if len(ec.Modes) == 0 {
+			ec.Modes = []string{eval.ModeZeroShot}
+		}
+		ec.Modes = append(ec.Modes, eval.ModeTools)
 	}
 	if c.Bool("skip-long-prompts") {
 		ec.SkipLongPrompts = true

@@ -1,0 +1,114 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
+	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/tools"
+)
+
+// scriptedRunner declares one tool and answers every sample once, after
+// its second token, with fixed ids.
+type scriptedRunner struct {
+	mu     sync.Mutex
+	parked map[[2]int]bool
+	add    []int64
+}
+
+func (s *scriptedRunner) Declarations() []json.RawMessage {
+	return []json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "python", "description": "Run code.", "parameters": {"type": "object"}}}`)}
+}
+
+func (s *scriptedRunner) Start(_ context.Context, rows int) (*model.Turns, error) {
+	s.mu.Lock()
+	s.parked = map[[2]int]bool{}
+	s.mu.Unlock()
+	ch := make(chan model.Resume, rows)
+	return &model.Turns{ParkIf: func(p, i int, ids []int64) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(ids) != 2 || s.parked[[2]int{p, i}] {
+			return false
+		}
+		s.parked[[2]int{p, i}] = true
+		return true
+	}, Parked: func(m model.Sample) { ch <- model.Resume{Prompt: m.Prompt, Index: m.Index, Append: s.add} }, Resumes: ch}, nil
+}
+
+func (s *scriptedRunner) Trajectory(p, i int) tools.Trajectory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parked[[2]int{p, i}] {
+		return tools.Trajectory{Turns: 1, Calls: 1, Errors: 1}
+	}
+	return tools.Trajectory{}
+}
+
+// TestEvalToolsMode: the tools mode beside zero-shot: its prompts declare
+// the tools, its samples are trajectories (the model's own text kept
+// apart, which the reward reads), its summary row counts calls, turns and
+// errors, and compares with zero-shot per problem (paired, with an
+// interval); the same problems' zero-shot samples are drawn with the same
+// randomness.
+func TestEvalToolsMode(t *testing.T) {
+	m, tk := tinyModel(t)
+	out := filepath.Join(t.TempDir(), "eval")
+	o := evalOptions(t, out, nil)
+	o.Modes = []string{ModeZeroShot, ModeTools}
+	o.SkipLongPrompts = true // the tools' declarations are long for the tiny model's 1,024 positions
+	ids, err := tk.Encode(" TOOL ", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Tools = &scriptedRunner{add: toInt64(ids)}
+	sums, err := Run(m, tk, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sums) != 2 || sums[1].Mode != ModeTools || sums[1].ToolCallsMean <= 0 || sums[1].ToolErrors == 0 || sums[1].ToolsMinusZero == nil {
+		t.Fatalf("summary %+v", sums)
+	}
+	if d, ci := *sums[1].ToolsMinusZero, sums[1].ToolsCI95; ci[0] > d || ci[1] < d {
+		t.Errorf("paired difference %g outside its interval %v", d, ci)
+	}
+	b, _ := json.Marshal(sums[1])
+	if !strings.Contains(string(b), `"tool_calls_mean"`) || !strings.Contains(string(b), `"tools_minus_zero_shot"`) {
+		t.Errorf("summary JSON %s", b)
+	}
+	lines, err := jsonl.Read[SampleLine](filepath.Join(out, SamplesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, l := range lines {
+		if l.Mode != ModeTools {
+			continue
+		}
+		if !strings.Contains(l.Prompt, "<tools>") {
+			t.Fatalf("a tools prompt without the declarations: %q", l.Prompt)
+		}
+		if l.ToolCalls == 1 {
+			seen++
+			if !strings.Contains(l.Response, " TOOL ") || strings.Contains(l.ModelText, "TOOL") {
+				t.Errorf("trajectory %q, model text %q", l.Response, l.ModelText)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no tools sample called")
+	}
+}
+
+func toInt64(ids []int) []int64 {
+	out := make([]int64, len(ids))
+	for i, x := range ids {
+		out[i] = int64(x)
+	}
+	return out
+}
