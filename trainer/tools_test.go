@@ -168,3 +168,19 @@ func TestToolsConfig(t *testing.T) {
 		}
 	}
 }
+
+// configs/tools-grpo.yaml loads as written: the python tool declared, its
+// 64 problems readable.
+func TestToolsConfigFile(t *testing.T) {
+	cfg, err := LoadConfig("../configs/tools-grpo.yaml", []string{"data.train=../configs/data/math-train-int64.jsonl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tools) != 1 || cfg.Tools[0].Name != "python" || len(cfg.PromptFormat().Tools) != 1 || cfg.Rollout.MaxTurns != 3 {
+		t.Fatalf("tools %+v, max_turns %d", cfg.Tools, cfg.Rollout.MaxTurns)
+	}
+	ps, err := ReadProblems(cfg.Data.Train, cfg.Data)
+	if err != nil || len(ps) != 64 {
+		t.Fatalf("%d problems, %v", len(ps), err)
+	}
+}
