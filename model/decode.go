@@ -456,12 +456,31 @@ func (d *decoder) compact() error {
 	if len(keep) == 0 || d.opt.NoCompaction || len(keep) == d.live || 4*(d.live-len(keep)) < d.live {
 		return nil
 	}
+	idx, err := d.keepRows(keep)
+	if err != nil {
+		return err
+	}
+	batch := make([]int, len(idx))
+	d.promptSum = 0
+	for j, i := range idx {
+		batch[j] = d.batch[i]
+		d.promptSum += d.plen[batch[j]]
+	}
+	d.batch, d.live = batch, len(keep)
+	return nil
+}
+
+// keepRows shrinks the batch to batch rows keep, padded to their bucket
+// with copies of the first: the cache and every per-row buffer are copied
+// into new, smaller tensors, and the graphs (which point at the old ones)
+// are dropped. It returns the rows kept, padding included.
+func (d *decoder) keepRows(keep []int64) ([]int64, error) {
 	idx := append([]int64(nil), keep...)
 	for len(idx) < bucketRows(len(keep)) {
 		idx = append(idx, keep[0])
 	}
 	if err := d.cache.Keep(idx); err != nil {
-		return err
+		return nil, err
 	}
 	var s tensor.Scope
 	defer s.Close()
@@ -471,13 +490,6 @@ func (d *decoder) compact() error {
 		(*t).MustDrop()
 		*t = kept
 	}
-	batch := make([]int, len(idx))
-	d.promptSum = 0
-	for j, i := range idx {
-		batch[j] = d.batch[i]
-		d.promptSum += d.plen[batch[j]]
-	}
-	d.batch, d.live = batch, len(keep)
-	d.graphs.reset() // the graphs point at the old buffers
-	return nil
+	d.graphs.reset()
+	return idx, nil
 }

@@ -17,9 +17,12 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/tensor"
 )
 
-func tinyModel(t *testing.T, name string) *Model {
+func tinyModel(t *testing.T, name string) *Model { return tinyModelAs(t, name, 0) }
+
+// tinyModelAs loads a tiny test model in dtype (0: its own, fp32).
+func tinyModelAs(t *testing.T, name string, dtype gotch.DType) *Model {
 	t.Helper()
-	m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU})
+	m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU, DType: dtype})
 	if err != nil {
 		t.Fatal(err)
 	}

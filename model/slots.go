@@ -410,20 +410,9 @@ func (d *decoder) compactSlots() error {
 	if len(keep) == 0 || bucketRows(len(keep)) >= len(d.batch) || 4*(len(d.batch)-len(keep)) < len(d.batch) {
 		return nil
 	}
-	idx := append([]int64(nil), keep...)
-	for len(idx) < bucketRows(len(keep)) {
-		idx = append(idx, keep[0]) // a copy of a live row; marked idle below
-	}
-	if err := d.cache.Keep(idx); err != nil {
+	idx, err := d.keepRows(keep) // padding: copies of a live row, marked idle below
+	if err != nil {
 		return err
-	}
-	var s tensor.Scope
-	defer s.Close()
-	it := csrc.Upload(&s, idx, nil, d.m.Device)
-	for _, t := range []**ts.Tensor{&d.tok, &d.pos, &d.u, &d.rec, &d.bias} {
-		kept := (*t).MustIndexSelect(0, it, false)
-		(*t).MustDrop()
-		*t = kept
 	}
 	batch := make([]int, len(idx))
 	for j, i := range idx {
@@ -433,6 +422,5 @@ func (d *decoder) compactSlots() error {
 		}
 	}
 	d.batch = batch
-	d.graphs.reset()
 	return nil
 }

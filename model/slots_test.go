@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -17,15 +16,7 @@ import (
 
 // tinyModel64 is a tiny test model in fp64: sampling decisions then do not
 // depend on the low bits that batch shapes move.
-func tinyModel64(t *testing.T, name string) *Model {
-	t.Helper()
-	m, err := Load(filepath.Join("testdata", "tiny", name), LoadOptions{Device: gotch.CPU, DType: gotch.Double})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
-}
+func tinyModel64(t *testing.T, name string) *Model { return tinyModelAs(t, name, gotch.Double) }
 
 // slotPrompts: groups of different sizes (one larger than the slots in the
 // tests), prompts of different lengths (one of a single token).

@@ -186,19 +186,26 @@ func countDecode(cfg *model.Config, opt model.LoadOptions, reqs []model.Request,
 		Downloads: float64(t.Downloads) / n}, nil
 }
 
+// shapeNamed is a shape flag's config: 0.5b, 7b or a config.json.
+func shapeNamed(flag, shape string) (*model.Config, error) {
+	switch shape {
+	case "0.5b":
+		return model.Qwen25_05BShape(), nil
+	case "7b":
+		return model.Qwen25_7BShape(), nil
+	}
+	cfg, _, err := loadModelConfig(shape)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--%s %s: want 0.5b, 7b or a config.json: %w", flag, shape, err)}
+	}
+	return cfg, nil
+}
+
 // benchShape is --shape's config with --layers applied.
 func benchShape(c *cli.Context) (*model.Config, error) {
-	var cfg *model.Config
-	switch shape := c.String("shape"); shape {
-	case "0.5b":
-		cfg = model.Qwen25_05BShape()
-	case "7b":
-		cfg = model.Qwen25_7BShape()
-	default:
-		var err error
-		if cfg, _, err = loadModelConfig(shape); err != nil {
-			return nil, usageError{fmt.Errorf("--shape %s: want 0.5b, 7b or a config.json: %w", shape, err)}
-		}
+	cfg, err := shapeNamed("shape", c.String("shape"))
+	if err != nil {
+		return nil, err
 	}
 	if c.IsSet("layers") {
 		cfg.NumHiddenLayers = c.Int64("layers")
@@ -207,11 +214,7 @@ func benchShape(c *cli.Context) (*model.Config, error) {
 }
 
 func runBenchGenerate(c *cli.Context) error {
-	dev, err := parseDevice(c.String("device"))
-	if err != nil {
-		return err
-	}
-	dt, err := benchDType(c, dev)
+	dev, dt, err := benchDevice(c)
 	if err != nil {
 		return err
 	}

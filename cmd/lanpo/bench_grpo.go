@@ -83,11 +83,7 @@ type grpoStepBench struct {
 }
 
 func runBenchGRPOStep(c *cli.Context) error {
-	dev, err := parseDevice(c.String("device"))
-	if err != nil {
-		return err
-	}
-	dt, err := benchDType(c, dev)
+	dev, dt, err := benchDevice(c)
 	if err != nil {
 		return err
 	}

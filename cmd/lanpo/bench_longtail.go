@@ -149,11 +149,7 @@ func longTailEngine(positions int64) *model.Config {
 }
 
 func runLongTail(c *cli.Context) error {
-	dev, err := parseDevice(c.String("device"))
-	if err != nil {
-		return err
-	}
-	dt, err := benchDType(c, dev)
+	dev, dt, err := benchDevice(c)
 	if err != nil {
 		return err
 	}
@@ -178,16 +174,9 @@ func runLongTail(c *cli.Context) error {
 		return err
 	}
 	mshape := c.String("model-shape")
-	var mcfg *model.Config
-	switch mshape {
-	case "0.5b":
-		mcfg = model.Qwen25_05BShape()
-	case "7b":
-		mcfg = model.Qwen25_7BShape()
-	default:
-		if mcfg, _, err = loadModelConfig(mshape); err != nil {
-			return usageError{fmt.Errorf("--model-shape %s: want 0.5b, 7b or a config.json: %w", mshape, err)}
-		}
+	mcfg, err := shapeNamed("model-shape", mshape)
+	if err != nil {
+		return err
 	}
 	if mcfg.HeadDim == 0 {
 		mcfg.HeadDim = mcfg.HiddenSize / mcfg.NumAttentionHeads

@@ -103,6 +103,16 @@ func checkDeviceFlag(s string) error {
 
 // benchDType is --dtype, or the default for dev: bfloat16 on CUDA, float32
 // on CPU.
+// benchDevice is --device and --dtype of a benchmark (benchDType).
+func benchDevice(c *cli.Context) (gotch.Device, gotch.DType, error) {
+	dev, err := parseDevice(c.String("device"))
+	if err != nil {
+		return dev, 0, err
+	}
+	dt, err := benchDType(c, dev)
+	return dev, dt, err
+}
+
 func benchDType(c *cli.Context, dev gotch.Device) (gotch.DType, error) {
 	if s := c.String("dtype"); s != "" {
 		return parseDTypeFlag(s)
