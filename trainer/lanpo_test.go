@@ -12,6 +12,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/internal/pooltest"
 	"github.com/lanpo-rl/lanpo/model"
+	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/pool"
 	"github.com/lanpo-rl/lanpo/rl"
@@ -129,8 +130,15 @@ func TestLANPOExactResume(t *testing.T) {
 		{"own consolidation step", []string{"lanpo.consolidate=1", "lanpo.consolidate_lr=3e-3", "rollout.samples_per_prompt=8"}, "model.safetensors"},
 		// Code rewards: candidates run in the sandbox, the pool keeps
 		// programs, LANPO's prompts are code's (pool.CodePrompts).
-		{"code", []string{"reward.kind=code", "data.train=testdata/code_arith.jsonl"}, "model.safetensors"}} {
+		{"code", []string{"reward.kind=code", "data.train=testdata/code_arith.jsonl"}, "model.safetensors"},
+		// Tool trajectories (a scripted tool): the pool keeps them with the
+		// tools' responses, as reflection reads them.
+		{"tools", nil, "model.safetensors"}} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name == "tools" {
+				toolsForTest = func() toolLoop { return &scriptedTools{} }
+				defer func() { toolsForTest = nil }()
+			}
 			straight := lanpoConfig(t, c.sets...)
 			runGRPO(t, straight, "")
 			split := lanpoConfig(t, append(c.sets, "stop_after_steps=2")...)
@@ -143,6 +151,21 @@ func TestLANPOExactResume(t *testing.T) {
 				y, _ := os.ReadFile(filepath.Join(b, f))
 				if len(x) == 0 || !bytes.Equal(x, y) {
 					t.Fatalf("%s differs between the straight and the resumed run", f)
+				}
+			}
+			if c.name == "tools" {
+				tk, err := tokenizer.Load(straight.Model)
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := tk.Decode(tokenizer.Ints(scriptedAppend), true)
+				if strings.TrimSpace(text) == "" {
+					t.Fatalf("the scripted append decodes to %q: the check shows nothing", text)
+				}
+				quoted, _ := json.Marshal(text)
+				raw, _ := os.ReadFile(filepath.Join(b, pool.File))
+				if !bytes.Contains(raw, bytes.Trim(quoted, `"`)) {
+					t.Fatalf("the pool's attempts lack the tools' responses %s", quoted)
 				}
 			}
 			if straight.Reward.Kind == "code" {
