@@ -393,6 +393,7 @@ benches=(
 	"grpo-step-0.5b|120|LANPO bench grpo-step --device cuda --shape 0.5b --prompts 16 --samples 8 --new-tokens 256 --json"
 	"generate-7b|240|LANPO bench generate --device cuda --dtype bfloat16 --shape 7b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --cuda-graphs --json"
 	"generate-0.5b-top-p|120|LANPO bench generate --device cuda --dtype bfloat16 --shape 0.5b --prompts 64 --samples 8 --prompt-len 512 --new-tokens 512 --top-p 0.95 --count-steps 0 --hf-python '' --json"
+	"long-tail-0.5b|240|LANPO bench generate --long-tail --device cuda --dtype bfloat16 --shape 0.5b --json"
 )
 run_benches() {
 	local rc=0 b name tmo cmd t0 st result status

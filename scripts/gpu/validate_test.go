@@ -196,7 +196,7 @@ func TestValidateAllOnAGPU(t *testing.T) {
 			t.Errorf("%s: want the whole object, the last line: %v", b["name"], res)
 		}
 	}
-	want := "logprob-7b-forward logprob-7b-forward-backward generate-0.5b grpo-step-0.5b generate-7b generate-0.5b-top-p"
+	want := "logprob-7b-forward logprob-7b-forward-backward generate-0.5b grpo-step-0.5b generate-7b generate-0.5b-top-p long-tail-0.5b"
 	if strings.Join(names, " ") != want {
 		t.Errorf("benchmarks ran as %v, want %s", names, want)
 	}
@@ -287,7 +287,7 @@ func TestValidateFailsLoudly(t *testing.T) {
 		if len(tests) != 2 || tests[0]["status"] != "skip" || tests[0]["reason"] != "thing_test.go:7: no CUDA here ≈ × \"quoted\" \\ back\ttab" {
 			t.Errorf("test.jsonl: %v", tests)
 		}
-		if len(benches) != 6 || benches[0]["status"] != "skip" || benches[0]["reason"] != "no GPU" {
+		if len(benches) != 7 || benches[0]["status"] != "skip" || benches[0]["reason"] != "no GPU" {
 			t.Errorf("bench.jsonl: %v", benches)
 		}
 	})
