@@ -33,6 +33,11 @@ type Loop struct {
 	EndOfTurn       []int64               // the ids that end an assistant turn (the EOS ids)
 	MaxTurns        int
 	MaxOutputTokens int
+	// Format is how the model calls: FormatHermes (the chat template's
+	// <tool_call> blocks, the default) or FormatFenced (tool-integrated
+	// reasoning: a ```python block runs when its fence closes, and its
+	// output is appended as an ```output block; python only).
+	Format string
 
 	callEnd int64 // the </tool_call> id, −1 when the tokenizer has none (then text is searched)
 	mu      sync.Mutex
@@ -56,8 +61,17 @@ func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
 	if l.Set == nil || l.Tok == nil || len(l.EndOfTurn) == 0 {
 		return nil, fmt.Errorf("tools: a loop needs its tools, the tokenizer and the end-of-turn ids")
 	}
-	if _, err := l.Tok.ToolResponses([]string{"x"}, l.Chat); err != nil {
-		return nil, fmt.Errorf("tools: %w", err)
+	switch l.Format {
+	case "", FormatHermes:
+		if _, err := l.Tok.ToolResponses([]string{"x"}, l.Chat); err != nil {
+			return nil, fmt.Errorf("tools: %w", err)
+		}
+	case FormatFenced:
+		if _, ok := l.Set.tools[Python]; !ok || len(l.Set.names) != 1 {
+			return nil, fmt.Errorf("tools: the fenced format runs the python tool alone (tools: %s)", strings.Join(l.Set.names, ", "))
+		}
+	default:
+		return nil, fmt.Errorf("tools: format %q: want %s or %s", l.Format, FormatHermes, FormatFenced)
 	}
 	l.callEnd = -1
 	if id, ok := l.Tok.TokenID("</tool_call>"); ok {
@@ -70,7 +84,13 @@ func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
 }
 
 // Declarations are the tools' entries for the prompt's system turn.
-func (l *Loop) Declarations() []json.RawMessage { return l.Set.Declarations() }
+// (none in the fenced format, which the prompt's own words ask for).
+func (l *Loop) Declarations() []json.RawMessage {
+	if l.Format == FormatFenced {
+		return nil
+	}
+	return l.Set.Declarations()
+}
 
 // Trajectory returns what happened to sample (prompt, index) of the last
 // Start's generation (zero when it called nothing).
@@ -93,8 +113,11 @@ func (l *Loop) get(k [2]int) *Trajectory {
 }
 
 // parkIf: the sample's latest token ends an assistant turn that holds a
-// complete tool call.
+// complete tool call (the fenced format: closes a ```python block).
 func (l *Loop) parkIf(prompt, index int, ids []int64) bool {
+	if l.Format == FormatFenced {
+		return l.fencedParkIf(prompt, index, ids)
+	}
 	if !slices.Contains(l.EndOfTurn, ids[len(ids)-1]) {
 		return false
 	}
@@ -122,7 +145,13 @@ func (l *Loop) answer(s model.Sample, resumes chan<- model.Resume) {
 	l.mu.Lock()
 	start := l.get(k).turnStart
 	l.mu.Unlock()
-	calls := l.Set.ParseCalls(l.Tok.Decode(tokenizer.Ints(s.IDs[start:]), false))
+	text := l.Tok.Decode(tokenizer.Ints(s.IDs[start:]), false)
+	var calls []Call
+	if l.Format == FormatFenced {
+		calls = []Call{fencedCall(text)}
+	} else {
+		calls = l.Set.ParseCalls(text)
+	}
 	results := l.Set.Run(l.ctx, calls)
 	outputs := make([]string, len(results))
 	failed, secs := 0, 0.0
@@ -134,7 +163,12 @@ func (l *Loop) answer(s model.Sample, resumes chan<- model.Resume) {
 		secs += r.Seconds
 	}
 	rs := model.Resume{Prompt: s.Prompt, Index: s.Index}
-	text, err := l.Tok.ToolResponses(outputs, l.Chat)
+	var err error
+	if l.Format == FormatFenced {
+		text = fencedOutput(text, outputs[0])
+	} else {
+		text, err = l.Tok.ToolResponses(outputs, l.Chat)
+	}
 	if err == nil {
 		var ids []int
 		if ids, err = l.Tok.Encode(text, false); err == nil {
@@ -180,4 +214,75 @@ func OwnIDs(ids []int64, appended [][2]int) []int64 {
 		at = a[1]
 	}
 	return append(out, ids[at:]...)
+}
+
+// The formats a model may call tools in (Loop.Format).
+const (
+	FormatHermes = "hermes" // the Qwen templates' <tool_call> blocks, answered as <tool_response> turns
+	FormatFenced = "fenced" // ```python blocks, answered with ```output blocks in the same turn
+)
+
+// closedPython is the code of the last ```python block of text when that
+// block's closing fence ends the text (spaces and newlines after it
+// aside).
+func closedPython(text string) (string, bool) {
+	i := strings.LastIndex(text, "```python")
+	if i < 0 {
+		return "", false
+	}
+	rest := text[i+len("```python"):]
+	nl := strings.IndexByte(rest, '\n')
+	if nl < 0 || strings.TrimSpace(rest[:nl]) != "" {
+		return "", false
+	}
+	body := strings.TrimRight(rest[nl+1:], " \t\n")
+	if !strings.HasSuffix(body, "```") {
+		return "", false
+	}
+	code := strings.TrimSuffix(body, "```")
+	if strings.Contains(code, "```") { // the block closed earlier
+		return "", false
+	}
+	return strings.TrimRight(code, "\n"), true
+}
+
+// fencedParkIf: the sample's latest token closes a ```python block of its
+// current turn (only looked for when that token holds a backtick).
+func (l *Loop) fencedParkIf(prompt, index int, ids []int64) bool {
+	last := l.Tok.Decode(tokenizer.Ints(ids[len(ids)-1:]), false)
+	if !strings.Contains(last, "`") && !strings.HasSuffix(last, "\n") {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.get([2]int{prompt, index})
+	if _, ok := closedPython(l.Tok.Decode(tokenizer.Ints(ids[t.turnStart:]), false)); !ok {
+		return false
+	}
+	if t.Turns >= l.MaxTurns {
+		t.EndReason = "max_turns"
+		return false
+	}
+	return true
+}
+
+// fencedCall is the python call of a turn that ends by closing a
+// ```python block.
+func fencedCall(text string) Call {
+	code, ok := closedPython(text)
+	if !ok {
+		return Call{Name: Python, Err: "no closed ```python block"}
+	}
+	args, _ := json.Marshal(map[string]string{"code": code})
+	return Call{Name: Python, Args: args}
+}
+
+// fencedOutput is what follows a closed ```python block: its output in an
+// ```output block (the tool-integrated-reasoning convention).
+func fencedOutput(text, out string) string {
+	lead := ""
+	if !strings.HasSuffix(text, "\n") {
+		lead = "\n"
+	}
+	return lead + "```output\n" + strings.TrimRight(out, "\n") + "\n```\n"
 }

@@ -291,3 +291,69 @@ func TestLoopParksRunsAndResumes(t *testing.T) {
 		t.Errorf("trajectory %+v", tr)
 	}
 }
+
+// The fenced format (tool-integrated reasoning): a ```python block runs
+// when its fence closes, mid-turn, and its output follows as an ```output
+// block; other fences do not run; the next block after an output runs
+// too; only the python tool may be used so.
+func TestLoopFenced(t *testing.T) {
+	tk := qwenTokenizer(t)
+	s, err := NewSet(specs(t, "tools:\n  - name: python\n"), sandbox(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eot, _ := tk.TokenID("<|im_end|>")
+	l := &Loop{Set: s, Tok: tk, EndOfTurn: []int64{int64(eot)}, MaxTurns: 3, MaxOutputTokens: 64, Format: FormatFenced}
+	turns, err := l.Start(context.Background(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(text string) []int64 {
+		ids, err := tk.Encode(text, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tokenizer.Int64s(ids)
+	}
+	parksAt := func(ids []int64) int {
+		for k := 1; k <= len(ids); k++ {
+			if turns.ParkIf(0, 0, ids[:k]) {
+				return k
+			}
+		}
+		return -1
+	}
+	if k := parksAt(enc("Data:\n```json\n{\"a\": 1}\n```\nNo code here.")); k != -1 {
+		t.Fatalf("a json fence parked at token %d", k)
+	}
+	ids := enc("Let me compute.\n```python\nx = 6\nprint(x * 7)\n```\nSo")
+	k := parksAt(ids)
+	if k < 0 || !strings.HasSuffix(strings.TrimRight(tk.Decode(tokenizer.Ints(ids[:k]), false), "\n"), "```") {
+		t.Fatalf("parked at %d: %q", k, tk.Decode(tokenizer.Ints(ids[:max(k, 0)]), false))
+	}
+	turns.Parked(model.Sample{IDs: ids[:k]})
+	rs := <-turns.Resumes
+	got := tk.Decode(tokenizer.Ints(rs.Append), false)
+	if !strings.HasSuffix(got, "```output\n42\n```\n") {
+		t.Errorf("appended %q", got)
+	}
+	all := append(append(append([]int64(nil), ids[:k]...), rs.Append...), enc("Check:\n```python\nprint(1/0)\n```")...)
+	if !turns.ParkIf(0, 0, all) {
+		t.Fatal("the second block did not park")
+	}
+	turns.Parked(model.Sample{IDs: all})
+	rs = <-turns.Resumes
+	if got := tk.Decode(tokenizer.Ints(rs.Append), false); !strings.Contains(got, "ZeroDivisionError") || !strings.HasPrefix(got, "\n```output\n") {
+		t.Errorf("second output %q", got)
+	}
+	if tr := l.Trajectory(0, 0); tr.Turns != 2 || tr.Calls != 2 || tr.Errors != 1 {
+		t.Errorf("trajectory %+v", tr)
+	}
+	two, err := NewSet(specs(t, "tools:\n  - name: python\n  - {name: x, command: [cat], parameters: {type: object}}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Loop{Set: two, Tok: tk, EndOfTurn: []int64{1}, Format: FormatFenced}).Start(context.Background(), 1); err == nil || !strings.Contains(err.Error(), "python tool alone") {
+		t.Errorf("fenced with two tools: %v", err)
+	}
+}

@@ -180,6 +180,11 @@ type RolloutConfig struct {
 	MaxTurns            int    `yaml:"max_turns,omitempty"`
 	MaxToolOutputTokens int    `yaml:"max_tool_output_tokens,omitempty"`
 	ToolSandbox         string `yaml:"tool_sandbox,omitempty"`
+	// ToolFormat is how the model calls: hermes (the chat template's
+	// <tool_call> blocks, declared in the system turn; the default) or
+	// fenced (```python blocks run as their fence closes, answered with
+	// ```output blocks; python only; nothing declared).
+	ToolFormat string `yaml:"tool_format,omitempty"`
 }
 
 // GenerateOptions are the generation engine's settings from the rollout
@@ -363,7 +368,7 @@ func DefaultConfig() Config {
 // solves.
 func (c Config) PromptFormat() rl.PromptFormat {
 	f := rl.PromptFormat{SystemPrompt: c.Data.SystemPrompt, PromptTemplate: c.Data.PromptTemplate, EnableThinking: c.Rollout.EnableThinking}
-	if len(c.Tools) > 0 {
+	if len(c.Tools) > 0 && c.Rollout.ToolFormat != tools.FormatFenced {
 		if set, err := tools.NewSet(c.Tools, nil); err == nil { // validated at load
 			f.Tools = set.Declarations()
 		}

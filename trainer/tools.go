@@ -90,7 +90,7 @@ func ToolLoop(cfg Config, specs []tools.Spec, tk *tokenizer.Tokenizer, eos []int
 		out = defaultMaxToolOutputTokens
 	}
 	return &tools.Loop{Set: set, Tok: tk, Chat: tokenizer.ChatOptions{EnableThinking: cfg.Rollout.EnableThinking, Tools: set.Declarations()},
-		EndOfTurn: eos, MaxTurns: turns, MaxOutputTokens: out}, nil
+		EndOfTurn: eos, MaxTurns: turns, MaxOutputTokens: out, Format: cfg.Rollout.ToolFormat}, nil
 }
 
 // sampledMask is true at a trajectory's sampled positions (nil: all).
