@@ -95,6 +95,7 @@ type Options struct {
 
 // ToolRunner is what the tools mode asks of the tools (tools.Loop).
 type ToolRunner interface {
+	Describe() string // what a resumed evaluation must match: tools, format, limits
 	Declarations() []json.RawMessage
 	Start(ctx context.Context, rows int) (*model.Turns, error)
 	Trajectory(prompt, index int) tools.Trajectory

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -34,6 +35,8 @@ type runRecord struct {
 	// Decontaminate: the training files benchmark problems were checked
 	// against (Benchmarks counts what is left).
 	Decontaminate []string `json:"decontaminate,omitempty"`
+	// Tools: the tools mode's tools, format and limits (ToolRunner.Describe).
+	Tools string `json:"tools,omitempty"`
 }
 
 func (o *Options) record() runRecord {
@@ -42,6 +45,9 @@ func (o *Options) record() runRecord {
 		Decontaminate: o.Decontaminate, Reward: o.Reward}
 	if o.hasCode() {
 		r.CodeTemplate = o.CodePromptTemplate
+	}
+	if o.Tools != nil && slices.Contains(o.Modes, ModeTools) {
+		r.Tools = o.Tools.Describe()
 	}
 	for _, b := range o.Benchmarks {
 		r.Benchmarks = append(r.Benchmarks, fmt.Sprintf("%s=%s:%d", b.Name, b.Path, len(b.Problems)))

@@ -53,11 +53,11 @@ type Summary struct {
 	// randomness), the paired difference of per-problem accuracy (tools −
 	// zero-shot) with its 95% interval (normal approximation over
 	// problems).
-	ToolCallsMean  float64    `json:"tool_calls_mean,omitempty"`
-	ToolTurnsMean  float64    `json:"tool_turns_mean,omitempty"`
-	ToolErrors     int        `json:"tool_errors,omitempty"`
-	ToolsMinusZero *float64   `json:"tools_minus_zero_shot,omitempty"`
-	ToolsCI95      [2]float64 `json:"tools_minus_zero_shot_ci95,omitempty"`
+	ToolCallsMean  float64     `json:"tool_calls_mean,omitempty"`
+	ToolTurnsMean  float64     `json:"tool_turns_mean,omitempty"`
+	ToolErrors     int         `json:"tool_errors,omitempty"`
+	ToolsMinusZero *float64    `json:"tools_minus_zero_shot,omitempty"`
+	ToolsCI95      *[2]float64 `json:"tools_minus_zero_shot_ci95,omitempty"`
 }
 
 // KValue is one pass@k.
@@ -194,7 +194,7 @@ func Summarize(lines []SampleLine, k int, benches []Benchmark, modes []string, c
 // pairedDiff is the mean over problems run in both the tools and the
 // zero-shot mode of (accuracy with tools − without), and its 95% interval
 // (mean ± 1.96 · sd / √n); nil when no problem ran in both.
-func pairedDiff(b Benchmark, lines func(problem, mode string) []SampleLine) (*float64, [2]float64) {
+func pairedDiff(b Benchmark, lines func(problem, mode string) []SampleLine) (*float64, *[2]float64) {
 	acc := func(ls []SampleLine) float64 {
 		c := 0
 		for _, l := range ls {
@@ -212,7 +212,7 @@ func pairedDiff(b Benchmark, lines func(problem, mode string) []SampleLine) (*fl
 		}
 	}
 	if len(d) == 0 {
-		return nil, [2]float64{}
+		return nil, nil
 	}
 	var mean, sq float64
 	for _, x := range d {
@@ -222,11 +222,11 @@ func pairedDiff(b Benchmark, lines func(problem, mode string) []SampleLine) (*fl
 	for _, x := range d {
 		sq += (x - mean) * (x - mean)
 	}
-	half := 0.0
-	if len(d) > 1 {
-		half = 1.96 * math.Sqrt(sq/float64(len(d)-1)/float64(len(d)))
+	if len(d) < 2 {
+		return &mean, nil // no spread to estimate
 	}
-	return &mean, [2]float64{mean - half, mean + half}
+	half := 1.96 * math.Sqrt(sq/float64(len(d)-1)/float64(len(d)))
+	return &mean, &[2]float64{mean - half, mean + half}
 }
 
 func stage(ls []SampleLine, name string) []SampleLine {
@@ -264,8 +264,8 @@ func PrintTable(w io.Writer, sums []Summary) {
 			notes = fmt.Sprintf("plan for %d/%d; near-duplicates in pool %d", s.WithContext, s.N, s.NearDuplicates)
 		case ModeTools:
 			notes = fmt.Sprintf("%.2f calls, %.2f tool turns a sample; %d failed calls", s.ToolCallsMean, s.ToolTurnsMean, s.ToolErrors)
-			if d := s.ToolsMinusZero; d != nil {
-				notes += fmt.Sprintf("; vs zero-shot %+.3f [%+.3f, %+.3f] (paired, 95%%)", *d, s.ToolsCI95[0], s.ToolsCI95[1])
+			if d, ci := s.ToolsMinusZero, s.ToolsCI95; d != nil && ci != nil {
+				notes += fmt.Sprintf("; vs zero-shot %+.3f [%+.3f, %+.3f] (paired, 95%%)", *d, ci[0], ci[1])
 			}
 		}
 		if s.Decontaminated > 0 {

@@ -21,6 +21,8 @@ type scriptedRunner struct {
 	add    []int64
 }
 
+func (s *scriptedRunner) Describe() string { return "scripted" }
+
 func (s *scriptedRunner) Declarations() []json.RawMessage {
 	return []json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "python", "description": "Run code.", "parameters": {"type": "object"}}}`)}
 }
@@ -74,8 +76,11 @@ func TestEvalToolsMode(t *testing.T) {
 	if len(sums) != 2 || sums[1].Mode != ModeTools || sums[1].ToolCallsMean <= 0 || sums[1].ToolErrors == 0 || sums[1].ToolsMinusZero == nil {
 		t.Fatalf("summary %+v", sums)
 	}
-	if d, ci := *sums[1].ToolsMinusZero, sums[1].ToolsCI95; ci[0] > d || ci[1] < d {
+	if d, ci := *sums[1].ToolsMinusZero, sums[1].ToolsCI95; ci == nil || ci[0] > d || ci[1] < d {
 		t.Errorf("paired difference %g outside its interval %v", d, ci)
+	}
+	if z, _ := json.Marshal(sums[0]); strings.Contains(string(z), "tools_minus") || strings.Contains(string(z), "tool_calls") {
+		t.Errorf("the zero-shot row carries tool keys: %s", z)
 	}
 	b, _ := json.Marshal(sums[1])
 	if !strings.Contains(string(b), `"tool_calls_mean"`) || !strings.Contains(string(b), `"tools_minus_zero_shot"`) {

@@ -145,6 +145,9 @@ func (m *Model) generateAt(reqs []Request, streams []int, p SamplingParams, opt 
 		return nil, nil
 	}
 	if opt.MaxRows > 0 && opt.ConsecutiveBatches {
+		if opt.Turns != nil {
+			return nil, fmt.Errorf("generate: rows that park (turns) run in slots, not in consecutive batches")
+		}
 		return m.generateInBatches(reqs, streams, p, opt)
 	}
 	var lmax int64

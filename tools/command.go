@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -34,16 +35,44 @@ func (t *commandTool) Run(ctx context.Context, args json.RawMessage) (string, er
 	cmd.Stdin = bytes.NewReader(append(append([]byte(nil), args...), '\n'))
 	stdout := &capWriter{max: t.limit.out}
 	stderr := &capWriter{max: 2 << 10, tail: true}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = time.Second // a grandchild holding the pipes open
-	if err := cmd.Start(); err != nil {
+	// Pipes of our own: the call ends when the program exits, not when
+	// everything it started lets go of its output (a background child
+	// would hold exec's pipes open); what is left of its group is then
+	// killed and the pipes drained.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return "", err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
 		return "", fmt.Errorf("cannot start %s: %v", t.argv[0], err)
+	}
+	var drained sync.WaitGroup
+	for _, p := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, stdout}, {errR, stderr}} {
+		drained.Add(1)
+		go func() {
+			defer drained.Done()
+			io.Copy(p.w, p.r)
+		}()
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	timer := time.NewTimer(t.limit.timeout)
 	defer timer.Stop()
-	var err error
 	killed := ""
 	select {
 	case err = <-waited:
@@ -55,9 +84,22 @@ func (t *commandTool) Run(ctx context.Context, args json.RawMessage) (string, er
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it started goes too
 	if killed != "" {
 		<-waited
-		return stdout.String(), fmt.Errorf("%s", killed)
 	}
+	done := make(chan struct{})
+	go func() { drained.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second): // a grandchild outside the group holds the pipes: stop reading
+		outR.Close()
+		errR.Close()
+		<-done
+	}
+	outR.Close()
+	errR.Close()
 	out := stdout.String()
+	if killed != "" {
+		return out, fmt.Errorf("%s", killed)
+	}
 	if err != nil {
 		msg := err.Error()
 		if tail := strings.TrimSpace(stderr.String()); tail != "" {

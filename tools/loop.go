@@ -83,6 +83,17 @@ func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
 	return &model.Turns{ParkIf: l.parkIf, Parked: func(s model.Sample) { go l.answer(s, resumes) }, Resumes: resumes}, nil
 }
 
+// Describe names the loop's tools, format and limits (an evaluation's
+// record: a resumed one must match).
+func (l *Loop) Describe() string {
+	format := l.Format
+	if format == "" {
+		format = FormatHermes
+	}
+	decl, _ := json.Marshal(l.Set.Declarations())
+	return fmt.Sprintf("%s; max_turns %d; max_output_tokens %d; %s", format, l.MaxTurns, l.MaxOutputTokens, decl)
+}
+
 // Declarations are the tools' entries for the prompt's system turn.
 // (none in the fenced format, which the prompt's own words ask for).
 func (l *Loop) Declarations() []json.RawMessage {
@@ -125,12 +136,11 @@ func (l *Loop) parkIf(prompt, index int, ids []int64) bool {
 	defer l.mu.Unlock()
 	t := l.get([2]int{prompt, index})
 	turn := ids[t.turnStart:]
-	if l.callEnd >= 0 {
-		if !slices.Contains(turn, l.callEnd) {
-			return false
-		}
-	} else if !strings.Contains(l.Tok.Decode(tokenizer.Ints(turn), false), "</tool_call>") {
-		return false
+	if l.callEnd >= 0 && !slices.Contains(turn, l.callEnd) {
+		return false // the cheap test first
+	}
+	if !callBlock.MatchString(l.Tok.Decode(tokenizer.Ints(turn), false)) {
+		return false // a </tool_call> with no <tool_call> before it is not a call
 	}
 	if t.Turns >= l.MaxTurns {
 		t.EndReason = "max_turns"

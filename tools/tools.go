@@ -194,12 +194,12 @@ func (s *Set) parseCall(body string) Call {
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	dec := json.NewDecoder(strings.NewReader(body))
-	if err := dec.Decode(&c); err != nil || dec.More() {
-		why := "trailing text after the object"
-		if err != nil {
-			why = err.Error()
-		}
-		return Call{Err: fmt.Sprintf("the tool call is not one JSON object (%s)", why)}
+	err := dec.Decode(&c)
+	if err == nil && strings.TrimSpace(body[dec.InputOffset():]) != "" {
+		err = errors.New("trailing text after the object")
+	}
+	if err != nil {
+		return Call{Err: fmt.Sprintf("the tool call is not one JSON object (%s)", err)}
 	}
 	if c.Name == nil {
 		return Call{Err: `the tool call has no "name"`}

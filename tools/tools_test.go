@@ -116,10 +116,13 @@ func TestParseCalls(t *testing.T) {
 		"<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call>" +
 		"<tool_call>{\"arguments\": {}}</tool_call>" +
 		"<tool_call>{\"name\": \"lookup\", \"arguments\": {\"word\": \"x\"}} trailing</tool_call>" +
+		"<tool_call>{\"name\": \"lookup\", \"arguments\": {\"word\": \"x\"}}}}</tool_call>" +
+		"<tool_call>{\"name\": \"lookup\", \"arguments\": {\"word\": \"x\", \"mode\": \"<nil>\"}}</tool_call>" +
 		"<tool_call>{\"name\": \"lookup\"" // cut off
 	calls := s.ParseCalls(text)
 	want := []string{"", "", `"word" is integer, want string`, `unknown argument "colour"`, `"mode" is not one of its allowed values`,
-		`missing required "word"`, `there is no tool "search" (tools: python, lookup)`, `no "name"`, "not one JSON object"}
+		`missing required "word"`, `there is no tool "search" (tools: python, lookup)`, `no "name"`, "not one JSON object",
+		"not one JSON object", `"mode" is not one of its allowed values`}
 	if len(calls) != len(want) {
 		t.Fatalf("%d calls: %+v", len(calls), calls)
 	}
@@ -142,6 +145,7 @@ func TestRunAndFailures(t *testing.T) {
 	echo := script(t, `cat; echo`)
 	s := newLookupSet(t, echo)
 	fail := script(t, `echo partial; echo "no such word" >&2; exit 3`)
+	background := script(t, `sleep 30 & echo hi`)
 	hang := script(t, `sleep 60 & sleep 60; echo never`)
 	flood := script(t, `yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 200000000`)
 	more, err := NewSet(specs(t, `
@@ -149,6 +153,7 @@ tools:
   - {name: fail, command: [`+fail+`], parameters: {type: object}}
   - {name: hang, command: [`+hang+`], parameters: {type: object}, timeout_seconds: 1}
   - {name: flood, command: [`+flood+`], parameters: {type: object}, max_output_bytes: 1000, timeout_seconds: 20}
+  - {name: background, command: [`+background+`], parameters: {type: object}}
 `), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +190,12 @@ tools:
 	}
 	if wall > 15*time.Second {
 		t.Errorf("the turn took %s: calls did not run at once", wall)
+	}
+	// A program that leaves a child holding its output ends when it exits.
+	t0 = time.Now()
+	res = more.Run(context.Background(), more.ParseCalls(`<tool_call>{"name": "background", "arguments": {}}</tool_call>`))
+	if res[0].Failed || strings.TrimSpace(res[0].Output) != "hi" || time.Since(t0) > 900*time.Millisecond {
+		t.Errorf("a program with a background child: %+v after %s", res[0], time.Since(t0))
 	}
 	time.Sleep(200 * time.Millisecond)
 	if out, _ := os.ReadFile("/proc/self/status"); len(out) > 0 {
@@ -250,6 +261,9 @@ func TestLoopParksRunsAndResumes(t *testing.T) {
 	}
 	if turns.ParkIf(0, 0, enc("The answer is 4.<|im_end|>")) {
 		t.Error("a turn without a call parked")
+	}
+	if turns.ParkIf(0, 1, enc("I will not call </tool_call> anything.<|im_end|>")) {
+		t.Error("a bare </tool_call> parked")
 	}
 	ids := enc("Compute.\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(6*7)\"}}\n</tool_call>\n" +
 		"<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"word\": \"one two three four five six seven eight nine ten\"}}\n</tool_call><|im_end|>")

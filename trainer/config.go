@@ -377,8 +377,13 @@ func (c Config) PromptFormat() rl.PromptFormat {
 }
 
 // FeedbackSettings are what LANPO's feedback builder takes from the config
-// (training, lanpo eval, lanpo seed).
+// (training, lanpo eval, lanpo seed). Its prompts declare no tools: only
+// the rollout answers tool calls (a run's LANPO explorer adds the
+// declarations back: buildLANPO), and lanpo eval's tools mode adds them
+// itself.
 func (c Config) FeedbackSettings() feedback.Settings {
-	return feedback.Settings{LANPO: c.LANPO, Format: c.PromptFormat(), MaxNewTokens: c.Rollout.MaxNewTokens,
+	f := c.PromptFormat()
+	f.Tools = nil
+	return feedback.Settings{LANPO: c.LANPO, Format: f, MaxNewTokens: c.Rollout.MaxNewTokens,
 		Generate: c.Rollout.GenerateOptions(), Seed: c.Seed}
 }

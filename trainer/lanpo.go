@@ -31,6 +31,7 @@ var lanpoMethod = method{
 // consolidation term.
 func buildLANPO(g *grpoRun) (methodParts, error) {
 	fs := g.cfg.FeedbackSettings()
+	fs.Format.Tools = g.cfg.PromptFormat().Tools // its rollouts' prompts, which the tool loop answers
 	if g.hb != nil {
 		fs.Generate.Progress = g.hb.decoded // summaries and plans are generations too
 	}

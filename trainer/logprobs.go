@@ -87,7 +87,12 @@ func (g *grpoRun) recomputeOld(rolls []*rollout, met *StepMetrics) error {
 			c, tl = r.Prompt.TISCap, &ctx
 		}
 		r.tis = make([]float32, len(r.ids))
+		own := sampledMask(len(r.ids), r.appended)
 		for k := range r.ids {
+			if own != nil && !own[k] {
+				r.tis[k] = 1 // a tool's output: no target, no weight (batch.go), out of the tallies
+				continue
+			}
 			logRatio := r.oldLogp[k] - r.behaviorLogp[k]
 			if tl == &ctx {
 				tl.gap -= logRatio // log μ(y|x,c) − log π_old(y|x)

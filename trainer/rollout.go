@@ -146,7 +146,12 @@ func (g *grpoRun) generateWith(reqs []model.Request, streams []int, maxNew int, 
 		return err
 	})
 	for _, r := range res {
-		g.stepTokens.generated += len(r.IDs)
+		n := len(r.IDs)
+		for _, a := range r.Appended { // a tool's output is prefilled, not generated
+			n -= a[1] - a[0]
+			g.stepTokens.prefilled += a[1] - a[0]
+		}
+		g.stepTokens.generated += n
 	}
 	return res, err
 }

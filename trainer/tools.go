@@ -109,3 +109,13 @@ func sampledMask(n int, appended [][2]int) []bool {
 	}
 	return m
 }
+
+// ownTokens is how many of a rollout's response tokens it sampled (its
+// appended tool tokens left out).
+func ownTokens(r *rollout) int {
+	n := len(r.ids)
+	for _, a := range r.appended {
+		n -= a[1] - a[0]
+	}
+	return n
+}

@@ -157,10 +157,18 @@ func TestToolsConfig(t *testing.T) {
 	if text := s.Decode(tokenizer.Ints(ids), false); !strings.Contains(text, `"name": "lookup"`) || !strings.Contains(text, "<tools>") {
 		t.Errorf("the prompt does not declare the tools: %q", text)
 	}
+	if fs := cfg.FeedbackSettings(); fs.Format.Tools != nil {
+		t.Error("the feedback settings (eval, seed) declare tools nobody answers")
+	}
 	for sets, key := range map[string]string{
-		`tools=[{name: lookup, command: [cat]}]`:             "tools[0].parameters",
-		"rollout.max_turns=3":                                "rollout.max_turns",
-		`tools=[{name: python}]|rollout.tool_sandbox=docker`: "rollout.tool_sandbox",
+		`tools=[{name: python}]|algo.name=sdpo`:                                                    "config key tools",
+		`tools=[{name: python}]|algo.name=critique-grpo`:                                           "config key tools",
+		`tools=[{name: python}]|algo.name=lanpo|lanpo.consolidate=1`:                               "lanpo.consolidate",
+		`tools=[{name: python}]|rollout.tool_format=xml`:                                           "rollout.tool_format",
+		`tools=[{name: x, command: [cat], parameters: {type: object}}]|rollout.tool_format=fenced`: "rollout.tool_format",
+		`tools=[{name: lookup, command: [cat]}]`:                                                   "tools[0].parameters",
+		"rollout.max_turns=3":                                                                      "rollout.max_turns",
+		`tools=[{name: python}]|rollout.tool_sandbox=docker`:                                       "rollout.tool_sandbox",
 	} {
 		_, err := LoadConfig("../configs/tiny-grpo.yaml", strings.Split(sets, "|"))
 		if err == nil || !strings.Contains(err.Error(), key) {
@@ -182,5 +190,31 @@ func TestToolsConfigFile(t *testing.T) {
 	ps, err := ReadProblems(cfg.Data.Train, cfg.Data)
 	if err != nil || len(ps) != 64 {
 		t.Fatalf("%d problems, %v", len(ps), err)
+	}
+}
+
+// Tool trajectories through the paths that recompute or reweight per
+// token: π_old recomputed by the trainer (algo.recompute_old_logp), and
+// LANPO training on the original prompt (importance-weighted): the runs
+// end, their metrics are finite, and no weight is computed on a tool's
+// output.
+func TestToolTrajectoriesRecomputeAndReweight(t *testing.T) {
+	toolsForTest = func() toolLoop { return &scriptedTools{} }
+	defer func() { toolsForTest = nil }()
+	for name, cfg := range map[string]Config{
+		"recompute_old_logp": tinyConfig(t, "total_steps=2", "algo.recompute_old_logp=true"),
+		"lanpo original":     lanpoConfig(t, "total_steps=2", "lanpo.train_prompt=original"),
+	} {
+		runGRPO(t, cfg, "")
+		for i, m := range stableMetrics(t, cfg.RunDir) {
+			if m["tool_calls_mean"] == nil {
+				t.Errorf("%s step %d: no tool calls", name, i+1)
+			}
+			for k, v := range m {
+				if x, ok := v.(float64); ok && (math.IsNaN(x) || math.IsInf(x, 0)) {
+					t.Errorf("%s step %d: %s = %v", name, i+1, k, x)
+				}
+			}
+		}
 	}
 }

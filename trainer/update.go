@@ -69,7 +69,7 @@ func (g *grpoRun) planUpdate(rolls, rows []*rollout, tot termRows) (p updatePlan
 	lengths := make([]int, len(norm))
 	masked := make([]bool, len(norm))
 	for i, r := range norm {
-		lengths[i] = len(r.ids)
+		lengths[i] = ownTokens(r) // a trajectory's appended tool tokens carry no loss: they do not count
 		masked[i] = cfg.Algo.OverlongMask && r.Truncated
 	}
 	tokens, seqs := normalizer(lengths, masked)
