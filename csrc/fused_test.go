@@ -254,13 +254,16 @@ func TestRopeCacheAndSampleAtEachRowsPosition(t *testing.T) {
 	kc := s.Keep(ts.MustZeros([]int64{b, hkv, tmax, d}, gotch.Float, gotch.CPU))
 	vc := s.Keep(ts.MustZeros([]int64{b, hkv, tmax, d}, gotch.Float, gotch.CPU))
 	ctr := tensor.FromSlice(s, []int64{1, -1 << 62}, nil, gotch.CPU)
-	if _, err := RopeCache(q, k, vv, nil, nil, nil, cos, sin, pos, kc, vc, ctr); err != nil {
-		t.Fatal(err)
-	}
-	_, wk, wv, err := Rope(q, k, vv, nil, nil, nil, cos, sin, pos, hq, hkv)
+	oq, err := RopeCache(q, k, vv, nil, nil, nil, cos, sin, pos, kc, vc, ctr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Keep(oq)
+	wq, wk, wv, err := Rope(q, k, vv, nil, nil, nil, cos, sin, pos, hq, hkv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Keep(wq)
 	s.Keep(wk)
 	s.Keep(wv)
 	for _, c := range []struct {
@@ -304,7 +307,10 @@ func TestRopeCacheAndSampleAtEachRowsPosition(t *testing.T) {
 		}
 	}
 	far := tensor.FromSlice(s, []int64{3, 6, 1}, []int64{b, 1}, gotch.CPU)
-	if _, err := RopeCache(q, k, vv, nil, nil, nil, cos, sin, far, kc, vc, ctr); err == nil || !strings.Contains(err.Error(), "position 6 outside the cache") {
+	if bad, err := RopeCache(q, k, vv, nil, nil, nil, cos, sin, far, kc, vc, ctr); err == nil || !strings.Contains(err.Error(), "position 6 outside the cache") {
+		if bad != nil {
+			s.Keep(bad)
+		}
 		t.Errorf("a position past the cache: %v", err)
 	}
 }
