@@ -44,7 +44,7 @@ func (t *pythonTool) Run(ctx context.Context, args json.RawMessage) (string, err
 	// Its time limits are the sandbox's (reward.code's cpu_seconds and
 	// wall_seconds, counted from the interpreter's start): a call waiting
 	// for a free sandbox slot is not timed out for it.
-	o, err := t.sb.Run(ctx, reward.CodeRequest{Program: a.Code})
+	o, err := t.sb.Run(ctx, reward.CodeRequest{Program: a.Code, Run: true})
 	if err != nil {
 		return "", err
 	}

@@ -162,7 +162,8 @@ tools:
 		`<tool_call>{"name": "python", "arguments": {"code": "print(6*7)"}}</tool_call>`+
 			`<tool_call>{"name": "python", "arguments": {"code": "x = 1/0"}}</tool_call>`+
 			`<tool_call>{"name": "lookup", "arguments": {"word": "cat"}}</tool_call>`+
-			`<tool_call>{"name": "search", "arguments": {}}</tool_call>`))
+			`<tool_call>{"name": "search", "arguments": {}}</tool_call>`+
+			`<tool_call>{"name": "python", "arguments": {"code": "import ctypes\nprint(ctypes.sizeof(ctypes.c_int32))"}}</tool_call>`))
 	if res[0].Output != "42" || res[0].Failed {
 		t.Errorf("python: %+v", res[0])
 	}
@@ -174,6 +175,9 @@ tools:
 	}
 	if !res[3].Failed || !strings.HasPrefix(res[3].Output, "Error: there is no tool") {
 		t.Errorf("unknown tool: %+v", res[3])
+	}
+	if res[4].Output != "4" || res[4].Failed { // a tool's code may use ctypes (sympy, numpy): only a reward's run refuses it
+		t.Errorf("python with ctypes: %+v", res[4])
 	}
 	t0 := time.Now()
 	res = more.Run(context.Background(), more.ParseCalls(

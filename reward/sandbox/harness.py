@@ -45,6 +45,25 @@ def _main():
         fail("syntax error in the program: %s (line %s)" % (e.msg, e.lineno))
     except BaseException as e:
         fail("the program does not compile: %s" % _type(e).__name__)
+    if req.get("run"):
+        # A tool's call (package tools): the program runs and its output is
+        # what counts; no verdict to protect, so no audit hook — ctypes,
+        # frames and the libraries that use them work. The isolation is the
+        # sandbox's all the same (namespaces, user, limits, no network).
+        try:
+            _exec(program, {"__name__": "__main__"})
+        except _ME:
+            fail("MemoryError (the memory limit)")
+        except _RE:
+            fail("RecursionError")
+        except _SE as e:
+            if e.code not in (None, 0):
+                fail("the program exited (SystemExit %s)" % (e.code,))
+        except _BE as e:
+            fail("%s: %s" % (_type(e).__name__, _str(e)))
+        flush()
+        _write(4, b"RAN\n")
+        _exit(0)
     try:
         tests = _compile(req.get("tests") or "", "tests.py", "exec")
         entry = req.get("entry_point") or ""
