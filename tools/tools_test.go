@@ -227,6 +227,18 @@ func childCount(t *testing.T) int {
 	return n
 }
 
+// encoder encodes text with tk (special tokens as written), for the loop's
+// ids.
+func encoder(t *testing.T, tk *tokenizer.Tokenizer) func(string) []int64 {
+	return func(text string) []int64 {
+		ids, err := tk.Encode(text, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tokenizer.Int64s(ids)
+	}
+}
+
 func qwenTokenizer(t *testing.T) *tokenizer.Tokenizer {
 	t.Helper()
 	root := os.Getenv("LANPO_TOKENIZERS")
@@ -256,13 +268,7 @@ func TestLoopParksRunsAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc := func(text string) []int64 {
-		ids, err := tk.Encode(text, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tokenizer.Int64s(ids)
-	}
+	enc := encoder(t, tk)
 	if turns.ParkIf(0, 0, enc("The answer is 4.<|im_end|>")) {
 		t.Error("a turn without a call parked")
 	}
@@ -326,13 +332,7 @@ func TestLoopFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc := func(text string) []int64 {
-		ids, err := tk.Encode(text, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tokenizer.Int64s(ids)
-	}
+	enc := encoder(t, tk)
 	parksAt := func(ids []int64) int {
 		for k := 1; k <= len(ids); k++ {
 			if turns.ParkIf(0, 0, ids[:k]) {
