@@ -296,3 +296,13 @@ func fencedOutput(text, out string) string {
 	}
 	return lead + "```output\n" + strings.TrimRight(out, "\n") + "\n```\n"
 }
+
+// AppendedTokens is how many ids the appended ranges (model.Sample.Appended)
+// cover.
+func AppendedTokens(appended [][2]int) int {
+	n := 0
+	for _, a := range appended {
+		n += a[1] - a[0]
+	}
+	return n
+}

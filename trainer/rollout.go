@@ -74,9 +74,7 @@ func (g *grpoRun) exchangeStats(batch, kept []*rollout) ([]rolloutStat, error) {
 	for i, r := range batch {
 		mine[i] = rolloutStat{Index: r.Prompt.Index, Sample: r.Sample, Reward: r.Reward, Correct: r.Correct, Trunc: r.Truncated,
 			Len: len(r.ids), Kept: isKept[r], Calls: r.tool.Calls, Errs: r.tool.Errors, Turns: r.tool.Turns, ToolSec: r.tool.ToolSeconds}
-		for _, a := range r.appended {
-			mine[i].Appended += a[1] - a[0]
-		}
+		mine[i].Appended = tools.AppendedTokens(r.appended)
 	}
 	if g.comm.Size() == 1 {
 		return mine, nil
@@ -146,12 +144,9 @@ func (g *grpoRun) generateWith(reqs []model.Request, streams []int, maxNew int, 
 		return err
 	})
 	for _, r := range res {
-		n := len(r.IDs)
-		for _, a := range r.Appended { // a tool's output is prefilled, not generated
-			n -= a[1] - a[0]
-			g.stepTokens.prefilled += a[1] - a[0]
-		}
-		g.stepTokens.generated += n
+		appended := tools.AppendedTokens(r.Appended) // a tool's output is prefilled, not generated
+		g.stepTokens.prefilled += appended
+		g.stepTokens.generated += len(r.IDs) - appended
 	}
 	return res, err
 }

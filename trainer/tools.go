@@ -112,10 +112,4 @@ func sampledMask(n int, appended [][2]int) []bool {
 
 // ownTokens is how many of a rollout's response tokens it sampled (its
 // appended tool tokens left out).
-func ownTokens(r *rollout) int {
-	n := len(r.ids)
-	for _, a := range r.appended {
-		n -= a[1] - a[0]
-	}
-	return n
-}
+func ownTokens(r *rollout) int { return len(r.ids) - tools.AppendedTokens(r.appended) }
