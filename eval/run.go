@@ -126,20 +126,9 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 	if o.Benchmarks, contamination.Dropped, err = Decontaminate(o.Benchmarks, o.Decontaminate, contamination.NearDuplicate); err != nil {
 		return nil, err
 	}
-	fb, err := o.builders(m, tk)
+	fb, fit, err := o.fitBuilders(m, tk)
 	if err != nil {
 		return nil, err
-	}
-	fit := fb
-	if slices.Contains(o.Modes, ModeTools) {
-		// The longest prompt is the one with the tools declared: a problem
-		// that does not fit it is left out of every mode (the comparison
-		// stays paired).
-		ot := o
-		ot.Feedback.Format.Tools = o.Tools.Declarations()
-		if fit, err = ot.builders(m, tk); err != nil {
-			return nil, err
-		}
 	}
 	if o.Benchmarks, err = checkFit(o.Benchmarks, fit, o.SkipLongPrompts); err != nil {
 		return nil, err
@@ -251,12 +240,31 @@ func report(barShown bool, out string, sums []Summary, secs float64) {
 // eval.every), so a problem that cannot fit stops the run at its start,
 // not at its first evaluation.
 func CheckFit(m *model.Model, tk *tokenizer.Tokenizer, o Options) error {
-	fb, err := o.builders(m, tk)
+	_, fit, err := o.fitBuilders(m, tk)
 	if err != nil {
 		return err
 	}
-	_, err = checkFit(o.Benchmarks, fb, o.SkipLongPrompts)
+	_, err = checkFit(o.Benchmarks, fit, o.SkipLongPrompts)
 	return err
+}
+
+// fitBuilders are the evaluation's prompt builders (builders) and the ones
+// whose prompts must fit the context: with the tools mode, the prompts
+// with the tools declared, the longest — a problem that does not fit them
+// is left out of every mode, so the comparison stays paired.
+func (o *Options) fitBuilders(m *model.Model, tk *tokenizer.Tokenizer) (fb, fit func(Benchmark) *feedback.Builder, err error) {
+	if fb, err = o.builders(m, tk); err != nil {
+		return nil, nil, err
+	}
+	if !slices.Contains(o.Modes, ModeTools) || o.Tools == nil {
+		return fb, fb, nil
+	}
+	ot := *o
+	ot.Feedback.Format.Tools = o.Tools.Declarations()
+	if fit, err = ot.builders(m, tk); err != nil {
+		return nil, nil, err
+	}
+	return fb, fit, nil
 }
 
 // builders are the evaluation's prompt builders: the feedback settings

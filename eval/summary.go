@@ -300,8 +300,9 @@ func PrintTable(w io.Writer, sums []Summary) {
 }
 
 // Flatten names a summary's numbers BENCH/MODE/METRIC (mean@k, pass@K,
-// maj@k, and for self-correct first_attempt), as metrics.jsonl and reports
-// use them.
+// maj@k; for self-correct first_attempt; for tools tool_calls_mean,
+// tool_turns_mean, tool_errors and tools_minus_zero_shot), as
+// metrics.jsonl and reports use them.
 func Flatten(sums []Summary) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range sums {
@@ -321,6 +322,14 @@ func Flatten(sums []Summary) map[string]float64 {
 		}
 		if s.ReferenceNLLSpan > 0 {
 			out[pre+"reference_nll_span"] = s.ReferenceNLLSpan
+		}
+		if s.Mode == ModeTools {
+			out[pre+"tool_calls_mean"] = s.ToolCallsMean
+			out[pre+"tool_turns_mean"] = s.ToolTurnsMean
+			out[pre+"tool_errors"] = float64(s.ToolErrors)
+			if s.ToolsMinusZero != nil {
+				out[pre+"tools_minus_zero_shot"] = *s.ToolsMinusZero
+			}
 		}
 	}
 	return out

@@ -86,6 +86,14 @@ func TestEvalToolsMode(t *testing.T) {
 	if !strings.Contains(string(b), `"tool_calls_mean"`) || !strings.Contains(string(b), `"tools_minus_zero_shot"`) {
 		t.Errorf("summary JSON %s", b)
 	}
+	flat := Flatten(sums)
+	pre := sums[1].Bench + "/" + ModeTools + "/"
+	if flat[pre+"tool_calls_mean"] != sums[1].ToolCallsMean || flat[pre+"tool_errors"] != float64(sums[1].ToolErrors) || flat[pre+"tools_minus_zero_shot"] != *sums[1].ToolsMinusZero {
+		t.Errorf("flattened %v", flat)
+	}
+	if _, ok := flat[sums[0].Bench+"/"+ModeZeroShot+"/tool_calls_mean"]; ok {
+		t.Error("the flattened zero-shot row carries tool keys")
+	}
 	lines, err := jsonl.Read[SampleLine](filepath.Join(out, SamplesFile))
 	if err != nil {
 		t.Fatal(err)

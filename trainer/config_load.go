@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -321,6 +322,15 @@ func (c *Config) Resolve() error {
 	}
 	if len(c.Eval.Modes) == 0 {
 		c.Eval.Modes = []string{eval.ModeZeroShot}
+	}
+	if len(c.Eval.Tools) > 0 && !slices.Contains(c.Eval.Modes, eval.ModeTools) {
+		c.Eval.Modes = append(c.Eval.Modes, eval.ModeTools) // beside the others: the summary compares
+	}
+	if slices.Contains(c.Eval.Modes, eval.ModeTools) && len(c.Eval.Tools) == 0 {
+		return bad("eval.modes", "tools needs eval.tools (lanpo eval: --tools): python, or names from the tools: section")
+	}
+	if _, err := EvalToolSpecs(*c); err != nil {
+		return err
 	}
 	if _, err := TokenWeights([]int{1}, nil, c.Algo.LossAggMode, 1); err != nil {
 		return bad("algo.loss_agg_mode", "%v", err)

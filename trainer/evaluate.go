@@ -43,7 +43,21 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	if eval.HasCode(benches) {
 		o.CodePromptTemplate = CodeTemplate(cfg)
 	}
-	return trainingEvaluator{o: o, runDir: cfg.RunDir, record: record, reward: cfg.Reward}, nil
+	e := trainingEvaluator{o: o, runDir: cfg.RunDir, record: record, reward: cfg.Reward}
+	if len(ec.Tools) > 0 {
+		specs, err := EvalToolSpecs(cfg)
+		if err != nil {
+			return nil, err
+		}
+		e.tools = func(tk *tokenizer.Tokenizer, eos []int64) (eval.ToolRunner, error) {
+			l, err := ToolLoop(cfg, specs, tk, eos)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+	}
+	return e, nil
 }
 
 // trainingEvaluator is TrainingEvaluator's: the options of every
@@ -53,17 +67,41 @@ type trainingEvaluator struct {
 	runDir string
 	record bool
 	reward reward.Config // the run's reward kind, started for each evaluation
+	// tools builds eval.tools' tools for the run's tokenizer (nil: no
+	// tools mode).
+	tools func(tk *tokenizer.Tokenizer, eos []int64) (eval.ToolRunner, error)
+}
+
+// withTools is e's options with its tools (if any) built for m and tk.
+func (e trainingEvaluator) withTools(m *model.Model, tk *tokenizer.Tokenizer) (eval.Options, error) {
+	o := e.o
+	if e.tools == nil {
+		return o, nil
+	}
+	eos, err := m.EOSTokenIDs()
+	if err != nil {
+		return o, err
+	}
+	o.Tools, err = e.tools(tk, eos)
+	return o, err
 }
 
 func (e trainingEvaluator) Check(m *model.Model, tk *tokenizer.Tokenizer) error {
-	if err := eval.CheckFit(m, tk, e.o); err != nil {
+	o, err := e.withTools(m, tk)
+	if err != nil {
+		return err
+	}
+	if err := eval.CheckFit(m, tk, o); err != nil {
 		return fmt.Errorf("config key eval.bench: %w", err)
 	}
 	return nil
 }
 
 func (e trainingEvaluator) Evaluate(step int, m *model.Model, tk *tokenizer.Tokenizer, p *pool.Pool) (map[string]float64, error) {
-	o := e.o
+	o, err := e.withTools(m, tk)
+	if err != nil {
+		return nil, err
+	}
 	o.Pool = p
 	scorer, err := reward.New(e.reward, 0) // no format bonus in an evaluation
 	if err != nil {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/jsonl"
 )
 
 // TestTrainingWithEvaluationTrainsTheSame: a GRPO run that evaluates after
@@ -110,5 +112,59 @@ func TestTrainingEvaluationCheckedAtStart(t *testing.T) {
 	rows, err := eval.ReadMetrics(filepath.Join(cfg.RunDir, metricsFile))
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("%d metric rows, %v", len(rows), err)
+	}
+}
+
+// TestTrainingEvaluationWithTools: eval.tools adds the tools mode to the
+// training-time evaluator (as lanpo eval --tools does): its prompts declare
+// the tools, and metrics.jsonl carries its calls and its paired difference
+// with zero-shot. eval.modes naming tools without eval.tools, and an
+// eval.tools name that is neither python nor a declared tool, are refused
+// before the run, naming the key.
+func TestTrainingEvaluationWithTools(t *testing.T) {
+	lookup := `tools=[{name: lookup, description: Look up., command: [cat], parameters: {type: object, properties: {word: {type: string}}}}]`
+	cfg := tinyConfig(t, lookup, "total_steps=1", "eval.every=1", "eval.bench=[../configs/data/tiny-arith-lanpo.jsonl]", "eval.limit=2",
+		"eval.max_new_tokens=8", "eval.tools=[lookup]")
+	if want := []string{eval.ModeZeroShot, eval.ModeTools}; !slices.Equal(cfg.Eval.Modes, want) {
+		t.Fatalf("eval.modes %v, want %v", cfg.Eval.Modes, want)
+	}
+	ev, err := TrainingEvaluator(cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RunGRPO(context.Background(), cfg, "", RunOptions{Evaluate: ev}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := eval.ReadMetrics(filepath.Join(cfg.RunDir, metricsFile))
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("%d metric rows, %v", len(rows), err)
+	}
+	for _, k := range []string{"eval/tiny-arith-lanpo/tools/mean@k", "eval/tiny-arith-lanpo/tools/tool_calls_mean",
+		"eval/tiny-arith-lanpo/tools/tools_minus_zero_shot", "eval/tiny-arith-lanpo/zero-shot/mean@k"} {
+		if _, ok := rows[0][k].(float64); !ok {
+			t.Errorf("metrics lack %s: %v", k, rows[0])
+		}
+	}
+	lines, err := jsonl.Read[eval.SampleLine](filepath.Join(cfg.RunDir, "eval", "step-000001", eval.SamplesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]int{}
+	for _, l := range lines {
+		modes[l.Mode]++
+		if declares := strings.Contains(l.Prompt, `"name": "lookup"`); declares != (l.Mode == eval.ModeTools) {
+			t.Errorf("%s prompt declares the tool: %v", l.Mode, declares)
+		}
+	}
+	if modes[eval.ModeTools] == 0 || modes[eval.ModeTools] != modes[eval.ModeZeroShot] {
+		t.Fatalf("samples per mode %v", modes)
+	}
+	for sets, key := range map[string]string{
+		"eval.modes=[zero-shot,tools]": "eval.modes",
+		"eval.tools=[calculator]":      "eval.tools",
+	} {
+		if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{sets}); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming %s", sets, err, key)
+		}
 	}
 }

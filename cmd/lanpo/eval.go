@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -260,12 +259,6 @@ func evalConfig(c *cli.Context) (trainer.Config, error) {
 	}
 	if v := c.String("tool-format"); v != "" {
 		cfg.Rollout.ToolFormat = v
-	}
-	if len(ec.Tools) > 0 && !slices.Contains(ec.Modes, eval.ModeTools) {
-		if len(ec.Modes) == 0 {
-			ec.Modes = []string{eval.ModeZeroShot}
-		}
-		ec.Modes = append(ec.Modes, eval.ModeTools)
 	}
 	if c.Bool("skip-long-prompts") {
 		ec.SkipLongPrompts = true

@@ -94,6 +94,15 @@ func TestEvalCLI(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(clean, "tensorboard")); !os.IsNotExist(err) {
 		t.Fatalf("--tensorboard=false wrote events (%v)", err)
 	}
+	// --tools adds the tools mode beside zero-shot.
+	got, err = runWithStdin(t, "", "--log-level", "error", "eval", "--model", model, "--bench", bench, "--limit", "1",
+		"--max-new-tokens", "4", "--tools", "python", "--tool-format", "fenced", "--out", filepath.Join(t.TempDir(), "tools"), "--json", "--tensorboard=false")
+	if err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	if err := json.Unmarshal([]byte(got), &sums); err != nil || len(sums) != 2 || sums[0].Mode != eval.ModeZeroShot || sums[1].Mode != eval.ModeTools || sums[1].ToolsMinusZero == nil {
+		t.Fatalf("summary %s (%v), want zero-shot and tools rows", got, err)
+	}
 	noTok := t.TempDir()
 	for _, f := range []string{"config.json", "model.safetensors"} {
 		b, _ := os.ReadFile(filepath.Join(model, f))
@@ -109,6 +118,8 @@ func TestEvalCLI(t *testing.T) {
 		{[]string{"eval", "--model", model, "--bench", bench, "--k", "4"}, "greedy samples are all the same"},
 		{[]string{"eval", "--model", model, "--bench", bench, "--mode", "retrieval"}, "--mode retrieval needs --pool"},
 		{[]string{"eval", "--bench", bench}, "--model is required"},
+		{[]string{"eval", "--model", model, "--bench", bench, "--mode", "tools"}, "tools needs eval.tools (lanpo eval: --tools)"},
+		{[]string{"eval", "--model", model, "--bench", bench, "--tools", "calculator"}, `eval.tools: "calculator" is neither python nor a tool`},
 		{[]string{"eval", "--model", model, "--bench", bench, "--decontaminate", "no-such.jsonl"}, "--decontaminate: stat no-such.jsonl"},
 	} {
 		if out, err := runWithStdin(t, "", append([]string{"--log-level", "error"}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
