@@ -20,16 +20,24 @@ import (
 // process group of its own, killed at the timeout with everything it
 // started; stdout beyond the cap is read and dropped (a flooding program
 // costs no memory), and an exit status other than 0 is a failure that
-// carries the tail of its stderr.
+// carries the tail of its stderr. At most cap(slots) of its calls run at
+// once.
 type commandTool struct {
 	decl  json.RawMessage
 	argv  []string
 	limit limits
+	slots chan struct{} // max_concurrency: a call holds one while its program runs
 }
 
 func (t *commandTool) Declaration() json.RawMessage { return t.decl }
 
 func (t *commandTool) Run(ctx context.Context, args json.RawMessage) (string, error) {
+	select { // the timeout starts once the call has its slot
+	case t.slots <- struct{}{}:
+		defer func() { <-t.slots }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("cancelled")
+	}
 	cmd := exec.Command(t.argv[0], t.argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = bytes.NewReader(append(append([]byte(nil), args...), '\n'))

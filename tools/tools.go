@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,10 @@ type Spec struct {
 	Command        []string `yaml:"command"`
 	TimeoutSeconds float64  `yaml:"timeout_seconds"`  // 0: 10
 	MaxOutputBytes int      `yaml:"max_output_bytes"` // 0: 16384
+	// MaxConcurrency is how many of a command tool's calls run at once
+	// (0: the machine's CPUs); a call waiting for its turn is not timed
+	// out for it. The python tool's is the sandbox's concurrency.
+	MaxConcurrency int `yaml:"max_concurrency,omitempty"`
 }
 
 // Defaults for a Spec's limits.
@@ -80,7 +85,7 @@ func NewSet(specs []Spec, sandbox CodeRunner) (*Set, error) {
 		if _, dup := s.tools[sp.Name]; dup {
 			return nil, bad("name", "%q is declared twice", sp.Name)
 		}
-		if sp.TimeoutSeconds < 0 || sp.MaxOutputBytes < 0 {
+		if sp.TimeoutSeconds < 0 || sp.MaxOutputBytes < 0 || sp.MaxConcurrency < 0 {
 			return nil, bad("timeout_seconds", "limits must be ≥ 0 (0: the default)")
 		}
 		var t Tool
@@ -90,6 +95,9 @@ func NewSet(specs []Spec, sandbox CodeRunner) (*Set, error) {
 		case sp.Name == Python && len(sp.Command) == 0:
 			if sp.Parameters.Kind != 0 {
 				return nil, bad("parameters", "the built-in python tool's parameters are fixed ({\"code\": string})")
+			}
+			if sp.MaxConcurrency != 0 {
+				return nil, bad("max_concurrency", "the built-in python tool runs as many calls at once as the code sandbox's concurrency (reward.code.concurrency)")
 			}
 			params = []byte(pythonParameters)
 			desc := sp.Description
@@ -106,7 +114,11 @@ func NewSet(specs []Spec, sandbox CodeRunner) (*Set, error) {
 			if len(params) == 0 {
 				return nil, bad("parameters", "tool %q needs a JSON schema of its arguments ({type: object, properties: …})", sp.Name)
 			}
-			t = &commandTool{decl: declaration(sp.Name, sp.Description, params), argv: sp.Command, limit: limitOf(sp)}
+			n := sp.MaxConcurrency
+			if n == 0 {
+				n = runtime.NumCPU()
+			}
+			t = &commandTool{decl: declaration(sp.Name, sp.Description, params), argv: sp.Command, limit: limitOf(sp), slots: make(chan struct{}, n)}
 		}
 		sc, err := parseSchema(params)
 		if err != nil {

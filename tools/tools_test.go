@@ -375,3 +375,36 @@ func TestLoopFenced(t *testing.T) {
 		t.Errorf("fenced with two tools: %v", err)
 	}
 }
+
+// TestCommandConcurrency: max_concurrency caps how many of a command
+// tool's calls run at once (a program that fails when another copy runs
+// beside it succeeds every time), and a call waiting for its turn is not
+// timed out for it (three 0.4 s calls in a row, each with a 1 s timeout).
+func TestCommandConcurrency(t *testing.T) {
+	lock := filepath.Join(t.TempDir(), "lock")
+	alone := script(t, `mkdir `+lock+` 2>/dev/null || { echo "another copy runs" >&2; exit 3; }; sleep 0.4; rmdir `+lock+`; echo done`)
+	s, err := NewSet(specs(t, `
+tools:
+  - {name: alone, command: [`+alone+`], parameters: {type: object}, max_concurrency: 1, timeout_seconds: 1}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := `<tool_call>{"name": "alone", "arguments": {}}</tool_call>`
+	t0 := time.Now()
+	res := s.Run(context.Background(), s.ParseCalls(call+call+call))
+	for i, r := range res {
+		if r.Failed || strings.TrimSpace(r.Output) != "done" {
+			t.Errorf("call %d: %+v", i, r)
+		}
+	}
+	if wall := time.Since(t0); wall < 1200*time.Millisecond {
+		t.Errorf("three calls of 0.4 s one at a time took %s", wall)
+	}
+	if _, err := NewSet(specs(t, `
+tools:
+  - {name: python, max_concurrency: 4}
+`), nil); err == nil || !strings.Contains(err.Error(), "tools[0].max_concurrency") {
+		t.Errorf("python with max_concurrency: %v, want an error naming the key", err)
+	}
+}
