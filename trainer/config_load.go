@@ -245,8 +245,6 @@ func (c *Config) Resolve() error {
 		return bad("rollout.tool_format", "fenced runs the built-in python tool alone; the tools: section declares others")
 	case len(c.Tools) > 0 && (c.Algo.Name == AlgoSDPO || c.Algo.Name == AlgoCritique):
 		return bad("tools", "algo.name %s does not run with tools yet: its teacher and critique prompts would declare tools nobody answers, and its rows would train on the tools' outputs (grpo and lanpo do)", c.Algo.Name)
-	case len(c.Tools) > 0 && c.LANPO.Consolidate > 0:
-		return bad("tools", "lanpo.consolidate does not run with tools yet: its rows would train on the tools' outputs")
 	case len(c.Tools) == 0 && len(c.Eval.Tools) == 0 && (c.Rollout.MaxTurns != 0 || c.Rollout.MaxToolOutputTokens != 0 || c.Rollout.ToolSandbox != "" || c.Rollout.ToolFormat != ""):
 		return bad("rollout.max_turns", "rollout.max_turns, max_tool_output_tokens, tool_sandbox and tool_format belong to a run with tools: (none declared)")
 	case c.Algo.KLBeta < 0:

@@ -68,9 +68,9 @@ func (c *consolidation) rows(_ int, kept, sampled []*rollout, _ rl.Phases) ([]*r
 		if !r.Correct || r.Prompt.Mode == rl.ModeScratch || len(r.ids) == 0 {
 			continue
 		}
-		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: c.v.prompts[r.Prompt.Problem], ids: r.ids,
+		rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: c.v.prompts[r.Prompt.Problem], ids: r.ids, appended: r.appended,
 			oldLogp: slices.Clone(r.oldLogp), span: c.v.step.spanOf(r.Prompt.Problem, r.ids)})
-		tokens += len(r.ids)
+		tokens += ownTokens(r) // a trajectory's tool outputs are inputs, as in the policy's rows
 	}
 	return kept, rows, termRows{rows: len(rows), tokens: tokens, extra: consExtra, joinPolicy: c.cfg.ConsolidatePerToken()}, nil
 }
@@ -172,11 +172,16 @@ func (c *consolidation) microBatch(mb []*rollout, first int, tot termRows) (micr
 }
 
 // rowNLLs are the consExtra sums of rows laid out in b, whose policy
-// log-probs (bare prompt) are lp, flattened [B, T].
+// log-probs (bare prompt) are lp, flattened [B, T], over the tokens the
+// rows' sampler drew (a trajectory's tool outputs left out).
 func rowNLLs(b *batch, rows []*rollout, lp []float64) []float64 {
 	out := make([]float64, consExtra)
 	for i, x := range rows {
+		own := sampledMask(len(x.ids), x.appended)
 		for k, v := range b.gather(lp, i, len(x.ids)) {
+			if own != nil && !own[k] {
+				continue // a tool's output: no NLL (the sampler recorded none)
+			}
 			out[consBareNLL] -= v
 			out[consCtxNLL] -= x.oldLogp[k]
 			if x.span != nil && x.span[k] {

@@ -163,7 +163,6 @@ func TestToolsConfig(t *testing.T) {
 	for sets, key := range map[string]string{
 		`tools=[{name: python}]|algo.name=sdpo`:                                                    "config key tools",
 		`tools=[{name: python}]|algo.name=critique-grpo`:                                           "config key tools",
-		`tools=[{name: python}]|algo.name=lanpo|lanpo.consolidate=1`:                               "lanpo.consolidate",
 		`tools=[{name: python}]|rollout.tool_format=xml`:                                           "rollout.tool_format",
 		`tools=[{name: x, command: [cat], parameters: {type: object}}]|rollout.tool_format=fenced`: "rollout.tool_format",
 		`tools=[{name: lookup, command: [cat]}]`:                                                   "tools[0].parameters",
@@ -201,20 +200,33 @@ func TestToolsConfigFile(t *testing.T) {
 func TestToolTrajectoriesRecomputeAndReweight(t *testing.T) {
 	toolsForTest = func() toolLoop { return &scriptedTools{} }
 	defer func() { toolsForTest = nil }()
+	pool, _ := seededPool(t)
 	for name, cfg := range map[string]Config{
 		"recompute_old_logp": tinyConfig(t, "total_steps=2", "algo.recompute_old_logp=true"),
 		"lanpo original":     lanpoConfig(t, "total_steps=2", "lanpo.train_prompt=original"),
+		"lanpo consolidate": lanpoConfig(t, "total_steps=3", "lanpo.consolidate=1", "lanpo.initial_pool="+pool, "lanpo.feedback_ratio=0.5",
+			"lanpo.similarity_threshold=0", "rollout.samples_per_prompt=8"),
 	} {
 		runGRPO(t, cfg, "")
+		consolidated := 0.0
 		for i, m := range stableMetrics(t, cfg.RunDir) {
 			if m["tool_calls_mean"] == nil {
 				t.Errorf("%s step %d: no tool calls", name, i+1)
+			}
+			if c, ok := m["consolidated"].(float64); ok {
+				consolidated += c
+				if nll, _ := m["consolidate_nll"].(float64); nll <= 0 {
+					t.Errorf("%s step %d: consolidate_nll %v", name, i+1, m["consolidate_nll"])
+				}
 			}
 			for k, v := range m {
 				if x, ok := v.(float64); ok && (math.IsNaN(x) || math.IsInf(x, 0)) {
 					t.Errorf("%s step %d: %s = %v", name, i+1, k, x)
 				}
 			}
+		}
+		if name == "lanpo consolidate" && consolidated == 0 {
+			t.Errorf("%s: no trajectory consolidated: the case tests nothing", name)
 		}
 	}
 }
