@@ -171,7 +171,10 @@ const (
 // sibling the verifier accepted (not the rollout itself); rollouts with
 // none are not distilled (a group that failed throughout gets no SDPO
 // signal). With blind it is any other sibling, drawn without looking at
-// outcomes. The draw is keyed by (seed, step, prompt, sample).
+// outcomes. The draw is keyed by (seed, step, prompt, sample). With
+// tools, both prompts declare them, the sibling is its whole trajectory
+// (calls and outputs) as text, and only the rollout's own tokens are
+// distilled: its tool outputs are inputs to student and teacher alike.
 func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout, []*rollout, termRows, error) {
 	v := d.v
 	G := v.cfg.Rollout.SamplesPerPrompt
@@ -207,9 +210,9 @@ func (d *sdpo) rows(step int, kept, sampled []*rollout, _ rl.Phases) ([]*rollout
 				skipped++
 				continue
 			}
-			rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: v.prompts[r.Prompt.Problem], ids: r.ids,
+			rows = append(rows, &rollout{Rollout: r.Rollout, promptIDs: v.prompts[r.Prompt.Problem], ids: r.ids, appended: r.appended,
 				oldLogp: r.oldLogp, auxPrompt: tids})
-			tokens += len(r.ids)
+			tokens += ownTokens(r) // a trajectory's tool outputs are inputs to both, distilled nowhere
 		}
 	}
 	sums := make([]float64, sdpoSums)
@@ -268,7 +271,7 @@ func (d *sdpo) microBatch(mb []*rollout, first int, tot termRows) (microResult, 
 	teach := make([]*rollout, len(mb))
 	for i, x := range mb {
 		x.weight = w
-		teach[i] = &rollout{promptIDs: x.auxPrompt, ids: x.ids, oldLogp: x.oldLogp}
+		teach[i] = &rollout{promptIDs: x.auxPrompt, ids: x.ids, appended: x.appended, oldLogp: x.oldLogp}
 	}
 	opt := csrc.VocabOptions{Temperature: v.cfg.Rollout.Temperature}
 	return v.step.micro("SDPO micro-batch at row", mb, first, func(s *tensor.Scope, b *batch, _ *microResult) (*ts.Tensor, *model.Checkpointed, error) {
