@@ -9,6 +9,7 @@ import (
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // rolloutLine is one line of RUN_DIR/rollouts/step-NNNNNN.jsonl (log.rollouts):
@@ -26,7 +27,15 @@ type rolloutLine struct {
 	// Reason is the reward kind's account of its verdict.
 	Reason    string `json:"reason,omitempty"`
 	Truncated bool   `json:"truncated"`
-	Tokens    int    `json:"tokens,omitempty"` // generated tokens
+	Tokens    int    `json:"tokens,omitempty"` // response tokens (a trajectory's appended ones included)
+	// A tool trajectory (docs/tools.md): the tokens the tools' responses
+	// appended, the calls, the failed calls, the tool turns, and why the
+	// tools stopped it early ("max_turns"; empty otherwise).
+	AppendedTokens int    `json:"appended_tokens,omitempty"`
+	ToolCalls      int    `json:"tool_calls,omitempty"`
+	ToolErrors     int    `json:"tool_errors,omitempty"`
+	ToolTurns      int    `json:"tool_turns,omitempty"`
+	ToolEnd        string `json:"tool_end,omitempty"`
 	// Related are an abstraction prompt's retrieval candidates (on the
 	// group's first sample only).
 	Related []rl.Related `json:"related,omitempty"`
@@ -53,7 +62,8 @@ func (g *grpoRun) logRollouts(sampled []*rollout) error {
 			prompts[r.Prompt] = text
 		}
 		rows[i] = rolloutLine{Step: step, ProblemID: g.problems[r.Prompt.Problem].ID, Group: r.Prompt.Index, Sample: r.Sample, Mode: r.Prompt.Mode,
-			Prompt: text, Response: r.Text, Reward: r.Reward, Correct: r.Correct, Reason: r.reason, Truncated: r.Truncated, Tokens: r.Tokens}
+			Prompt: text, Response: r.Text, Reward: r.Reward, Correct: r.Correct, Reason: r.reason, Truncated: r.Truncated, Tokens: r.Tokens,
+			AppendedTokens: tools.AppendedTokens(r.appended), ToolCalls: r.tool.Calls, ToolErrors: r.tool.Errors, ToolTurns: r.tool.Turns, ToolEnd: r.tool.EndReason}
 		if r.Sample == 0 {
 			rows[i].Related, rows[i].Lessons = r.Prompt.Related, r.Prompt.Lessons
 		}

@@ -80,6 +80,9 @@ func TestToolTrajectoriesTrainAndResume(t *testing.T) {
 	eachRollout(t, straight.RunDir, 4, func(step int, l rolloutLine) {
 		if l.Tokens > 3 {
 			n++
+			if l.ToolCalls != 1 || l.ToolTurns != 1 || l.AppendedTokens != len(scriptedAppend) {
+				t.Errorf("step %d: a trajectory past its tool turn logged %d calls, %d turns, %d appended tokens", step, l.ToolCalls, l.ToolTurns, l.AppendedTokens)
+			}
 		}
 	})
 	if n == 0 {
