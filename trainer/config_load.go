@@ -243,8 +243,6 @@ func (c *Config) Resolve() error {
 		return bad("rollout.tool_format", "%q: want %s (the chat template's tool calls, the default) or %s (```python blocks, python only)", c.Rollout.ToolFormat, tools.FormatHermes, tools.FormatFenced)
 	case c.Rollout.ToolFormat == tools.FormatFenced && (len(c.Tools) > 1 || len(c.Tools) == 1 && (c.Tools[0].Name != tools.Python || len(c.Tools[0].Command) > 0)):
 		return bad("rollout.tool_format", "fenced runs the built-in python tool alone; the tools: section declares others")
-	case len(c.Tools) > 0 && c.Algo.Name == AlgoCritique:
-		return bad("tools", "algo.name %s does not run with tools yet: its critiques and refinements are generated without the tool loop (grpo, lanpo and sdpo do)", c.Algo.Name)
 	case len(c.Tools) == 0 && len(c.Eval.Tools) == 0 && (c.Rollout.MaxTurns != 0 || c.Rollout.MaxToolOutputTokens != 0 || c.Rollout.ToolSandbox != "" || c.Rollout.ToolFormat != ""):
 		return bad("rollout.max_turns", "rollout.max_turns, max_tool_output_tokens, tool_sandbox and tool_format belong to a run with tools: (none declared)")
 	case c.Algo.KLBeta < 0:

@@ -11,6 +11,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // Critique-GRPO (algo.name: critique-grpo; docs/feedback-methods.md says
@@ -91,8 +92,9 @@ type critique struct {
 // The sums of critique's rows beside their count and tokens
 // (termRows.sums).
 const (
-	critiqueCorrect = iota // refinements the verifier accepted
-	critiqueRevived        // groups the refinement gave reward variance that had none
+	critiqueCorrect   = iota // refinements the verifier accepted
+	critiqueRevived          // groups the refinement gave reward variance that had none
+	critiqueToolCalls        // the tool calls of the refinements made (tools: section)
 	critiqueSums
 )
 
@@ -121,6 +123,11 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 	v := c.v
 	G := v.cfg.Rollout.SamplesPerPrompt
 	format := v.cfg.PromptFormat()
+	// A critique is text: its prompt declares no tools (nobody would answer
+	// them). The refinement is a rollout like the first attempts: through
+	// the run's tools, if any.
+	critiqueFormat := format
+	critiqueFormat.Tools = nil
 	var jobs []*critiqueJob
 	for start := 0; start+G <= len(sampled); start += G {
 		grp := sampled[start : start+G]
@@ -141,7 +148,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		var asks []*critiqueJob
 		var prompts [][]int64
 		for _, j := range jobs {
-			ids, err := format.UserIDs(v.tk, j.user+critiqueAsk)
+			ids, err := critiqueFormat.UserIDs(v.tk, j.user+critiqueAsk)
 			if err != nil {
 				return nil, nil, termRows{}, err
 			}
@@ -149,7 +156,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 				asks, prompts = append(asks, j), append(prompts, ids)
 			}
 		}
-		out, err := c.generate(step, asks, prompts, c.cfg.MaxCritiqueTokens, "critique")
+		out, _, err := c.generate(step, asks, prompts, c.cfg.MaxCritiqueTokens, "critique", false)
 		if err != nil {
 			return nil, nil, termRows{}, err
 		}
@@ -173,15 +180,16 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 			refine, prompts = append(refine, j), append(prompts, ids)
 		}
 	}
-	out, err := c.generate(step, refine, prompts, v.cfg.Rollout.MaxNewTokens, "critique-refine")
+	out, trs, err := c.generate(step, refine, prompts, v.cfg.Rollout.MaxNewTokens, "critique-refine", true)
 	if err != nil {
 		return nil, nil, termRows{}, err
 	}
 	refs := make([]*rollout, len(refine))
 	for i, j := range refine {
-		o, p := out[i], j.attempt.Prompt
-		j.ref = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: G, Tokens: len(o.IDs), Truncated: o.FinishReason == "length",
-			Text: v.tk.Decode(tokenizer.Ints(o.IDs), true)}, promptIDs: v.prompts[p.Problem], ids: o.IDs, oldLogp: make([]float64, len(o.IDs))}
+		o := out[i]
+		o.Index = G // the group's G + 1st member
+		j.ref = sampledRollout(v.tk, j.attempt.Prompt, o, trajectoryAt(trs, i))
+		j.ref.promptIDs, j.ref.oldLogp = v.prompts[j.attempt.Prompt.Problem], make([]float64, len(o.IDs)) // shaped, no ratio: π_old unused
 		refs[i] = j.ref
 	}
 	ph.Enter("reward")
@@ -195,7 +203,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		wasKept[r] = true
 	}
 	var newKept, trained []*rollout
-	tokens, correct, revived := 0, 0, 0
+	tokens, correct, revived, calls := 0, 0, 0, 0
 	for _, j := range jobs {
 		ref := j.ref
 		members := j.grp
@@ -204,6 +212,7 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 			if ref.Correct {
 				correct++
 			}
+			calls += ref.tool.Calls
 		}
 		rs := groupRewards(members)
 		keep := wasKept[j.grp[0]]
@@ -221,11 +230,11 @@ func (c *critique) rows(step int, kept, sampled []*rollout, ph rl.Phases) ([]*ro
 		newKept = append(newKept, j.grp...)
 		if ref != nil && len(ref.ids) > 0 {
 			trained = append(trained, ref)
-			tokens += len(ref.ids)
+			tokens += ownTokens(ref) // a refinement's tool outputs are inputs
 		}
 	}
 	sums := make([]float64, critiqueSums)
-	sums[critiqueCorrect], sums[critiqueRevived] = float64(correct), float64(revived)
+	sums[critiqueCorrect], sums[critiqueRevived], sums[critiqueToolCalls] = float64(correct), float64(revived), float64(calls)
 	return newKept, trained, termRows{rows: len(trained), tokens: tokens, sums: sums, joinPolicy: true}, nil
 }
 
@@ -248,11 +257,13 @@ type critiqueJob struct {
 
 // generate samples one response to each prompt (the rollout's sampling
 // settings, at most maxNew tokens), keyed by (seed, step, purpose) and
-// each job's prompt index.
-func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, maxNew int, purpose string) ([]model.Sample, error) {
+// each job's prompt index; withTools: through the run's tools (trs: the
+// trajectories' records, nil without tools), the samples in the jobs'
+// order.
+func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, maxNew int, purpose string, withTools bool) (_ []model.Sample, trs []tools.Trajectory, _ error) {
 	v := c.v
 	if len(jobs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	reqs := make([]model.Request, len(jobs))
 	streams := make([]int, len(jobs))
@@ -261,32 +272,48 @@ func (c *critique) generate(step int, jobs []*critiqueJob, prompts [][]int64, ma
 		streams[i] = j.attempt.Prompt.Index
 		v.step.prefilled(len(prompts[i]))
 	}
-	res, err := v.step.generate(reqs, streams, maxNew, rl.DrawKey(step, 0, purpose)^v.cfg.Seed)
+	seed := rl.DrawKey(step, 0, purpose) ^ v.cfg.Seed
+	var res []model.Sample
+	var err error
+	if withTools {
+		res, trs, err = v.step.trajectories(reqs, streams, maxNew, seed)
+	} else {
+		res, err = v.step.generate(reqs, streams, maxNew, seed)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("Critique-GRPO %s: %w", purpose, err)
+		return nil, nil, fmt.Errorf("Critique-GRPO %s: %w", purpose, err)
 	}
 	out := make([]model.Sample, len(jobs))
-	for _, r := range res {
-		out[r.Prompt] = r
+	var byJob []tools.Trajectory
+	if trs != nil {
+		byJob = make([]tools.Trajectory, len(jobs))
 	}
-	return out, nil
+	for i, r := range res {
+		out[r.Prompt] = r
+		if trs != nil {
+			byJob[r.Prompt] = trs[i]
+		}
+	}
+	return out, byJob, nil
 }
 
 // critiqueMetrics are Critique-GRPO's keys of the step's line
 // (TensorBoard: critique/…): refinements made and those the verifier
 // accepted, groups the refinements gave reward variance that had none,
-// the refinements' shaped loss, and the refinement tokens' share of the
-// update's.
+// the refinements' shaped loss, the refinement tokens' share of the
+// update's, and with tools the refinements' tool calls.
 type critiqueMetrics struct {
 	Refinements int     `json:"critique_refinements,omitempty"`
 	RefinedOK   int     `json:"critique_refined_correct,omitempty"`
 	GroupsSaved int     `json:"critique_groups_revived,omitempty"`
 	Loss        float64 `json:"critique_loss,omitempty"`
 	TokenFrac   float64 `json:"critique_token_frac,omitempty"`
+	ToolCalls   int     `json:"critique_tool_calls,omitempty"`
 }
 
 func (c *critique) metrics(tot termRows, loss float64, _ []float64, policyTokens int) any {
-	met := &critiqueMetrics{Refinements: tot.rows, RefinedOK: int(tot.sum(critiqueCorrect)), GroupsSaved: int(tot.sum(critiqueRevived)), Loss: loss}
+	met := &critiqueMetrics{Refinements: tot.rows, RefinedOK: int(tot.sum(critiqueCorrect)), GroupsSaved: int(tot.sum(critiqueRevived)), Loss: loss,
+		ToolCalls: int(tot.sum(critiqueToolCalls))}
 	if tot.rows > 0 {
 		met.TokenFrac = float64(tot.tokens) / float64(tot.tokens+policyTokens)
 	}

@@ -94,33 +94,67 @@ func (g *grpoRun) rollout(ps []*rl.Prompt) ([]*rollout, error) {
 		streams[i], problems[i] = p.Index, p.Problem
 		g.stepTokens.prefilled += len(p.IDs) // once per prompt: the engine shares the prefix across the group
 	}
-	opt := cfg.Rollout.GenerateOptions()
-	if g.tools != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel() // tools still running when generation fails
-		var err error
-		if opt.Turns, err = g.tools.Start(ctx, len(ps)*cfg.Rollout.SamplesPerPrompt); err != nil {
-			return nil, err
-		}
-	}
-	res, err := g.generateWith(reqs, streams, cfg.Rollout.MaxNewTokens, rl.StepSeed(cfg.Seed, g.state.Step), opt)
+	res, trs, err := g.trajectories(reqs, streams, cfg.Rollout.MaxNewTokens, rl.StepSeed(cfg.Seed, g.state.Step))
 	if err != nil {
 		return nil, fmt.Errorf("problems %s: %w", g.problemIDs(problems), err)
 	}
 	batch := make([]*rollout, len(res))
 	for i, r := range res {
 		p := ps[r.Prompt]
-		text := g.tk.Decode(tokenizer.Ints(r.IDs), true)
-		batch[i] = &rollout{Rollout: rl.Rollout{Prompt: p, Sample: r.Index, Tokens: len(r.IDs), Truncated: r.FinishReason == "length",
-			Text: text}, promptIDs: p.IDs, ids: r.IDs, oldLogp: widen(r.Logprobs), appended: r.Appended, ownText: text}
-		if g.tools != nil {
-			batch[i].tool = g.tools.Trajectory(r.Prompt, r.Index)
-			if len(r.Appended) > 0 {
-				batch[i].ownText = g.tk.Decode(tokenizer.Ints(tools.OwnIDs(r.IDs, r.Appended)), true)
-			}
-		}
+		batch[i] = sampledRollout(g.tk, p, r, trajectoryAt(trs, i))
+		batch[i].promptIDs, batch[i].oldLogp = p.IDs, widen(r.Logprobs)
 	}
 	return batch, nil
+}
+
+// trajectories samples like generate, through the run's tools when it has
+// them: each sample is then a trajectory (its Appended ranges), and
+// trs[i] the loop's record of res[i] (nil without tools).
+func (g *grpoRun) trajectories(reqs []model.Request, streams []int, maxNew int, seed uint64) (res []model.Sample, trs []tools.Trajectory, err error) {
+	opt := g.cfg.Rollout.GenerateOptions()
+	if g.tools == nil {
+		res, err = g.generateWith(reqs, streams, maxNew, seed, opt)
+		return res, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // tools still running when generation fails
+	rows := 0
+	for _, r := range reqs {
+		rows += r.Samples
+	}
+	if opt.Turns, err = g.tools.Start(ctx, rows); err != nil {
+		return nil, nil, err
+	}
+	if res, err = g.generateWith(reqs, streams, maxNew, seed, opt); err != nil {
+		return nil, nil, err
+	}
+	trs = make([]tools.Trajectory, len(res))
+	for i, r := range res {
+		trs[i] = g.tools.Trajectory(r.Prompt, r.Index)
+	}
+	return res, trs, nil
+}
+
+// sampledRollout is sample r of prompt p as a rollout, tr its tools'
+// record (zero without tools): its ids and text, and for a trajectory the
+// appended ranges and the model's own text (what the reward reads). The
+// caller sets its prompt ids and log-probs.
+func sampledRollout(tk *tokenizer.Tokenizer, p *rl.Prompt, r model.Sample, tr tools.Trajectory) *rollout {
+	text := tk.Decode(tokenizer.Ints(r.IDs), true)
+	x := &rollout{Rollout: rl.Rollout{Prompt: p, Sample: r.Index, Tokens: len(r.IDs), Truncated: r.FinishReason == "length", Text: text},
+		ids: r.IDs, appended: r.Appended, ownText: text, tool: tr}
+	if len(r.Appended) > 0 {
+		x.ownText = tk.Decode(tokenizer.Ints(tools.OwnIDs(r.IDs, r.Appended)), true)
+	}
+	return x
+}
+
+// trajectoryAt is trs[i], or none without tools (trs nil).
+func trajectoryAt(trs []tools.Trajectory, i int) tools.Trajectory {
+	if trs == nil {
+		return tools.Trajectory{}
+	}
+	return trs[i]
 }
 
 // generate samples reqs with the rollout's sampling settings, at most

@@ -8,6 +8,7 @@ import (
 	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/rl"
+	"github.com/lanpo-rl/lanpo/tools"
 )
 
 // updateTerm is the GRPO step's second seam, beside Explorer: what a
@@ -113,6 +114,9 @@ type stepServices interface {
 	// generate samples with the rollout's settings (maxNew tokens, the
 	// draw keyed by seed).
 	generate(reqs []model.Request, streams []int, maxNew int, seed uint64) ([]model.Sample, error)
+	// trajectories is generate through the run's tools, when it has them
+	// (grpoRun.trajectories).
+	trajectories(reqs []model.Request, streams []int, maxNew int, seed uint64) ([]model.Sample, []tools.Trajectory, error)
 	// score scores rollouts as the step's own (the run's reward kind).
 	score(rolls []*rollout) error
 	// spanOf is the run's diagnostic span in a response (nil: none).

@@ -164,7 +164,6 @@ func TestToolsConfig(t *testing.T) {
 		t.Error("the feedback settings (eval, seed) declare tools nobody answers")
 	}
 	for sets, key := range map[string]string{
-		`tools=[{name: python}]|algo.name=critique-grpo`:                                           "config key tools",
 		`tools=[{name: python}]|rollout.tool_format=xml`:                                           "rollout.tool_format",
 		`tools=[{name: x, command: [cat], parameters: {type: object}}]|rollout.tool_format=fenced`: "rollout.tool_format",
 		`tools=[{name: lookup, command: [cat]}]`:                                                   "tools[0].parameters",
@@ -197,10 +196,11 @@ func TestToolsConfigFile(t *testing.T) {
 // Tool trajectories through the paths that recompute, reweight or
 // distill per token: π_old recomputed by the trainer
 // (algo.recompute_old_logp), LANPO training on the original prompt
-// (importance-weighted), LANPO's consolidation and SDPO's teacher (where
+// (importance-weighted), LANPO's consolidation, SDPO's teacher (where
 // the sampler's NaN log-probs at a tool's output would reach the loss or
-// the metrics): the runs end, their metrics are finite, and no weight is
-// computed on a tool's output.
+// the metrics) and Critique-GRPO's refinements (themselves trajectories):
+// the runs end, their metrics are finite, and no weight is computed on a
+// tool's output.
 func TestToolTrajectoriesRecomputeAndReweight(t *testing.T) {
 	toolsForTest = func() toolLoop { return &scriptedTools{} }
 	defer func() { toolsForTest = nil }()
@@ -208,6 +208,7 @@ func TestToolTrajectoriesRecomputeAndReweight(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"recompute_old_logp": tinyConfig(t, "total_steps=2", "algo.recompute_old_logp=true"),
 		"sdpo":               tinyConfig(t, "total_steps=2", "algo.name=sdpo", "sdpo.lambda=0.5", "sdpo.teacher_context=blind"),
+		"critique-grpo":      tinyConfig(t, "total_steps=2", "algo.name=critique-grpo", "critique.source=outcome"),
 		"lanpo original":     lanpoConfig(t, "total_steps=2", "lanpo.train_prompt=original"),
 		"lanpo consolidate": lanpoConfig(t, "total_steps=3", "lanpo.consolidate=1", "lanpo.initial_pool="+pool, "lanpo.feedback_ratio=0.5",
 			"lanpo.similarity_threshold=0", "rollout.samples_per_prompt=8"),
@@ -229,6 +230,9 @@ func TestToolTrajectoriesRecomputeAndReweight(t *testing.T) {
 					t.Errorf("%s step %d: %s = %v", name, i+1, k, x)
 				}
 			}
+		}
+		if name == "critique-grpo" && (metricSum(t, cfg.RunDir, "critique_refinements") == 0 || metricSum(t, cfg.RunDir, "critique_tool_calls") == 0) {
+			t.Errorf("%s: %v refinements trained, %v tool calls in them: want both", name, metricSum(t, cfg.RunDir, "critique_refinements"), metricSum(t, cfg.RunDir, "critique_tool_calls"))
 		}
 		if name == "sdpo" && metricSum(t, cfg.RunDir, "sdpo_rows") == 0 {
 			t.Errorf("%s: no trajectory distilled: the case tests nothing", name)
