@@ -58,20 +58,8 @@ type Trajectory struct {
 // Start prepares a generation's bookkeeping and returns the engine's
 // Turns for it; ctx cancels the tools still running when it ends.
 func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
-	if l.Set == nil || l.Tok == nil || len(l.EndOfTurn) == 0 {
-		return nil, fmt.Errorf("tools: a loop needs its tools, the tokenizer and the end-of-turn ids")
-	}
-	switch l.Format {
-	case "", FormatHermes:
-		if _, err := l.Tok.ToolResponses([]string{"x"}, l.Chat); err != nil {
-			return nil, fmt.Errorf("tools: %w", err)
-		}
-	case FormatFenced:
-		if _, ok := l.Set.tools[Python]; !ok || len(l.Set.names) != 1 {
-			return nil, fmt.Errorf("tools: the fenced format runs the python tool alone (tools: %s)", strings.Join(l.Set.names, ", "))
-		}
-	default:
-		return nil, fmt.Errorf("tools: format %q: want %s or %s", l.Format, FormatHermes, FormatFenced)
+	if err := l.Check(); err != nil {
+		return nil, err
 	}
 	l.callEnd = -1
 	if id, ok := l.Tok.TokenID("</tool_call>"); ok {
@@ -81,6 +69,28 @@ func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
 	l.ctx = ctx
 	resumes := make(chan model.Resume, max(rows, 1)) // a sample parks once at a time: sends never block
 	return &model.Turns{ParkIf: l.parkIf, Parked: func(s model.Sample) { go l.answer(s, resumes) }, Resumes: resumes}, nil
+}
+
+// Check reports whether the loop can run: its tools, tokenizer and
+// end-of-turn ids set, its format known, and the chat template able to
+// render tool responses (hermes) or the python tool alone (fenced).
+func (l *Loop) Check() error {
+	if l.Set == nil || l.Tok == nil || len(l.EndOfTurn) == 0 {
+		return fmt.Errorf("tools: a loop needs its tools, the tokenizer and the end-of-turn ids")
+	}
+	switch l.Format {
+	case "", FormatHermes:
+		if _, err := l.Tok.ToolResponses([]string{"x"}, l.Chat); err != nil {
+			return fmt.Errorf("tools: %w", err)
+		}
+	case FormatFenced:
+		if _, ok := l.Set.tools[Python]; !ok || len(l.Set.names) != 1 {
+			return fmt.Errorf("tools: the fenced format runs the python tool alone (tools: %s)", strings.Join(l.Set.names, ", "))
+		}
+	default:
+		return fmt.Errorf("tools: format %q: want %s or %s", l.Format, FormatHermes, FormatFenced)
+	}
+	return nil
 }
 
 // Describe names the loop's tools, format and limits (an evaluation's

@@ -85,8 +85,13 @@ func NewSet(specs []Spec, sandbox CodeRunner) (*Set, error) {
 		if _, dup := s.tools[sp.Name]; dup {
 			return nil, bad("name", "%q is declared twice", sp.Name)
 		}
-		if sp.TimeoutSeconds < 0 || sp.MaxOutputBytes < 0 || sp.MaxConcurrency < 0 {
-			return nil, bad("timeout_seconds", "limits must be ≥ 0 (0: the default)")
+		switch {
+		case sp.TimeoutSeconds < 0:
+			return nil, bad("timeout_seconds", "must be ≥ 0 (0: the default)")
+		case sp.MaxOutputBytes < 0:
+			return nil, bad("max_output_bytes", "must be ≥ 0 (0: the default)")
+		case sp.MaxConcurrency < 0:
+			return nil, bad("max_concurrency", "must be ≥ 0 (0: the machine's CPUs)")
 		}
 		var t Tool
 		var params []byte

@@ -401,10 +401,9 @@ tools:
 	if wall := time.Since(t0); wall < 1200*time.Millisecond {
 		t.Errorf("three calls of 0.4 s one at a time took %s", wall)
 	}
-	if _, err := NewSet(specs(t, `
-tools:
-  - {name: python, max_concurrency: 4}
-`), nil); err == nil || !strings.Contains(err.Error(), "tools[0].max_concurrency") {
-		t.Errorf("python with max_concurrency: %v, want an error naming the key", err)
+	for _, src := range []string{`{name: python, max_concurrency: 4}`, `{name: alone, command: [cat], parameters: {type: object}, max_concurrency: -1}`} {
+		if _, err := NewSet(specs(t, "tools:\n  - "+src+"\n"), nil); err == nil || !strings.Contains(err.Error(), "tools[0].max_concurrency") {
+			t.Errorf("%s: %v, want an error naming the key", src, err)
+		}
 	}
 }

@@ -45,6 +45,9 @@ func TrainingEvaluator(cfg Config, record bool) (Evaluator, error) {
 	}
 	e := trainingEvaluator{o: o, runDir: cfg.RunDir, record: record, reward: cfg.Reward}
 	if len(ec.Tools) > 0 {
+		if eval.HasCode(benches) {
+			return nil, bad("eval.tools", "the tools mode runs on math benchmarks; eval.bench holds a code benchmark (its tests are not given to tools)")
+		}
 		specs, err := EvalToolSpecs(cfg)
 		if err != nil {
 			return nil, err

@@ -159,6 +159,12 @@ func TestTrainingEvaluationWithTools(t *testing.T) {
 	if modes[eval.ModeTools] == 0 || modes[eval.ModeTools] != modes[eval.ModeZeroShot] {
 		t.Fatalf("samples per mode %v", modes)
 	}
+	// A code benchmark with eval.tools is refused before the run (its tests
+	// are not given to tools), not at the first evaluation.
+	code := tinyConfig(t, "eval.every=1", "eval.bench=[../configs/data/humaneval-heldout.jsonl]", "eval.limit=1", "eval.tools=[python]")
+	if _, err := TrainingEvaluator(code, true); err == nil || !strings.Contains(err.Error(), "eval.tools") {
+		t.Errorf("eval.tools with a code benchmark: %v, want an error naming eval.tools", err)
+	}
 	for sets, key := range map[string]string{
 		"eval.modes=[zero-shot,tools]": "eval.modes",
 		"eval.tools=[calculator]":      "eval.tools",
