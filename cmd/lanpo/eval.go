@@ -55,7 +55,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "limit", Usage: "evaluate this many problems per benchmark, evenly spaced through the file"},
 			&cli.StringSliceFlag{Name: "mode", Usage: "zero-shot, retrieval, self-correct or tools (repeatable or comma-separated; default zero-shot, and tools with --tools)"},
 			&cli.StringFlag{Name: "pool", Usage: "retrieval's pool: a LANPO checkpoint directory, run directory or pool.jsonl"},
-			&cli.StringFlag{Name: "tool-format", Usage: "with --tools: hermes (the chat template's tool calls, declared in the system turn; default) or fenced (```python blocks run as their fence closes, answered with ```output blocks; python only); rollout.tool_format"},
+			&cli.StringFlag{Name: "tool-format", Usage: "with --tools: hermes (the chat template's tool calls, declared in the system turn; default) or fenced (markdown python code blocks, run as their fence closes and answered with an output block; python only); rollout.tool_format"},
 			&cli.StringFlag{Name: "tools", Usage: "adds the tools mode beside zero-shot: these tools declared and run, multi-turn (python, or names from --config's tools:; comma-separated; eval.tools); the summary compares with and without (docs/tools.md)"},
 			&cli.StringSliceFlag{Name: "decontaminate", Usage: "training JSONL files: drop benchmark problems with a twin in them (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "a run config (YAML) for prompts, the lanpo section and eval defaults"},

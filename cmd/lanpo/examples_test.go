@@ -783,3 +783,26 @@ func TestScriptCommands(t *testing.T) {
 		t.Fatalf("%d lanpo commands found in the Makefile and scripts/: the scan is broken", n)
 	}
 }
+
+// TestFlagUsageHasNoBackticks: urfave/cli reads a backtick-quoted word in
+// a flag's usage as its value's name and drops the backticks, so a code
+// fence or `code` in a usage string prints garbled in --help.
+func TestFlagUsageHasNoBackticks(t *testing.T) {
+	var walk func(prefix string, cmds []*cli.Command)
+	n := 0
+	walk = func(prefix string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				n++
+				if d, ok := f.(cli.DocGenerationFlag); ok && strings.Contains(d.GetUsage(), "`") {
+					t.Errorf("lanpo %s%s --%s: usage %q has a backtick", prefix, c.Name, f.Names()[0], d.GetUsage())
+				}
+			}
+			walk(prefix+c.Name+" ", c.Subcommands)
+		}
+	}
+	walk("", newApp().Commands)
+	if n < 50 {
+		t.Fatalf("%d flags found: the walk is broken", n)
+	}
+}
