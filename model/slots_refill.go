@@ -16,7 +16,8 @@ import (
 
 // fill takes the resumes that arrived, gives every free slot the next
 // waiting sample, and prefills the new rows. With nothing to decode but
-// parked rows, it waits for a resume.
+// parked rows, it waits for a resume; in lockstep (Turns.Lockstep), for
+// every parked row's.
 func (d *decoder) fill() (err error) {
 	defer tensor.Recover("slots refill", &err)
 	st := d.slots
@@ -27,6 +28,14 @@ func (d *decoder) fill() (err error) {
 		if err := d.takeResumes(true); err != nil {
 			return err
 		}
+	}
+	if st.turns != nil && st.turns.Lockstep {
+		for st.parked > 0 { // every answer, before any row goes on
+			if err := d.takeResumes(true); err != nil {
+				return err
+			}
+		}
+		slices.Sort(st.resume) // slots in sample order, not arrival order
 	}
 	var started []int64 // batch rows
 	for i, r := range d.batch {

@@ -472,3 +472,64 @@ func TestSlotsEdges(t *testing.T) {
 		t.Errorf("a closed resumes channel: %v", err)
 	}
 }
+
+// TestLockstepIgnoresAnswerTiming: in lockstep, a generation whose parked
+// samples are answered late, in an order of their own, runs the schedule
+// of one answered at once — the same decode steps, looks and prefills,
+// and the same tokens and log-probabilities bit for bit. Without lockstep
+// the late answers change the schedule (the test's control).
+func TestLockstepIgnoresAnswerTiming(t *testing.T) {
+	lockThread(t)
+	m := tinyModel(t, "qwen3-gqa3")
+	p := SamplingParams{Temperature: 1, MaxNewTokens: 12, Seed: 6}
+	parks := map[[2]int][]int{{0, 0}: {2, 6}, {0, 2}: {3}, {1, 1}: {2}, {3, 0}: {4}, {3, 3}: {1}}
+	run := func(lockstep bool, late map[[2]int]time.Duration) ([]Sample, SlotStats) {
+		sc := newTurnScript(parks, func(prompt, index, turn int) []int64 { return []int64{int64(20 + turn), 31} })
+		if late != nil {
+			sc.delay = func(prompt, index int) <-chan struct{} {
+				c := make(chan struct{})
+				time.AfterFunc(late[[2]int{prompt, index}], func() { close(c) })
+				return c
+			}
+		}
+		o := GenerateOptions{MaxRows: 4, SyncEvery: 2, Turns: sc.options()}
+		o.Turns.Lockstep = lockstep
+		var st SlotStats
+		o.Stats = &st
+		out, err := m.Generate(slotPrompts, p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-sc.errs:
+			t.Fatal(err)
+		default:
+		}
+		return out, st
+	}
+	// Late answers, the later-parked first: all long after the other rows
+	// could have finished.
+	late := map[[2]int]time.Duration{{0, 0}: 400 * time.Millisecond, {0, 2}: 250 * time.Millisecond, {1, 1}: 100 * time.Millisecond,
+		{3, 0}: 300 * time.Millisecond, {3, 3}: 50 * time.Millisecond}
+	at, atStats := run(true, nil)
+	later, laterStats := run(true, late)
+	if atStats.Parks == 0 {
+		t.Fatal("no sample parked: the test shows nothing")
+	}
+	if atStats != laterStats {
+		t.Errorf("lockstep: the schedule moved with the answers' timing:\n%+v\n%+v", atStats, laterStats)
+	}
+	if sampleKey(at) != sampleKey(later) {
+		t.Errorf("lockstep: tokens moved with the answers' timing:\n%s\n%s", sampleKey(at), sampleKey(later))
+	}
+	for i := range at {
+		for j := range at[i].Logprobs {
+			if math.Float32bits(at[i].Logprobs[j]) != math.Float32bits(later[i].Logprobs[j]) {
+				t.Fatalf("lockstep: sample %d token %d log-prob %g, %g with late answers", i, j, at[i].Logprobs[j], later[i].Logprobs[j])
+			}
+		}
+	}
+	if _, free := run(false, late); free.Steps == atStats.Steps && free.Looks == atStats.Looks && free.Prefills == atStats.Prefills {
+		t.Errorf("without lockstep, late answers kept the schedule (%+v): the control shows nothing", free)
+	}
+}

@@ -30,6 +30,14 @@ type Turns struct {
 	// every sample has finished.
 	Parked  func(Sample)
 	Resumes <-chan Resume
+	// Lockstep: at each look, wait for every parked sample's Resume before
+	// any row goes on, and give the resumed samples slots in sample order.
+	// The schedule — which rows share each decode step — then depends only
+	// on the tokens, never on when the answers arrive, so a generation
+	// with deterministic answers is reproducible bit for bit whatever the
+	// answers' timing (without it, a late answer is taken at a later look).
+	// The price: a slow answer stalls every row.
+	Lockstep bool
 }
 
 // Resume answers a parked sample.

@@ -38,6 +38,10 @@ type Loop struct {
 	// reasoning: a ```python block runs when its fence closes, and its
 	// output is appended as an ```output block; python only).
 	Format string
+	// Lockstep: the engine waits for every parked sample's answer at each
+	// look (model.Turns.Lockstep): reproducible whatever the tools' timing,
+	// at the price of a slow tool stalling the batch.
+	Lockstep bool
 
 	callEnd int64 // the </tool_call> id, −1 when the tokenizer has none (then text is searched)
 	mu      sync.Mutex
@@ -68,7 +72,7 @@ func (l *Loop) Start(ctx context.Context, rows int) (*model.Turns, error) {
 	l.traj = map[[2]int]*Trajectory{}
 	l.ctx = ctx
 	resumes := make(chan model.Resume, max(rows, 1)) // a sample parks once at a time: sends never block
-	return &model.Turns{ParkIf: l.parkIf, Parked: func(s model.Sample) { go l.answer(s, resumes) }, Resumes: resumes}, nil
+	return &model.Turns{ParkIf: l.parkIf, Parked: func(s model.Sample) { go l.answer(s, resumes) }, Resumes: resumes, Lockstep: l.Lockstep}, nil
 }
 
 // Check reports whether the loop can run: its tools, tokenizer and

@@ -185,6 +185,11 @@ type RolloutConfig struct {
 	// fenced (```python blocks run as their fence closes, answered with
 	// ```output blocks; python only; nothing declared).
 	ToolFormat string `yaml:"tool_format,omitempty"`
+	// ToolLockstep: each look of the engine waits for every parked
+	// trajectory's tool answer, so which rows share a decode step never
+	// depends on the tools' timing — with deterministic tools a run then
+	// resumes bit for bit; a slow tool stalls the batch (docs/tools.md).
+	ToolLockstep bool `yaml:"tool_lockstep,omitempty"`
 }
 
 // GenerateOptions are the generation engine's settings from the rollout

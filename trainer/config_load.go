@@ -243,8 +243,8 @@ func (c *Config) Resolve() error {
 		return bad("rollout.tool_format", "%q: want %s (the chat template's tool calls, the default) or %s (```python blocks, python only)", c.Rollout.ToolFormat, tools.FormatHermes, tools.FormatFenced)
 	case c.Rollout.ToolFormat == tools.FormatFenced && (len(c.Tools) > 1 || len(c.Tools) == 1 && (c.Tools[0].Name != tools.Python || len(c.Tools[0].Command) > 0)):
 		return bad("rollout.tool_format", "fenced runs the built-in python tool alone; the tools: section declares others")
-	case len(c.Tools) == 0 && len(c.Eval.Tools) == 0 && (c.Rollout.MaxTurns != 0 || c.Rollout.MaxToolOutputTokens != 0 || c.Rollout.ToolSandbox != "" || c.Rollout.ToolFormat != ""):
-		return bad("rollout.max_turns", "rollout.max_turns, max_tool_output_tokens, tool_sandbox and tool_format belong to a run with tools: (none declared)")
+	case len(c.Tools) == 0 && len(c.Eval.Tools) == 0 && (c.Rollout.MaxTurns != 0 || c.Rollout.MaxToolOutputTokens != 0 || c.Rollout.ToolSandbox != "" || c.Rollout.ToolFormat != "" || c.Rollout.ToolLockstep):
+		return bad("rollout.max_turns", "rollout.max_turns, max_tool_output_tokens, tool_sandbox, tool_format and tool_lockstep belong to a run with tools: (none declared)")
 	case c.Algo.KLBeta < 0:
 		return bad("algo.kl_beta", "must be ≥ 0")
 	case c.Dist.ZeroStage < 0 || c.Dist.ZeroStage > 2:

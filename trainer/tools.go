@@ -61,7 +61,8 @@ func EvalToolSpecs(cfg Config) ([]tools.Spec, error) {
 // ToolLoop builds specs' tools for a tokenizer and its end-of-turn ids:
 // the python tool in the code sandbox (rollout.tool_sandbox; reward.code's
 // limits when the reward is code, else their defaults), with
-// rollout.max_turns and max_tool_output_tokens, checked (tools.Loop.Check).
+// rollout.max_turns, max_tool_output_tokens and tool_lockstep, checked
+// (tools.Loop.Check).
 func ToolLoop(cfg Config, specs []tools.Spec, tk *tokenizer.Tokenizer, eos []int64) (*tools.Loop, error) {
 	var sb *reward.Sandbox
 	if slices.ContainsFunc(specs, func(s tools.Spec) bool { return s.Name == tools.Python && len(s.Command) == 0 }) {
@@ -90,7 +91,7 @@ func ToolLoop(cfg Config, specs []tools.Spec, tk *tokenizer.Tokenizer, eos []int
 		out = defaultMaxToolOutputTokens
 	}
 	l := &tools.Loop{Set: set, Tok: tk, Chat: tokenizer.ChatOptions{EnableThinking: cfg.Rollout.EnableThinking, Tools: set.Declarations()},
-		EndOfTurn: eos, MaxTurns: turns, MaxOutputTokens: out, Format: cfg.Rollout.ToolFormat}
+		EndOfTurn: eos, MaxTurns: turns, MaxOutputTokens: out, Format: cfg.Rollout.ToolFormat, Lockstep: cfg.Rollout.ToolLockstep}
 	if err := l.Check(); err != nil { // before any step: a template without tool responses is named now
 		return nil, err
 	}

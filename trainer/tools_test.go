@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sugarme/gotch"
 
@@ -22,6 +23,9 @@ import (
 type scriptedTools struct {
 	mu     sync.Mutex
 	parked map[[2]int]bool
+	// late: each answer arrives after a delay of its own (up to 30 ms),
+	// in lockstep or not (model.Turns.Lockstep).
+	late, lockstep bool
 }
 
 var scriptedAppend = []int64{5, 6, 7}
@@ -41,9 +45,16 @@ func (s *scriptedTools) Start(_ context.Context, rows int) (*model.Turns, error)
 			return true
 		},
 		Parked: func(smp model.Sample) {
-			ch <- model.Resume{Prompt: smp.Prompt, Index: smp.Index, Append: scriptedAppend}
+			rs := model.Resume{Prompt: smp.Prompt, Index: smp.Index, Append: scriptedAppend}
+			if !s.late {
+				ch <- rs
+				return
+			}
+			wait := time.Duration((smp.Prompt*7+smp.Index*13)%31) * time.Millisecond
+			time.AfterFunc(wait, func() { ch <- rs })
 		},
-		Resumes: ch,
+		Resumes:  ch,
+		Lockstep: s.lockstep,
 	}, nil
 }
 
@@ -87,6 +98,35 @@ func TestToolTrajectoriesTrainAndResume(t *testing.T) {
 	})
 	if n == 0 {
 		t.Fatal("no trajectory went past its tool turn")
+	}
+}
+
+// With rollout.tool_lockstep, tools whose answers arrive late, each
+// after a delay of its own, still give a run that resumes bit for bit;
+// the key reaches the engine's turns, and needs tools. (That the schedule
+// follows the answers' timing without lockstep, moving log-probs' low
+// bits, is the engine's test: TestLockstepIgnoresAnswerTiming.)
+func TestToolLockstepResumesExactly(t *testing.T) {
+	toolsForTest = func() toolLoop { return &scriptedTools{late: true, lockstep: true} }
+	defer func() { toolsForTest = nil }()
+	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile})
+	if metricSum(t, straight.RunDir, "tool_calls_mean") == 0 {
+		t.Fatal("no tool calls: the test shows nothing")
+	}
+	cfg := tinyConfig(t, "tools=[{name: python}]", "rollout.tool_lockstep=true")
+	tk, err := tokenizer.Load(cfg.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ToolLoop(cfg, cfg.Tools, tk, []int64{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turns, err := l.Start(context.Background(), 1); err != nil || !turns.Lockstep {
+		t.Fatalf("rollout.tool_lockstep did not reach the engine's turns (%v)", err)
+	}
+	if _, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"rollout.tool_lockstep=true"}); err == nil || !strings.Contains(err.Error(), "tool_lockstep") {
+		t.Errorf("rollout.tool_lockstep without tools: %v, want an error naming it", err)
 	}
 }
 
