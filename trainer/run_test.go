@@ -1066,3 +1066,23 @@ func TestResumeOfAnOlderChecksConfig(t *testing.T) {
 		t.Fatalf("resuming a checkpoint with an older lanpo's config: %v", err)
 	}
 }
+
+// TestMissingModelIsNamed: a run whose model directory has no
+// config.json stops before writing anything, naming the key and the
+// directory.
+func TestMissingModelIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-model")
+	cfg, err := LoadConfig("../configs/tiny-grpo.yaml", []string{"run_dir=" + filepath.Join(dir, "run"), "model=" + missing,
+		"data.train=../configs/data/tiny-arith.jsonl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = RunGRPO(context.Background(), cfg, "", RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "config key model: "+missing+" has no config.json") {
+		t.Fatalf("err = %v, want one naming the key and the directory", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.RunDir, "config.resolved.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused run wrote its config (%v)", err)
+	}
+}

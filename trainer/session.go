@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -173,6 +175,12 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 		}
 	} else if resume == "auto" {
 		log.Warn().Str("run_dir", cfg.RunDir).Msg("--resume auto: no complete checkpoint in the run directory; starting from step 0")
+	}
+	if _, builtin := strings.CutPrefix(cfg.Model, builtinPrefix); !builtin && (ckpt == "" || cfg.LoRA.On()) {
+		// The run loads cfg.Model: say so plainly before writing anything.
+		if _, err := os.Stat(filepath.Join(cfg.Model, "config.json")); errors.Is(err, fs.ErrNotExist) {
+			return nil, bad("model", "%s has no config.json: want a Hugging Face model directory (config.json, *.safetensors, the tokenizer files); put the model there or --set model=DIR", cfg.Model)
+		}
 	}
 	if s.modelDir, err = s.prepareRunDir(cfg, ckpt, rc); err != nil {
 		return nil, err
