@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -342,6 +344,9 @@ func loadModelAndTokenizer(c *cli.Context, dir string) (*model.Model, *tokenizer
 		if opts.DType, err = parseDTypeFlag(d); err != nil {
 			return nil, nil, err
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, fs.ErrNotExist) && !model.IsAdapterDir(dir) {
+		return nil, nil, usageError{fmt.Errorf("%s has no config.json: want a Hugging Face model directory (config.json, *.safetensors, the tokenizer files), a lanpo checkpoint or a LoRA adapter directory", dir)}
 	}
 	tokDir := dir
 	if t := c.String("tokenizer"); t != "" {

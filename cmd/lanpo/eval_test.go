@@ -115,6 +115,7 @@ func TestEvalCLI(t *testing.T) {
 		{[]string{"eval", "--model", model, "--bench", "gsm9k"}, `--bench "gsm9k": not a benchmark name`},
 		{[]string{"eval", "--model", model, "--bench", "aime24", "--data-dir", t.TempDir()}, "aime24.jsonl not found; looked in"},
 		{[]string{"eval", "--model", noTok, "--bench", bench}, noTok + " has no usable tokenizer"},
+		{[]string{"eval", "--model", filepath.Join(noTok, "missing"), "--bench", bench}, filepath.Join(noTok, "missing") + " has no config.json"},
 		{[]string{"eval", "--model", model, "--bench", bench, "--k", "4"}, "greedy samples are all the same"},
 		{[]string{"eval", "--model", model, "--bench", bench, "--mode", "retrieval"}, "--mode retrieval needs --pool"},
 		{[]string{"eval", "--bench", bench}, "--model is required"},
