@@ -182,6 +182,22 @@ func (ts *turnScript) options() *Turns {
 	}
 }
 
+// generate runs m.Generate with the script's turns in o and fails the
+// test on an error of the engine or of the script.
+func (sc *turnScript) generate(t *testing.T, m *Model, reqs []Request, p SamplingParams, o GenerateOptions) []Sample {
+	t.Helper()
+	out, err := m.Generate(reqs, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-sc.errs:
+		t.Fatal(err)
+	default:
+	}
+	return out
+}
+
 // TestAppendEqualsConcatenatedPrompt: a sample that parks after k tokens
 // and resumes with ids appended goes on exactly as a request whose prompt
 // is the prompt, those k tokens and the appended ids, drawing from its
@@ -288,15 +304,7 @@ func TestParkedRowNeitherWaitsNorChangesOthers(t *testing.T) {
 			release = nil
 		}
 	}}
-	got, err := m.Generate(slotPrompts, p, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-sc.errs:
-		t.Fatal(err)
-	default:
-	}
+	got := sc.generate(t, m, slotPrompts, p, o)
 	if len(steps) == 0 {
 		t.Fatal("the others never all finished before the parked sample resumed")
 	}
@@ -496,16 +504,7 @@ func TestLockstepIgnoresAnswerTiming(t *testing.T) {
 		o.Turns.Lockstep = lockstep
 		var st SlotStats
 		o.Stats = &st
-		out, err := m.Generate(slotPrompts, p, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-sc.errs:
-			t.Fatal(err)
-		default:
-		}
-		return out, st
+		return sc.generate(t, m, slotPrompts, p, o), st
 	}
 	// Late answers, the later-parked first: all long after the other rows
 	// could have finished.
