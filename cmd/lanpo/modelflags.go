@@ -101,8 +101,6 @@ func checkDeviceFlag(s string) error {
 	return nil
 }
 
-// benchDType is --dtype, or the default for dev: bfloat16 on CUDA, float32
-// on CPU.
 // benchDevice is --device and --dtype of a benchmark (benchDType).
 func benchDevice(c *cli.Context) (gotch.Device, gotch.DType, error) {
 	dev, err := parseDevice(c.String("device"))
@@ -113,6 +111,8 @@ func benchDevice(c *cli.Context) (gotch.Device, gotch.DType, error) {
 	return dev, dt, err
 }
 
+// benchDType is --dtype, or the default for dev: bfloat16 on CUDA, float32
+// on CPU.
 func benchDType(c *cli.Context, dev gotch.Device) (gotch.DType, error) {
 	if s := c.String("dtype"); s != "" {
 		return parseDTypeFlag(s)
