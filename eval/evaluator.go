@@ -20,8 +20,11 @@ type evaluator struct {
 	m     *model.Model
 	tk    *tokenizer.Tokenizer
 	fbFor func(Benchmark) *feedback.Builder
-	fb    *feedback.Builder // the batch's benchmark's (batch sets it)
-	o     Options
+	// toolsFor is the tools mode's builder: the same prompts with the
+	// tools declared (fitBuilders; fbFor without the tools mode).
+	toolsFor func(Benchmark) *feedback.Builder
+	fb       *feedback.Builder // the batch's benchmark's (batch sets it)
+	o        Options
 }
 
 // streamBase keys a benchmark and mode's random streams.
@@ -35,15 +38,14 @@ func streamSeed(seed uint64, bench, mode string) uint64 {
 func (e *evaluator) batch(b Benchmark, mode string, lo, hi int) ([]SampleLine, error) {
 	probs := b.Problems[lo:hi]
 	e.fb = e.fbFor(b)
+	solve := e.fb
+	if mode == ModeTools {
+		solve = e.toolsFor(b)
+	}
 	prompts := make([][]int64, len(probs))
 	withContext := make([]bool, len(probs))
 	for i, p := range probs {
-		ids, err := e.fb.Solve(p.Problem)
-		if mode == ModeTools { // the same prompt with the tools declared
-			f := e.o.Feedback.Format
-			f.Tools = e.o.Tools.Declarations()
-			ids, err = f.SolveIDs(e.tk, p.Problem)
-		}
+		ids, err := solve.Solve(p.Problem)
 		if err != nil {
 			return nil, fmt.Errorf("problem %s: %w", p.ID, err)
 		}

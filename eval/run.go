@@ -146,7 +146,7 @@ func Run(m *model.Model, tk *tokenizer.Tokenizer, o Options) ([]Summary, error) 
 		defer out.Close()
 	}
 	var all []SampleLine
-	e := &evaluator{m: m, tk: tk, fbFor: fb, o: o}
+	e := &evaluator{m: m, tk: tk, fbFor: fb, toolsFor: fit, o: o}
 	// One line for the whole evaluation: a progress bar over every
 	// benchmark and mode on a terminal, else one summary line in the log
 	// (report) — lanpo train evaluates every eval.every steps, and a line
