@@ -138,29 +138,46 @@ func (l *Loop) get(k [2]int) *Trajectory {
 }
 
 // parkIf: the sample's latest token ends an assistant turn that holds a
-// complete tool call (the fenced format: closes a ```python block).
+// complete tool call (the fenced format: closes a ```python block), and
+// the trajectory has tool turns left (else it ends there: "max_turns").
 func (l *Loop) parkIf(prompt, index int, ids []int64) bool {
-	if l.Format == FormatFenced {
-		return l.fencedParkIf(prompt, index, ids)
-	}
-	if !slices.Contains(l.EndOfTurn, ids[len(ids)-1]) {
-		return false
+	if !l.mayEndCall(ids[len(ids)-1]) {
+		return false // the cheap test first
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.get([2]int{prompt, index})
-	turn := ids[t.turnStart:]
-	if l.callEnd >= 0 && !slices.Contains(turn, l.callEnd) {
-		return false // the cheap test first
-	}
-	if !callBlock.MatchString(l.Tok.Decode(tokenizer.Ints(turn), false)) {
-		return false // a </tool_call> with no <tool_call> before it is not a call
+	if !l.holdsCall(ids[t.turnStart:]) {
+		return false
 	}
 	if t.Turns >= l.MaxTurns {
 		t.EndReason = "max_turns"
 		return false
 	}
 	return true
+}
+
+// mayEndCall: tok can end a turn's call — an end-of-turn id (hermes), a
+// token holding a backtick or ending a line (fenced).
+func (l *Loop) mayEndCall(tok int64) bool {
+	if l.Format == FormatFenced {
+		last := l.Tok.Decode([]int{int(tok)}, false)
+		return strings.Contains(last, "`") || strings.HasSuffix(last, "\n")
+	}
+	return slices.Contains(l.EndOfTurn, tok)
+}
+
+// holdsCall: a turn's ids hold a complete call — a <tool_call> block
+// (hermes), or end by closing a ```python block (fenced).
+func (l *Loop) holdsCall(turn []int64) bool {
+	if l.Format == FormatFenced {
+		_, ok := closedPython(l.Tok.Decode(tokenizer.Ints(turn), false))
+		return ok
+	}
+	if l.callEnd >= 0 && !slices.Contains(turn, l.callEnd) {
+		return false // the cheap test first
+	}
+	return callBlock.MatchString(l.Tok.Decode(tokenizer.Ints(turn), false)) // a </tool_call> with no <tool_call> before it is not a call
 }
 
 // answer runs a parked sample's calls and resumes it with their responses.
@@ -268,26 +285,6 @@ func closedPython(text string) (string, bool) {
 		return "", false
 	}
 	return strings.TrimRight(code, "\n"), true
-}
-
-// fencedParkIf: the sample's latest token closes a ```python block of its
-// current turn (only looked for when that token holds a backtick).
-func (l *Loop) fencedParkIf(prompt, index int, ids []int64) bool {
-	last := l.Tok.Decode(tokenizer.Ints(ids[len(ids)-1:]), false)
-	if !strings.Contains(last, "`") && !strings.HasSuffix(last, "\n") {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t := l.get([2]int{prompt, index})
-	if _, ok := closedPython(l.Tok.Decode(tokenizer.Ints(ids[t.turnStart:]), false)); !ok {
-		return false
-	}
-	if t.Turns >= l.MaxTurns {
-		t.EndReason = "max_turns"
-		return false
-	}
-	return true
 }
 
 // fencedCall is the python call of a turn that ends by closing a
