@@ -2,7 +2,9 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,11 +84,24 @@ func (m *Model) specs() []paramSpec {
 	return sp
 }
 
+// CheckDir names a directory that cannot hold a model because it has no
+// config.json (Load's first check; callers that write before loading run
+// it first).
+func CheckDir(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s has no config.json: want a Hugging Face model directory (config.json, *.safetensors, the tokenizer files)", dir)
+	}
+	return nil
+}
+
 // Load reads a Hugging Face model directory (config.json and safetensors,
 // single or sharded). The checkpoint's tensors must be exactly the ones the
 // config implies: missing, unexpected and mis-shaped tensors are all
 // reported, by name, in one error.
 func Load(dir string, opt LoadOptions) (m *Model, err error) {
+	if err := CheckDir(dir); err != nil {
+		return nil, err
+	}
 	cfgPath := filepath.Join(dir, "config.json")
 	cfg, err := LoadConfig(cfgPath)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -178,8 +177,8 @@ func openSession(cfg Config, resume, kind string, opts RunOptions) (s *session, 
 	}
 	if _, builtin := strings.CutPrefix(cfg.Model, builtinPrefix); !builtin && (ckpt == "" || cfg.LoRA.On()) {
 		// The run loads cfg.Model: say so plainly before writing anything.
-		if _, err := os.Stat(filepath.Join(cfg.Model, "config.json")); errors.Is(err, fs.ErrNotExist) {
-			return nil, bad("model", "%s has no config.json: want a Hugging Face model directory (config.json, *.safetensors, the tokenizer files); put the model there or --set model=DIR", cfg.Model)
+		if err := model.CheckDir(cfg.Model); err != nil {
+			return nil, bad("model", "%v; put the model there or --set model=DIR", err)
 		}
 	}
 	if s.modelDir, err = s.prepareRunDir(cfg, ckpt, rc); err != nil {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -345,8 +343,10 @@ func loadModelAndTokenizer(c *cli.Context, dir string) (*model.Model, *tokenizer
 			return nil, nil, err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, fs.ErrNotExist) && !model.IsAdapterDir(dir) {
-		return nil, nil, usageError{fmt.Errorf("%s has no config.json: want a Hugging Face model directory (config.json, *.safetensors, the tokenizer files), a lanpo checkpoint or a LoRA adapter directory", dir)}
+	if !model.IsAdapterDir(dir) { // before the tokenizer, whose error would hide this one
+		if err := model.CheckDir(dir); err != nil {
+			return nil, nil, usageError{fmt.Errorf("%w, or a LoRA adapter directory", err)}
+		}
 	}
 	tokDir := dir
 	if t := c.String("tokenizer"); t != "" {
