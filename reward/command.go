@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lanpo-rl/lanpo/internal/iocap"
 )
 
 // Command is a reward program (reward.kind: command). It is started on
@@ -201,7 +203,7 @@ func (c *Command) fail(grace time.Duration, what string) error {
 type process struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *tailBuffer
+	stderr *iocap.Tail
 	lines  chan lineOrErr // stdout, one line at a time
 	quit   chan struct{}  // closed by stop: the reader stops sending
 	done   chan struct{}  // closed when the reader returns
@@ -221,7 +223,7 @@ func startProcess(argv []string) (*process, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	setProcessGroup(cmd)
 	cmd.WaitDelay = waitDelay
-	p := &process{cmd: cmd, stderr: &tailBuffer{max: 4 << 10}, lines: make(chan lineOrErr),
+	p := &process{cmd: cmd, stderr: &iocap.Tail{Max: 4 << 10}, lines: make(chan lineOrErr),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdin, err := cmd.StdinPipe()
@@ -324,36 +326,6 @@ func (p *process) stop(grace time.Duration) (exited bool, status error) {
 // reapLimit bounds the wait for a killed program's exit and its stdout's
 // end.
 const reapLimit = 10 * time.Second
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu   sync.Mutex
-	max  int
-	buf  []byte
-	lost bool
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.lost = true
-	}
-	return len(b), nil
-}
-
-// String is the tail as valid UTF-8, trimmed, "…" first when cut.
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := strings.ToValidUTF8(strings.TrimSpace(string(t.buf)), "")
-	if t.lost && s != "" {
-		s = "…" + s
-	}
-	return s
-}
 
 // procState is what /proc says of a process that would not die: its state
 // (D: uninterruptible sleep) and where it waits, for the error.

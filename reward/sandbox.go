@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lanpo-rl/lanpo/internal/iocap"
 )
 
 // The sandbox runs untrusted Python (a code reward's candidates) with
@@ -329,7 +331,7 @@ func (s *Sandbox) run(ctx context.Context, r CodeRequest) (CodeOutcome, error) {
 	cmd.Dir = "/"
 	cmd.SysProcAttr = attr
 	cmd.ExtraFiles = []*os.File{inR, outW}
-	stdout, stderr := &tailBuffer{max: 4 << 10}, &tailBuffer{max: 4 << 10}
+	stdout, stderr := &iocap.Tail{Max: 4 << 10}, &iocap.Tail{Max: 4 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = time.Second
 	err = cmd.Start()

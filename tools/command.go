@@ -8,11 +8,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lanpo-rl/lanpo/internal/iocap"
 )
 
 // commandTool runs a user's program per call: argv as given (no shell),
@@ -41,8 +41,8 @@ func (t *commandTool) Run(ctx context.Context, args json.RawMessage) (string, er
 	cmd := exec.Command(t.argv[0], t.argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = bytes.NewReader(append(append([]byte(nil), args...), '\n'))
-	stdout := &capWriter{max: t.limit.out}
-	stderr := &capWriter{max: 2 << 10, tail: true}
+	stdout := &iocap.Head{Max: t.limit.out}
+	stderr := &iocap.Tail{Max: 2 << 10}
 	// Pipes of our own: the call ends when the program exits, not when
 	// everything it started lets go of its output (a background child
 	// would hold exec's pipes open); what is left of its group is then
@@ -110,56 +110,10 @@ func (t *commandTool) Run(ctx context.Context, args json.RawMessage) (string, er
 	}
 	if err != nil {
 		msg := err.Error()
-		if tail := strings.TrimSpace(stderr.String()); tail != "" {
+		if tail, _ := stderr.Text(); tail != "" {
 			msg += ": " + tail
 		}
 		return out, fmt.Errorf("%s", msg)
 	}
 	return out, nil
 }
-
-// capWriter keeps the first max bytes written (or the last, with tail)
-// and counts the rest.
-type capWriter struct {
-	mu   sync.Mutex
-	max  int
-	tail bool
-	buf  []byte
-	lost int64
-}
-
-func (w *capWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.tail {
-		w.buf = append(w.buf, p...)
-		if over := len(w.buf) - w.max; over > 0 {
-			w.buf = append(w.buf[:0], w.buf[over:]...)
-			w.lost += int64(over)
-		}
-		return len(p), nil
-	}
-	room := w.max - len(w.buf)
-	if room > len(p) {
-		room = len(p)
-	}
-	if room > 0 {
-		w.buf = append(w.buf, p[:room]...)
-	}
-	w.lost += int64(len(p) - max(room, 0))
-	return len(p), nil
-}
-
-func (w *capWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := strings.ToValidUTF8(string(w.buf), "")
-	if w.lost > 0 && !w.tail {
-		s += "\n…[output cut at " + itoa(w.max) + " bytes]"
-	}
-	return s
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }
-
-var _ io.Writer = (*capWriter)(nil)

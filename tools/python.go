@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/lanpo-rl/lanpo/internal/iocap"
 	"github.com/lanpo-rl/lanpo/reward"
 )
 
@@ -56,18 +57,9 @@ func (t *pythonTool) Run(ctx context.Context, args json.RawMessage) (string, err
 		}
 		out.WriteString(o.Stderr)
 	}
-	text := capBytes(out.String(), t.limit.out)
+	text := iocap.Cap(out.String(), t.limit.out)
 	if !o.Passed {
 		return text, errors.New(o.Reason)
 	}
 	return text, nil
-}
-
-// capBytes keeps at most n bytes of s (whole UTF-8 characters), saying so
-// when it cuts.
-func capBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "\n…[output cut at " + itoa(n) + " bytes]"
 }
