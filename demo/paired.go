@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/lanpo-rl/lanpo/eval"
+	"github.com/lanpo-rl/lanpo/internal/stats"
 )
 
 // Paired comparison of demo arms over seeds (lanpo demo paired): runs are
@@ -286,8 +287,8 @@ func Paired(baseline ArmRef, arms []ArmRef, bootRounds int, seed int64) ([]Paire
 			fb, ft = append(fb, b.families), append(ft, t.families)
 			cb, ct = append(cb, b.refLogp), append(ct, t.refLogp)
 			pb, pt = append(pb, b.spanLogp), append(pt, t.spanLogp)
-			rb, rt = append(rb, mean(b.refLogp)), append(rt, mean(t.refLogp))
-			sb, st = append(sb, mean(b.spanLogp)), append(st, mean(t.spanLogp))
+			rb, rt = append(rb, stats.Mean(b.refLogp)), append(rt, stats.Mean(t.refLogp))
+			sb, st = append(sb, stats.Mean(b.spanLogp)), append(st, stats.Mean(t.spanLogp))
 		}
 		clusters := clusterOf(keys)
 		rng := rand.New(rand.NewSource(seed))
@@ -436,7 +437,7 @@ func clusteredStat(outcome string, treatment, baseline []float64, cluster []int)
 	s.Mean, s.Lo, s.Hi = tInterval(s.Clusters)
 	s.SignFlipP = signFlipP(s.Clusters)
 	s.DZ = math.NaN()
-	if sd := stdDev(s.Clusters); sd > 0 {
+	if sd := stats.StdDev(s.Clusters); sd > 0 {
 		s.DZ = s.Mean / sd
 	}
 	return s
@@ -459,18 +460,6 @@ func clusterMeans(xs []float64, cluster []int) []float64 {
 	return sum
 }
 
-func stdDev(xs []float64) float64 {
-	if len(xs) < 2 {
-		return 0
-	}
-	m := mean(xs)
-	var ss float64
-	for _, x := range xs {
-		ss += (x - m) * (x - m)
-	}
-	return math.Sqrt(ss / float64(len(xs)-1))
-}
-
 // tInterval is the mean of xs with its 95% Student-t interval.
 func tInterval(xs []float64) (mean, lo, hi float64) {
 	n := float64(len(xs))
@@ -480,7 +469,7 @@ func tInterval(xs []float64) (mean, lo, hi float64) {
 	if len(xs) < 2 {
 		return mean, math.NaN(), math.NaN()
 	}
-	h := tQuantile975(len(xs)-1) * stdDev(xs) / math.Sqrt(n)
+	h := tQuantile975(len(xs)-1) * stats.StdDev(xs) / math.Sqrt(n)
 	return mean, mean - h, mean + h
 }
 
@@ -601,7 +590,7 @@ func WritePaired(w io.Writer, results []PairedResult) {
 			if !math.IsNaN(s.DZ) {
 				dz = fmt.Sprintf("%+.2f", s.DZ)
 			}
-			fmt.Fprintf(w, "| %s | %.3f | %.3f | %+.3f | %s | %.3g | %d / %d | %s | %s |\n", s.Outcome, mean(s.Treatment), mean(s.Baseline), s.Mean,
+			fmt.Fprintf(w, "| %s | %.3f | %.3f | %+.3f | %s | %.3g | %d / %d | %s | %s |\n", s.Outcome, stats.Mean(s.Treatment), stats.Mean(s.Baseline), s.Mean,
 				interval(s.Lo, s.Hi), s.SignFlipP, s.Positive, s.Negative, dz, boot)
 		}
 		fmt.Fprintf(w, "\nPer pair:\n\n| pair |")
@@ -618,14 +607,6 @@ func WritePaired(w io.Writer, results []PairedResult) {
 		}
 		fmt.Fprintln(w)
 	}
-}
-
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(max(len(xs), 1))
 }
 
 func interval(lo, hi float64) string {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/lanpo-rl/lanpo/internal/stats"
 )
 
 // Summary is one benchmark in one mode: a row of the table.
@@ -214,18 +216,11 @@ func pairedDiff(b Benchmark, lines func(problem, mode string) []SampleLine) (*fl
 	if len(d) == 0 {
 		return nil, nil
 	}
-	var mean, sq float64
-	for _, x := range d {
-		mean += x
-	}
-	mean /= float64(len(d))
-	for _, x := range d {
-		sq += (x - mean) * (x - mean)
-	}
+	mean := stats.Mean(d)
 	if len(d) < 2 {
 		return &mean, nil // no spread to estimate
 	}
-	half := 1.96 * math.Sqrt(sq/float64(len(d)-1)/float64(len(d)))
+	half := 1.96 * stats.StdDev(d) / math.Sqrt(float64(len(d)))
 	return &mean, &[2]float64{mean - half, mean + half}
 }
 
