@@ -1,56 +1,15 @@
 package eval
 
 import (
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/lanpo-rl/lanpo/internal/jsonl"
-	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/tools"
+	"github.com/lanpo-rl/lanpo/tools/toolstest"
 )
-
-// scriptedRunner declares one tool and answers every sample once, after
-// its second token, with fixed ids.
-type scriptedRunner struct {
-	mu     sync.Mutex
-	parked map[[2]int]bool
-	add    []int64
-}
-
-func (s *scriptedRunner) Describe() string { return "scripted" }
-
-func (s *scriptedRunner) Declarations() []json.RawMessage {
-	return []json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "python", "description": "Run code.", "parameters": {"type": "object"}}}`)}
-}
-
-func (s *scriptedRunner) Start(_ context.Context, rows int) (*model.Turns, error) {
-	s.mu.Lock()
-	s.parked = map[[2]int]bool{}
-	s.mu.Unlock()
-	ch := make(chan model.Resume, rows)
-	return &model.Turns{ParkIf: func(p, i int, ids []int64) bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if len(ids) != 2 || s.parked[[2]int{p, i}] {
-			return false
-		}
-		s.parked[[2]int{p, i}] = true
-		return true
-	}, Parked: func(m model.Sample) { ch <- model.Resume{Prompt: m.Prompt, Index: m.Index, Append: s.add} }, Resumes: ch}, nil
-}
-
-func (s *scriptedRunner) Trajectory(p, i int) tools.Trajectory {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.parked[[2]int{p, i}] {
-		return tools.Trajectory{Turns: 1, Calls: 1, Errors: 1}
-	}
-	return tools.Trajectory{}
-}
 
 // TestEvalToolsMode: the tools mode beside zero-shot: its prompts declare
 // the tools, its samples are trajectories (the model's own text kept
@@ -68,7 +27,7 @@ func TestEvalToolsMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Tools = &scriptedRunner{add: toInt64(ids)}
+	o.Tools = &toolstest.Scripted{After: 2, Append: toInt64(ids), Record: tools.Trajectory{Turns: 1, Calls: 1, Errors: 1}}
 	sums, err := Run(m, tk, o)
 	if err != nil {
 		t.Fatal(err)

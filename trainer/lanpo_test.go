@@ -136,7 +136,7 @@ func TestLANPOExactResume(t *testing.T) {
 		{"tools", nil, "model.safetensors"}} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "tools" {
-				toolsForTest = func() toolLoop { return &scriptedTools{} }
+				toolsForTest = func() toolLoop { return scriptedTools() }
 				defer func() { toolsForTest = nil }()
 			}
 			straight := lanpoConfig(t, c.sets...)

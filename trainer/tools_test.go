@@ -4,68 +4,24 @@ import (
 	"context"
 	"math"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/sugarme/gotch"
 
 	"github.com/lanpo-rl/lanpo/internal/tensor"
-	"github.com/lanpo-rl/lanpo/model"
 	"github.com/lanpo-rl/lanpo/model/tokenizer"
 	"github.com/lanpo-rl/lanpo/optim"
 	"github.com/lanpo-rl/lanpo/tools"
+	"github.com/lanpo-rl/lanpo/tools/toolstest"
 )
 
 // scriptedTools parks every sample once, after its third token, and
-// appends the same ids at once (deterministic: its resumes are on the
-// channel before the engine's next look).
-type scriptedTools struct {
-	mu     sync.Mutex
-	parked map[[2]int]bool
-	// late: each answer arrives after a delay of its own (up to 30 ms),
-	// in lockstep or not (model.Turns.Lockstep).
-	late, lockstep bool
+// appends scriptedAppend (toolstest.Scripted: at once, so deterministic).
+func scriptedTools() *toolstest.Scripted {
+	return &toolstest.Scripted{After: 3, Append: scriptedAppend, Record: tools.Trajectory{Turns: 1, Calls: 1, ToolSeconds: 0.5}}
 }
 
 var scriptedAppend = []int64{5, 6, 7}
-
-func (s *scriptedTools) Start(_ context.Context, rows int) (*model.Turns, error) {
-	s.parked = map[[2]int]bool{}
-	ch := make(chan model.Resume, rows)
-	return &model.Turns{
-		ParkIf: func(p, i int, ids []int64) bool {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			k := [2]int{p, i}
-			if len(ids) != 3 || s.parked[k] {
-				return false
-			}
-			s.parked[k] = true
-			return true
-		},
-		Parked: func(smp model.Sample) {
-			rs := model.Resume{Prompt: smp.Prompt, Index: smp.Index, Append: scriptedAppend}
-			if !s.late {
-				ch <- rs
-				return
-			}
-			wait := time.Duration((smp.Prompt*7+smp.Index*13)%31) * time.Millisecond
-			time.AfterFunc(wait, func() { ch <- rs })
-		},
-		Resumes:  ch,
-		Lockstep: s.lockstep,
-	}, nil
-}
-
-func (s *scriptedTools) Trajectory(p, i int) tools.Trajectory {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.parked[[2]int{p, i}] {
-		return tools.Trajectory{Turns: 1, Calls: 1, ToolSeconds: 0.5}
-	}
-	return tools.Trajectory{}
-}
 
 // A GRPO run whose rollouts are multi-turn trajectories (a scripted tool
 // appends ids after each sample's third token): it trains, its metrics
@@ -73,7 +29,7 @@ func (s *scriptedTools) Trajectory(p, i int) tools.Trajectory {
 // sampled tokens are the trainer's on the multi-turn sequences, and it
 // resumes bit for bit.
 func TestToolTrajectoriesTrainAndResume(t *testing.T) {
-	toolsForTest = func() toolLoop { return &scriptedTools{} }
+	toolsForTest = func() toolLoop { return scriptedTools() }
 	defer func() { toolsForTest = nil }()
 	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile}, "log.rollouts=true")
 	for i, m := range stableMetrics(t, straight.RunDir) {
@@ -107,7 +63,11 @@ func TestToolTrajectoriesTrainAndResume(t *testing.T) {
 // follows the answers' timing without lockstep, moving log-probs' low
 // bits, is the engine's test: TestLockstepIgnoresAnswerTiming.)
 func TestToolLockstepResumesExactly(t *testing.T) {
-	toolsForTest = func() toolLoop { return &scriptedTools{late: true, lockstep: true} }
+	toolsForTest = func() toolLoop {
+		s := scriptedTools()
+		s.Late, s.Lockstep = true, true
+		return s
+	}
 	defer func() { toolsForTest = nil }()
 	straight, _ := runStraightAndResumed(t, []string{"model.safetensors", optim.TensorsFile, optim.MetaFile, stateFile})
 	if metricSum(t, straight.RunDir, "tool_calls_mean") == 0 {
@@ -242,7 +202,7 @@ func TestToolsConfigFile(t *testing.T) {
 // the runs end, their metrics are finite, and no weight is computed on a
 // tool's output.
 func TestToolTrajectoriesRecomputeAndReweight(t *testing.T) {
-	toolsForTest = func() toolLoop { return &scriptedTools{} }
+	toolsForTest = func() toolLoop { return scriptedTools() }
 	defer func() { toolsForTest = nil }()
 	pool, _ := seededPool(t)
 	for name, cfg := range map[string]Config{
